@@ -1,0 +1,79 @@
+"""KernelLLM: turn a PyTorch nn.Module into Triton kernels, check them, keep the best.
+
+Command line: ``python kernelllm.py --help``. Python:
+
+    from kernelllm import KernelLLM
+    model = KernelLLM()                                   # facebook/KernelLLM, CUDA when present
+    kernel_reply = model.generate_triton(module_source)   # the model's reply (prose + code block)
+    for piece in model.stream_raw(prompt):                # any raw prompt, streamed
+        print(piece, end="")
+
+The class keeps the interface of the helper script published with the model, without its defects: the prompt is
+the trained one with a single BOS, the reply is cut by token ids, sampling defaults to the model card's evaluation
+setting (temperature 1.0, top_p 0.97), and the device is not hard-coded.
+"""
+
+import sys
+from typing import Iterator
+
+from repl.engine import Engine, EngineOptions
+from repl.extract import extract_kernel_code
+from repl.generation.model_loading import DEFAULT_MODEL
+from repl.prompt import build_prompt
+from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, SamplingSettings
+
+__all__ = ["KernelLLM", "build_prompt", "extract_kernel_code", "main"]
+
+
+class KernelLLM:
+    """A loaded KernelLLM. Loading happens in the constructor (use the REPL for background loading)."""
+
+    def __init__(self, model_name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+                 seed: int | None = None):
+        self.model_name = model_name
+        self._engine = Engine(EngineOptions(model=model_name, device=device, dtype=dtype), SamplingSettings(seed=seed))
+        backend = self._engine.backend()  # raises GenerationError with a one-line reason when loading fails
+        self.device = getattr(getattr(backend, "loaded", None), "device", device)
+
+    def _settings(self, temperature: float, top_p: float, max_new_tokens: int) -> SamplingSettings:
+        return SamplingSettings(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                seed=self._engine.settings.seed)
+
+    def stream_raw(self, prompt: str, temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> Iterator[str]:
+        """Text pieces of the model's continuation of ``prompt``, used verbatim, as they are generated.
+        Stopping iteration early (break, or an exception such as KeyboardInterrupt) stops the generation."""
+        stream = self._engine.stream_reply(prompt, self._settings(temperature, top_p, max_new_tokens))
+        try:
+            yield from stream
+        finally:
+            stream.cancel()
+
+    def generate_raw(self, prompt: str, temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+                     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
+        """The model's whole continuation of ``prompt``, used verbatim."""
+        return "".join(self.stream_raw(prompt, temperature, top_p, max_new_tokens))
+
+    def generate_triton(self, code: str, temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+                        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
+        """The model's reply for a PyTorch module (``class Model(nn.Module)`` with ``get_inputs()`` and
+        ``get_init_inputs()``, run as ``Model(*get_init_inputs())(*get_inputs())``), prompted exactly as it was
+        trained. ``extract_kernel_code(reply)`` gives the code block."""
+        return self.generate_raw(build_prompt(code), temperature, top_p, max_new_tokens)
+
+    def run_repl(self) -> None:
+        """The interactive session, on this already loaded model."""
+        from repl.ui.console import make_console
+        from repl.ui.session import ReplSession
+
+        ReplSession(self._engine, make_console()).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from repl.cli.main import main as cli_main
+
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The engine: model, prompt, extraction and checking behind one object, used by the REPL, the command line and the
+Python API alike. It knows nothing of the terminal."""
+
+import threading
+from dataclasses import dataclass, field
+
+from repl.extract import extract_kernel_code
+from repl.generation import Backend, GenerationError, Reply, ReplyStream
+from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, load_model
+from repl.module_source import ModuleSource, inspect_module_source
+from repl.prompt import build_prompt
+from repl.settings import SamplingSettings
+
+
+@dataclass
+class EngineOptions:
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+@dataclass
+class Attempt:
+    """A module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict."""
+
+    module: ModuleSource
+    reply: Reply
+    source_name: str | None = None  # stem of the file the module came from, for the default save name
+    check: object | None = None  # repl.checker.CheckResult once :run has checked it
+    log_id: int | None = None  # row in the session log, when logging is on
+
+    @property
+    def kernel(self) -> str | None:
+        return extract_kernel_code(self.reply.text)
+
+
+@dataclass
+class Engine:
+    options: EngineOptions = field(default_factory=EngineOptions)
+    settings: SamplingSettings = field(default_factory=SamplingSettings)
+    backend_override: Backend | None = None  # a ready backend (a server, a test double) instead of a local model
+
+    def __post_init__(self):
+        self._loader: ModelLoader | None = None
+        self._generations = 0
+        self._lock = threading.Lock()
+
+    # -- the model ---------------------------------------------------------------------------------------------
+    def start_loading(self) -> None:
+        """Begin loading the local model in the background (no-op with a backend override or when started)."""
+        if self.backend_override is None and self._loader is None:
+            options = self.options
+            self._loader = ModelLoader(
+                lambda report: load_model(options.model, options.device, options.dtype, on_progress=report)).start()
+
+    @property
+    def model_state(self) -> tuple[str, str]:
+        """(state, message): state is loading, ready or failed."""
+        if self.backend_override is not None:
+            return "ready", self.backend_override.description
+        if self._loader is None:
+            return "idle", "not loaded"
+        if self._loader.state == "ready":
+            return "ready", self._loader.result.description
+        return self._loader.state, self._loader.message
+
+    def backend(self, wait: bool = True) -> Backend:
+        """The backend, waiting for the model to load; GenerationError (one line) when it cannot be had."""
+        if self.backend_override is not None:
+            return self.backend_override
+        self.start_loading()
+        if wait:
+            self._loader.wait()
+        if self._loader.state == "failed":
+            raise GenerationError(self._loader.error)
+        if self._loader.state != "ready":
+            raise GenerationError(f"the model is still loading ({self._loader.message})")
+        from repl.generation.local import LocalBackend
+
+        with self._lock:
+            if not isinstance(getattr(self, "_local_backend", None), LocalBackend):
+                self._local_backend = LocalBackend(self._loader.result)
+            return self._local_backend
+
+    def wait_for_model(self, timeout: float | None = None) -> bool:
+        if self._loader is None:
+            return True
+        return self._loader.wait(timeout)
+
+    # -- generation --------------------------------------------------------------------------------------------
+    def next_settings(self, settings: SamplingSettings | None = None) -> SamplingSettings:
+        """Settings for the next generation: with --seed, each generation gets its own seed (seed, seed+1, ...), so
+        a session replayed with the same commands samples the same kernels."""
+        settings = settings or self.settings
+        with self._lock:
+            count, self._generations = self._generations, self._generations + 1
+        if settings.seed is None:
+            return settings
+        return SamplingSettings(**{**settings.__dict__, "seed": settings.seed + count})
+
+    def stream_reply(self, prompt: str, settings: SamplingSettings | None = None) -> ReplyStream:
+        """Stream the model's reply to a raw prompt, used verbatim."""
+        return self.backend().stream(prompt, self.next_settings(settings))
+
+    def stream_kernel(self, module_code: str, settings: SamplingSettings | None = None) -> ReplyStream:
+        """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained."""
+        return self.stream_reply(build_prompt(module_code), settings)
+
+    # -- checking ----------------------------------------------------------------------------------------------
+    def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None, **options):
+        """Check the attempt's kernel against its module in an isolated worker; stores and returns the result."""
+        from repl.checker import check_kernel
+
+        attempt.check = check_kernel(attempt.module.code, attempt.reply.text, device=device, cancel=cancel,
+                                     **options)
+        return attempt.check
+
+
+def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
+    return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)

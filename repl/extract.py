@@ -1,0 +1,52 @@
+"""Find the kernel in a model reply: the code block that defines ``ModelNew``.
+
+The model answers in Markdown fences (```` ```python ````, bare ```` ``` ````, sometimes ```` ```py ````); a reply cut by
+Ctrl-C or by the token limit ends inside an unterminated fence, whose code is still worth keeping.
+"""
+
+import re
+
+# A fence opens at the start of a line with three or more backticks and an optional info string.
+_FENCE_OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+.-]*)[^\n`]*$", re.MULTILINE)
+
+_MODEL_NEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
+_PYTHON_LANGS = {"", "python", "py", "python3"}
+
+
+def code_blocks(reply: str) -> list[tuple[str, str]]:
+    """All fenced blocks as (language, code); an unterminated last block runs to the end of the reply."""
+    blocks = []
+    position = 0
+    while True:
+        opening = _FENCE_OPEN.search(reply, position)
+        if opening is None:
+            return blocks
+        fence, language = opening.group(1), opening.group(2).lower()
+        body_start = opening.end() + 1
+        closing = re.compile(r"^[ \t]*" + fence + r"`*[ \t]*$", re.MULTILINE).search(reply, body_start)
+        if closing is None:
+            blocks.append((language, reply[body_start:]))
+            return blocks
+        blocks.append((language, reply[body_start:closing.start()]))
+        position = closing.end()
+
+
+def extract_kernel_code(reply: str) -> str | None:
+    """The kernel code in a reply, or None when it holds none.
+
+    Preference: the last Python block defining ``ModelNew``; else the last Python block; a reply with no fence at all
+    that itself defines ``ModelNew`` (a plain .py file) is taken whole.
+    """
+    python_blocks = [code for language, code in code_blocks(reply) if language in _PYTHON_LANGS and code.strip()]
+    with_model_new = [code for code in python_blocks if _MODEL_NEW.search(code)]
+    if with_model_new:
+        return _tidy(with_model_new[-1])
+    if python_blocks:
+        return _tidy(python_blocks[-1])
+    if "```" not in reply and _MODEL_NEW.search(reply):
+        return _tidy(reply)
+    return None
+
+
+def _tidy(code: str) -> str:
+    return code.strip("\n") + "\n"

@@ -1,0 +1,194 @@
+"""Generation with a transformers model in this process: ``model.generate`` in a worker thread, streamed by token id.
+
+The reply is cut from the generated token ids (the ids after the prompt), never by the length of a decoded string:
+the original helper script sliced ``decode(output)[len(prompt):]`` after skipping special tokens, which cut the start
+of the reply.
+"""
+
+import queue
+import threading
+import time
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Reply
+from repl.generation.model_loading import LoadedModel
+from repl.settings import SamplingSettings
+
+_END = object()
+
+
+def encode_prompt(tokenizer, prompt: str) -> torch.Tensor:
+    """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none)."""
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    bos = tokenizer.bos_token_id
+    if bos is not None and (ids.shape[1] == 0 or ids[0, 0].item() != bos):
+        ids = torch.cat([torch.tensor([[bos]]), ids], dim=1)
+    while bos is not None and ids.shape[1] > 1 and ids[0, 1].item() == bos:
+        ids = ids[:, 1:]
+    return ids
+
+
+def sampling_arguments(settings: SamplingSettings) -> dict:
+    if settings.greedy:
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    # top_k=0 disables transformers' default top-k of 50, which the model card's setting does not use.
+    return {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0}
+
+
+class IncrementalDecoder:
+    """Turns a growing list of token ids into text pieces without re-decoding the whole reply on every token.
+
+    Decodes a small window of recent ids and emits what is new; holds back while the window ends in an incomplete
+    UTF-8 sequence (the replacement character), which byte-level BPE produces mid-character.
+    """
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._prefix_offset = 0
+        self._read_offset = 0
+
+    def add(self, new_ids: list[int]) -> str:
+        self.ids.extend(new_ids)
+        decode = lambda ids: self._tokenizer.decode(ids, skip_special_tokens=True)
+        prefix_text = decode(self.ids[self._prefix_offset:self._read_offset])
+        window_text = decode(self.ids[self._prefix_offset:])
+        if len(window_text) <= len(prefix_text) or window_text.endswith("\ufffd"):
+            return ""
+        self._prefix_offset, self._read_offset = self._read_offset, len(self.ids)
+        return window_text[len(prefix_text):]
+
+    def full_text(self) -> str:
+        return self._tokenizer.decode(self.ids, skip_special_tokens=True)
+
+
+class _CancelCriterion(StoppingCriteria):
+    def __init__(self, cancelled: threading.Event):
+        self._cancelled = cancelled
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), self._cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _QueueStreamer(BaseStreamer):
+    """Receives token ids from generate(); the first put() is the prompt, which is skipped."""
+
+    def __init__(self, sink: queue.Queue):
+        self._sink = sink
+        self._prompt_seen = False
+
+    def put(self, value):
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self._sink.put(value.reshape(-1).tolist())
+
+    def end(self):
+        self._sink.put(_END)
+
+
+class LocalReplyStream:
+    """One generation running in a worker thread; iterate for text pieces, cancel() to stop."""
+
+    def __init__(self, loaded: LoadedModel, prompt: str, settings: SamplingSettings, seed: int | None = None):
+        self.reply = Reply(model=loaded.model_id, settings=settings)
+        self._loaded = loaded
+        self._cancelled = threading.Event()
+        self._tokens: queue.Queue = queue.Queue()
+        self._decoder = IncrementalDecoder(loaded.tokenizer)
+        self._error: BaseException | None = None
+        self._hit_eos = False
+        self._prompt_ids = encode_prompt(loaded.tokenizer, prompt).to(loaded.model.device)
+        self._seed = seed
+        eos = loaded.model.generation_config.eos_token_id
+        eos = eos if eos is not None else loaded.tokenizer.eos_token_id
+        self._end_ids = set(eos) if isinstance(eos, list) else {eos}
+        self._thread = threading.Thread(target=self._generate, name="generate", daemon=True)
+        self._thread.start()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self._prompt_ids.shape[1]
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def _generate(self) -> None:
+        model, tokenizer = self._loaded.model, self._loaded.tokenizer
+        settings = self.reply.settings
+        eos = sorted(self._end_ids)
+        try:
+            if self._seed is not None:
+                torch.manual_seed(self._seed)
+            with torch.inference_mode():
+                model.generate(
+                    input_ids=self._prompt_ids,
+                    attention_mask=torch.ones_like(self._prompt_ids),
+                    max_new_tokens=settings.max_new_tokens,
+                    eos_token_id=eos,
+                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+                    streamer=_QueueStreamer(self._tokens),
+                    stopping_criteria=StoppingCriteriaList([_CancelCriterion(self._cancelled)]),
+                    **sampling_arguments(settings),
+                )
+        except BaseException as error:  # reported through the reply, never lost in the thread
+            self._error = error
+            self._tokens.put(_END)
+
+    def __iter__(self):
+        reply = self.reply
+        while True:
+            try:
+                # A short timeout keeps the loop responsive to KeyboardInterrupt in the consuming thread.
+                item = self._tokens.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is _END:
+                break
+            if reply.first_token_at is None:
+                reply.first_token_at = time.monotonic()
+            reply.tokens += len(item)
+            piece = self._decoder.add(item)
+            if piece:
+                reply.text += piece
+                yield piece
+        self._thread.join()
+        self._finish()
+
+    def _finish(self) -> None:
+        reply = self.reply
+        reply.finished_at = time.monotonic()
+        reply.text = self._decoder.full_text()
+        ids = self._decoder.ids
+        if self._error is not None:
+            reply.finish_reason, reply.error = FAILED, _describe_generation_failure(self._error)
+        elif self._cancelled.is_set():
+            reply.finish_reason = INTERRUPTED
+        elif ids and ids[-1] in self._end_ids:
+            reply.finish_reason = FINISHED
+            reply.tokens -= 1  # the end-of-text token is not part of the reply
+        elif len(ids) >= reply.settings.max_new_tokens:
+            reply.finish_reason = TRUNCATED
+        else:
+            reply.finish_reason = FINISHED
+
+
+def _describe_generation_failure(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if "out of memory" in text.lower():
+        return f"generation ran out of memory: {text}. Lower --max-new-tokens or use a smaller --dtype."
+    return f"generation failed: {type(error).__name__}: {text}"
+
+
+class LocalBackend:
+    """The transformers backend: a loaded model and tokenizer in this process."""
+
+    def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded
+        self.description = loaded.description
+
+    def stream(self, prompt: str, settings: SamplingSettings) -> LocalReplyStream:
+        return LocalReplyStream(self.loaded, prompt, settings, seed=settings.seed)

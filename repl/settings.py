@@ -1,0 +1,52 @@
+"""Sampling settings: one dataclass shared by the command line, `:set` and the Python API."""
+
+from dataclasses import dataclass, fields
+
+# The model card's evaluation setting (pass@k on KernelBench-Triton was measured at temperature 1.0, top_p 0.97).
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 0.97
+DEFAULT_MAX_NEW_TOKENS = 2048
+
+
+@dataclass
+class SamplingSettings:
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def with_value(self, name: str, text: str) -> "SamplingSettings":
+        """A copy with one setting parsed from text; ValueError with a one-line reason when it does not fit."""
+        names = [field.name for field in fields(self)]
+        if name not in names:
+            raise ValueError(f"unknown setting {name!r}; settings: {', '.join(names)}")
+        value = _parse(name, text)
+        return SamplingSettings(**{**self.__dict__, name: value})
+
+    def describe(self) -> list[tuple[str, str]]:
+        return [(field.name, "none" if getattr(self, field.name) is None else str(getattr(self, field.name)))
+                for field in fields(self)]
+
+
+def _parse(name: str, text: str):
+    text = text.strip()
+    try:
+        if name == "seed":
+            return None if text.lower() in {"none", "off", ""} else int(text)
+        if name == "max_new_tokens":
+            value = int(text)
+            if value < 1:
+                raise ValueError
+            return value
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} needs {'an integer' if name in {'seed', 'max_new_tokens'} else 'a number'}, got {text!r}") from None
+    if name == "temperature" and value < 0:
+        raise ValueError("temperature must be >= 0 (0 means greedy decoding)")
+    if name == "top_p" and not 0 < value <= 1:
+        raise ValueError("top_p must be in (0, 1]")
+    return value

@@ -1,0 +1,157 @@
+"""Reading a module or a :command with prompt_toolkit: multi-line paste, Enter that knows when to submit, history,
+completion, a toolbar with the model's state, and Ctrl-C / Ctrl-D that behave like a shell."""
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, Completion, PathCompleter, ThreadedCompleter
+from prompt_toolkit.document import Document
+from prompt_toolkit.formatted_text import HTML
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.lexers import PygmentsLexer
+from pygments.lexers.python import PythonLexer
+
+from repl.module_source import inspect_module_source
+
+
+def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
+    """Enter submits a :command, or a complete module once the cursor is at the end of an unindented (or blank) line,
+    so typing a module by hand still gets newlines inside its blocks."""
+    stripped = text.strip()
+    if stripped.startswith(":"):
+        return True
+    if not cursor_at_end or not stripped:
+        return False
+    last_line = text.split("\n")[-1]
+    if last_line.startswith((" ", "\t")) and last_line.strip():
+        return False
+    return inspect_module_source(text).is_module
+
+
+def enter_hint(text: str) -> str:
+    stripped = text.strip()
+    if not stripped:
+        return "paste a PyTorch module or type :help"
+    if stripped.startswith(":"):
+        return "Enter: run the command"
+    if enter_submits(text):
+        return "Enter: generate a Triton kernel for this module"
+    problem = inspect_module_source(text).problem()
+    if problem is None:
+        return "Enter: newline · Esc-Enter: generate"
+    return f"Enter: newline · Esc-Enter: submit anyway · {problem.split(';')[0]}"
+
+
+class CommandCompleter(Completer):
+    """Completes :command names, then file paths for the commands that take one."""
+
+    def __init__(self, command_names: Callable[[], list[str]], takes_path: Callable[[str], bool]):
+        self._command_names = command_names
+        self._takes_path = takes_path
+        self._paths = PathCompleter(expanduser=True)
+
+    def get_completions(self, document: Document, complete_event):
+        text = document.text_before_cursor
+        if not text.startswith(":") or "\n" in text:
+            return
+        if " " not in text:
+            word = text[1:]
+            for name in self._command_names():
+                if name.startswith(word):
+                    yield Completion(":" + name, start_position=-len(text))
+            return
+        name, _, argument = text[1:].partition(" ")
+        if self._takes_path(name) and not argument.startswith("-"):
+            path_document = Document(argument.lstrip(), len(argument.lstrip()))
+            yield from self._paths.get_completions(path_document, complete_event)
+
+
+@dataclass
+class InputOptions:
+    history_file: str | None = None
+    toolbar: Callable[[], str] | None = None  # the model's state and the like, plain text
+    command_names: Callable[[], list[str]] = lambda: []
+    takes_path: Callable[[str], bool] = lambda name: False
+
+
+class ModuleInput:
+    """One prompt_toolkit session for the REPL; ``read()`` returns a submitted text, raises EOFError to exit."""
+
+    def __init__(self, options: InputOptions, input=None, output=None):
+        self.options = options
+        self.exit_armed = False  # Ctrl-C once on an empty line: the next one exits
+        history = InMemoryHistory()
+        if options.history_file:
+            try:
+                os.makedirs(os.path.dirname(options.history_file), exist_ok=True)
+                history = FileHistory(options.history_file)
+            except OSError:
+                pass  # an unwritable data directory costs the history, never the session
+        self.session = PromptSession(
+            message=HTML("<b>›</b> "),
+            multiline=True,
+            prompt_continuation=lambda width, line_number, is_soft_wrap: "· ".rjust(width),
+            key_bindings=self._key_bindings(),
+            history=history,
+            completer=ThreadedCompleter(CommandCompleter(options.command_names, options.takes_path)),
+            complete_while_typing=False,
+            lexer=PygmentsLexer(PythonLexer),
+            bottom_toolbar=self._toolbar,
+            refresh_interval=0.5,  # the toolbar follows the model's loading progress
+            input=input,
+            output=output,
+            enable_open_in_editor=True,
+        )
+        self.session.default_buffer.on_text_changed += lambda _: self._disarm()
+
+    def _disarm(self) -> None:
+        self.exit_armed = False
+
+    def read(self, default: str = "") -> str:
+        return self.session.prompt(default=default)
+
+    def _toolbar(self):
+        text = self.session.default_buffer.text if self.session.app.is_running else ""
+        left = "Ctrl-C again or Ctrl-D to exit" if self.exit_armed else enter_hint(text)
+        right = self.options.toolbar() if self.options.toolbar else ""
+        return f" {left}  │  {right}" if right else f" {left}"
+
+    def _key_bindings(self) -> KeyBindings:
+        bindings = KeyBindings()
+
+        @bindings.add("enter")
+        def _enter(event):
+            buffer = event.current_buffer
+            at_end = buffer.cursor_position == len(buffer.text)
+            if enter_submits(buffer.text, at_end):
+                buffer.validate_and_handle()
+            else:
+                buffer.newline(copy_margin=not buffer.text.strip().startswith(":"))
+
+        @bindings.add("escape", "enter")
+        def _submit(event):
+            event.current_buffer.validate_and_handle()
+
+        @bindings.add("c-c")
+        def _interrupt(event):
+            buffer = event.current_buffer
+            if buffer.text:
+                buffer.reset()
+                self.exit_armed = False
+            elif self.exit_armed:
+                event.app.exit(exception=EOFError())
+            else:
+                self.exit_armed = True
+                event.app.invalidate()
+
+        @bindings.add("c-d")
+        def _end(event):
+            if not event.current_buffer.text:
+                event.app.exit(exception=EOFError())
+            else:
+                event.current_buffer.delete()
+
+        return bindings

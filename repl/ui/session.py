@@ -1,0 +1,273 @@
+"""The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
+
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from repl.engine import Attempt, Engine, new_attempt
+from repl.generation import GenerationError
+from repl.kernel_file import kernel_header, write_kernel_file
+from repl.module_source import ModuleSource, inspect_module_source
+from repl.paths import history_file
+from repl.ui import commands
+from repl.ui.prompt_input import InputOptions, ModuleInput
+from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
+
+WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_inputs() and get_init_inputs()) "
+           "and press Enter. :help lists the commands; Ctrl-D exits.")
+
+
+class ReplSession:
+    def __init__(self, engine: Engine, console: Console, module_input: ModuleInput | None = None,
+                 debug: bool = False, check_device: str = "auto"):
+        self.engine = engine
+        self.console = console
+        self.debug = debug
+        self.check_device = check_device
+        self.module: ModuleSource | None = None  # the module the next :regen generates for
+        self.source_name: str | None = None
+        self.attempt: Attempt | None = None  # the current kernel
+        self.input = module_input or ModuleInput(InputOptions(
+            history_file=str(history_file()),
+            toolbar=self.toolbar_text,
+            command_names=lambda: list(commands.COMMANDS),
+            takes_path=lambda name: name in commands.COMMANDS and commands.COMMANDS[name].takes_path,
+        ))
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.engine.start_loading()
+        self.console.print(WELCOME, style="hint")
+        keep = ""  # text put back into the buffer after a rejected submission
+        while True:
+            try:
+                text = self.input.read(default=keep)
+            except EOFError:
+                return
+            except KeyboardInterrupt:  # only if a binding did not catch it
+                keep = ""
+                continue
+            keep = ""
+            try:
+                keep = self.handle(text) or ""
+            except EOFError:
+                return
+            except KeyboardInterrupt:
+                self.console.print("Interrupted.", style="warn")
+            except Exception as error:  # a failing command prints its error and the session goes on
+                self.report_unexpected(error)
+
+    def handle(self, text: str) -> str | None:
+        """Act on one submission; returns text to put back into the input buffer (a rejected module)."""
+        if not text.strip():
+            return None
+        if text.strip().startswith(":"):
+            try:
+                command, arguments = commands.parse(text)
+                command.run(self, arguments)
+            except commands.CommandError as error:
+                self.console.print(str(error), style="bad")
+            return None
+        return self.submit_module(text)
+
+    def report_unexpected(self, error: Exception) -> None:
+        if self.debug:
+            self.console.print_exception()
+        else:
+            self.console.print(f"error: {type(error).__name__}: {error} (start with --debug for the traceback)",
+                               style="bad")
+
+    def toolbar_text(self) -> str:
+        state, message = self.engine.model_state
+        if state == "ready":
+            return f"model: {message}"
+        if state == "failed":
+            return "model: failed to load (:model says why)"
+        return f"model: {message}…"
+
+    # -- modules and generation ---------------------------------------------------------------------------------
+    def submit_module(self, code: str, source_name: str | None = None) -> str | None:
+        module = inspect_module_source(code)
+        problem = module.problem()
+        if problem:
+            self.console.print(problem, style="bad")
+            return code
+        warning = module.warning()
+        if warning:
+            self.console.print(warning, style="warn")
+        self.module, self.source_name = module, source_name
+        self.generate()
+        return None
+
+    def generate(self) -> None:
+        if self.module is None:
+            raise commands.CommandError("no module yet: paste one or :load FILE")
+        if not self._wait_for_model():
+            return
+        try:
+            stream = self.engine.stream_kernel(self.module.code)
+        except GenerationError as error:
+            self.console.print(str(error), style="bad")
+            return
+        with StreamView(self.console, stream.reply) as view:
+            try:
+                for _ in stream:
+                    view.update()
+            except KeyboardInterrupt:
+                stream.cancel()
+                _drain(stream)
+        print_finished_reply(self.console, stream.reply)
+        self.attempt = new_attempt(self.module.code, stream.reply, self.source_name)
+
+    def _wait_for_model(self) -> bool:
+        """Wait for the model with a spinner; False when it failed or the user pressed Ctrl-C."""
+        state, message = self.engine.model_state
+        if state in ("loading", "idle"):
+            self.engine.start_loading()
+            try:
+                with Live(console=self.console, transient=True, refresh_per_second=8) as live:
+                    while not self.engine.wait_for_model(timeout=0.1):
+                        live.update(Spinner("dots", Text(f" waiting for the model: {self.engine.model_state[1]} "
+                                                         "(Ctrl-C to stop waiting)", style="hint")))
+            except KeyboardInterrupt:
+                self.console.print("Stopped waiting; the model goes on loading. :regen generates when it is ready.",
+                                   style="warn")
+                return False
+            state, message = self.engine.model_state
+        if state == "failed":
+            self.console.print(message, style="bad")
+            return False
+        return True
+
+    def regenerate(self) -> None:
+        self.generate()
+
+    def load_module(self, path: str) -> None:
+        file = Path(path).expanduser()
+        try:
+            code = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise commands.CommandError(f"cannot read {file}: {getattr(error, 'strerror', None) or error}") from None
+        self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
+        self.submit_module(code, source_name=file.stem)
+
+    # -- the current kernel -------------------------------------------------------------------------------------
+    def _current(self) -> Attempt:
+        if self.attempt is None:
+            raise commands.CommandError("no kernel yet: paste a module first")
+        return self.attempt
+
+    def _current_kernel(self) -> str:
+        kernel = self._current().kernel
+        if kernel is None:
+            raise commands.CommandError("the current reply holds no code block; :raw shows it, :regen samples again")
+        return kernel
+
+    def show_current(self) -> None:
+        kernel = self._current_kernel()
+        attempt = self._current()
+        print_kernel(self.console, kernel, "kernel", footer=Text(self._check_summary(attempt), style="hint"))
+
+    def show_raw(self) -> None:
+        reply = self._current().reply
+        self.console.print(Text(reply.text or "(empty reply)"))
+
+    def _check_summary(self, attempt: Attempt) -> str:
+        if attempt.check is None:
+            return " not checked yet (:run) "
+        return f" checked: {attempt.check.verdict} on {attempt.check.device} "
+
+    def check_current(self, device: str | None = None, trials: int | None = None) -> None:
+        attempt = self._current()
+        self._current_kernel()
+        if not attempt.module.runnable:
+            raise commands.CommandError(
+                "the module needs get_inputs() and get_init_inputs() to be checked; add them and paste it again")
+        from repl.ui.check_view import render_check_result
+
+        options = {"trials": trials} if trials else {}
+        cancel = threading.Event()
+        outcome: dict = {}
+
+        def work():
+            try:
+                outcome["result"] = self.engine.check(attempt, device=device or self.check_device, cancel=cancel,
+                                                      **options)
+            except Exception as error:  # reported below, in the main thread
+                outcome["error"] = error
+
+        worker = threading.Thread(target=work, name="check", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        try:
+            with Live(console=self.console, transient=True, refresh_per_second=8) as live:
+                while worker.is_alive():
+                    live.update(Spinner("dots", Text(f" checking… {time.monotonic() - started:.1f} s "
+                                                     "(Ctrl-C cancels)", style="hint")))
+                    worker.join(0.1)
+        except KeyboardInterrupt:
+            cancel.set()
+            worker.join()
+            self.console.print("Check cancelled.", style="warn")
+            return
+        if "error" in outcome:
+            raise outcome["error"]
+        self.console.print(render_check_result(outcome["result"]))
+
+    def save_current(self, path: str | None, force: bool = False) -> None:
+        attempt = self._current()
+        kernel = self._current_kernel()
+        target = path or attempt.module.suggested_filename(attempt.source_name)
+        text = kernel_header(attempt.reply.model, attempt.reply.settings, attempt.check) + kernel
+        try:
+            written = write_kernel_file(target, text, force=force)
+        except FileExistsError:
+            raise commands.CommandError(f"{target} exists; :save {target} --force overwrites it") from None
+        except OSError as error:
+            raise commands.CommandError(
+                f"could not write {target}: {error.strerror or error}; the kernel is still here (:show)") from None
+        self.console.print(f"Saved {written.resolve()}", style="ok")
+
+    # -- settings and information -------------------------------------------------------------------------------
+    def show_settings(self) -> None:
+        table = Table(show_header=False, box=None, padding=(0, 2))
+        for name, value in self.engine.settings.describe():
+            table.add_row(name, value)
+        self.console.print(table)
+
+    def change_setting(self, name: str, value: str) -> None:
+        try:
+            self.engine.settings = self.engine.settings.with_value(name, value)
+        except ValueError as error:
+            raise commands.CommandError(str(error)) from None
+        self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
+
+    def show_model(self) -> None:
+        state, message = self.engine.model_state
+        style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
+        self.console.print(f"{state}: {message}", style=style)
+
+    def show_help(self) -> None:
+        table = Table(show_header=False, box=None, padding=(0, 2))
+        for command in commands.COMMANDS.values():
+            table.add_row(Text(command.usage, style="accent"), command.help)
+        self.console.print(table)
+        self.console.print("Enter submits a complete module or a command; Esc-Enter always submits. "
+                           "Commands may be shortened to a unique prefix (:sa for :save).", style="hint")
+
+
+def _drain(stream) -> None:
+    """Let a cancelled stream wind down, whatever further Ctrl-Cs arrive meanwhile."""
+    while True:
+        try:
+            for _ in stream:
+                pass
+            return
+        except KeyboardInterrupt:
+            continue
