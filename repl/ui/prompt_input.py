@@ -155,3 +155,35 @@ class ModuleInput:
                 event.current_buffer.delete()
 
         return bindings
+
+
+class PlainInput:
+    """Line-by-line input() for terminals that cannot host prompt_toolkit (aider added the same fallback after crash
+    reports from such consoles). A module ends at a blank line once it is complete; a :command at its line's end."""
+
+    def __init__(self, options: InputOptions):
+        self.options = options
+
+    def read(self, default: str = "") -> str:
+        lines = default.split("\n") if default else []
+        while True:
+            try:
+                line = input("› " if not lines else "· ")
+            except KeyboardInterrupt:
+                print()
+                if not lines:
+                    raise EOFError from None
+                lines = []
+                continue
+            text = "\n".join(lines + [line])
+            if text.strip().startswith(":") or (not line.strip() and inspect_module_source(text).is_module):
+                return text
+            lines.append(line)
+
+
+def make_module_input(options: InputOptions):
+    """prompt_toolkit where the terminal can host it, plain input() elsewhere."""
+    try:
+        return ModuleInput(options)
+    except Exception:  # prompt_toolkit raises assorted errors on consoles it cannot drive
+        return PlainInput(options)

@@ -1,0 +1,65 @@
+"""Saving a kernel: atomic, no silent overwrite, failures leave the old file alone."""
+
+import errno
+import os
+
+import pytest
+
+from repl.kernel_file import kernel_header, write_kernel_file
+from repl.settings import SamplingSettings
+
+
+def test_writes_the_text_and_leaves_no_temporary_file(tmp_path):
+    written = write_kernel_file(tmp_path / "k.py", "print(1)\n")
+    assert written.read_text() == "print(1)\n"
+    assert os.listdir(tmp_path) == ["k.py"]
+
+
+def test_refuses_to_overwrite_without_force(tmp_path):
+    target = tmp_path / "k.py"
+    target.write_text("old")
+    with pytest.raises(FileExistsError):
+        write_kernel_file(target, "new")
+    assert target.read_text() == "old"
+    write_kernel_file(target, "new", force=True)
+    assert target.read_text() == "new"
+    assert os.listdir(tmp_path) == ["k.py"]
+
+
+def test_unwritable_directory_raises_oserror_and_keeps_nothing(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root)")
+        with pytest.raises(OSError):
+            write_kernel_file(locked / "k.py", "x")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_full_disk_leaves_the_existing_file_untouched(tmp_path, monkeypatch):
+    target = tmp_path / "k.py"
+    target.write_text("old")
+
+    def disk_full(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError) as error:
+        write_kernel_file(target, "new", force=True)
+    assert error.value.errno == errno.ENOSPC
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["k.py"]
+
+
+def test_header_says_whether_the_kernel_was_checked():
+    settings = SamplingSettings(seed=3)
+    assert "Not checked" in kernel_header("m", settings)
+    assert "seed 3" in kernel_header("m", settings)
+
+    class Check:
+        verdict, device, message = "correct", "cpu-interpreter", "5 trials"
+
+    assert "# Checked: correct on cpu-interpreter (5 trials)" in kernel_header("m", settings, Check())

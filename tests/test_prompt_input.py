@@ -1,0 +1,95 @@
+"""Keyboard behaviour of the module prompt, driven through prompt_toolkit's pipe input."""
+
+import pytest
+from prompt_toolkit.application import create_app_session
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from repl.ui.prompt_input import InputOptions, ModuleInput, enter_hint, enter_submits
+
+MODULE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
+ENTER, ESC_ENTER, CTRL_C, CTRL_D = "\r", "\x1b\r", "\x03", "\x04"
+
+
+def read_with_keys(keys: str, tmp_path=None, reads: int = 1):
+    """Feed keystrokes to a fresh ModuleInput and return what read() gave (or the exception type)."""
+    results = []
+    with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+        history = str(tmp_path / "history") if tmp_path else None
+        module_input = ModuleInput(InputOptions(history_file=history), input=pipe, output=DummyOutput())
+        pipe.send_text(keys)
+        for _ in range(reads):
+            try:
+                results.append(module_input.read())
+            except (EOFError, KeyboardInterrupt) as error:
+                results.append(type(error))
+                break
+    return results if reads > 1 else results[0]
+
+
+def test_bracketed_paste_then_enter_submits_the_whole_module():
+    assert read_with_keys(PASTE_START + MODULE + PASTE_END + ENTER) == MODULE
+
+
+def test_enter_inside_an_incomplete_module_inserts_a_newline():
+    typed = "class Model(torch.nn.Module):" + ENTER + "def forward(self, x):" + ENTER + "return x" + ESC_ENTER
+    text = read_with_keys(typed)
+    assert text.count("\n") == 2 and text.startswith("class Model(torch.nn.Module):\n")
+
+
+def test_esc_enter_always_submits_even_invalid_python():
+    assert read_with_keys("def broken(:" + ESC_ENTER) == "def broken(:"
+
+
+def test_enter_submits_a_command():
+    assert read_with_keys(":save out.py" + ENTER) == ":save out.py"
+
+
+def test_ctrl_c_clears_the_line_and_editing_goes_on():
+    assert read_with_keys("some text" + CTRL_C + ":help" + ENTER) == ":help"
+
+
+def test_two_ctrl_c_on_an_empty_line_exit():
+    assert read_with_keys(CTRL_C + CTRL_C) is EOFError
+
+
+def test_ctrl_c_then_typing_disarms_the_exit():
+    assert read_with_keys(CTRL_C + "x" + CTRL_C + CTRL_C + ":quit" + ENTER) == ":quit"
+
+
+def test_ctrl_d_on_an_empty_line_exits():
+    assert read_with_keys(CTRL_D) is EOFError
+
+
+def test_history_persists_in_the_file(tmp_path):
+    read_with_keys(":set seed 1" + ENTER, tmp_path)
+    assert ":set seed 1" in (tmp_path / "history").read_text()
+
+
+@pytest.mark.parametrize("text, submits", [
+    (MODULE, True),
+    (MODULE + "        ", True),  # trailing spaces on an empty last line
+    (MODULE.rstrip("\n"), False),  # cursor on the indented `return x` line: keep typing
+    ("class Model(torch.nn.Module):\n    pass\n", False),  # no forward()
+    (":run", True),
+    ("", False),
+])
+def test_enter_submits_only_complete_modules_and_commands(text, submits):
+    assert enter_submits(text) is submits
+
+
+def test_toolbar_hint_says_what_enter_will_do():
+    assert enter_hint(MODULE) == "Enter: generate a Triton kernel for this module"
+    assert enter_hint(":x") == "Enter: run the command"
+    assert "Not valid Python" in enter_hint("def f(:")
+
+
+def test_plain_input_fallback_reads_a_module_until_a_blank_line(monkeypatch):
+    from repl.ui.prompt_input import PlainInput
+
+    lines = iter(MODULE.split("\n")[:-1] + ["", ":run"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    plain = PlainInput(InputOptions())
+    assert plain.read() == MODULE
+    assert plain.read() == ":run"

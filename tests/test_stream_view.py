@@ -1,0 +1,94 @@
+"""The streaming view: a live region shorter than the terminal, then one copy-friendly print of the kernel."""
+
+import io
+
+import pyte
+
+from repl.generation import FINISHED, INTERRUPTED, Reply
+from repl.settings import SamplingSettings
+from repl.ui.console import make_console
+from repl.ui.stream_view import StreamView, print_finished_reply, status_line
+
+WIDTH, HEIGHT = 100, 15
+KERNEL = "".join(f"value_{n} = {n}  # line {n}\n" for n in range(1, 81)) + "class ModelNew:\n    pass\n"
+REPLY_TEXT = f"Here you go:\n```python\n{KERNEL}```"
+
+
+def terminal_console():
+    return make_console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT, color_system="256")
+
+
+def stream_through_view(console, text, finish_reason=FINISHED):
+    reply = Reply(model="m", settings=SamplingSettings())
+    with StreamView(console, reply) as view:
+        for index in range(0, len(text), 9):
+            reply.text += text[index:index + 9]
+            reply.tokens += 1
+            view.update(force=True)
+    reply.finish_reason = finish_reason
+    print_finished_reply(console, reply)
+    return reply, view
+
+
+def replay_on_a_terminal(ansi: str):
+    """What a real terminal holds after the output: scrollback plus screen, as plain lines."""
+    screen = pyte.HistoryScreen(WIDTH, HEIGHT, history=10_000)
+    stream = pyte.Stream(screen)
+    stream.feed(ansi.replace("\n", "\r\n"))
+    history = ["".join(char.data for char in line.values()).rstrip() for line in screen.history.top]
+    return history + [line.rstrip() for line in screen.display]
+
+
+def test_every_frame_fits_in_the_terminal():
+    console = terminal_console()
+    reply = Reply(model="m", settings=SamplingSettings(), text=REPLY_TEXT, tokens=500)
+    view = StreamView(console, reply)
+    assert len(console.render_lines(view._frame(), pad=False)) < HEIGHT
+
+
+def test_the_frame_shows_the_newest_lines_with_their_real_numbers():
+    console = make_console(file=io.StringIO(), width=WIDTH, height=HEIGHT, record=True, force_terminal=True)
+    reply = Reply(model="m", settings=SamplingSettings(), text=REPLY_TEXT, tokens=500)
+    console.print(StreamView(console, reply)._frame())
+    shown = console.export_text()
+    assert "class ModelNew:" in shown and "value_1 = 1 " not in shown
+    last_number = len(REPLY_TEXT.split("\n"))
+    assert f"{last_number} ```" in " ".join(shown.split())
+
+
+def test_terminal_holds_the_kernel_exactly_once_and_without_gutters():
+    console = terminal_console()
+    stream_through_view(console, REPLY_TEXT)
+    lines = replay_on_a_terminal(console.file.getvalue())
+    for code_line in KERNEL.splitlines():
+        assert lines.count(code_line) == 1, code_line  # no duplicate frames in scrollback, no gutter or border
+
+
+def test_status_line_shows_tokens_speed_and_state():
+    reply = Reply(model="m", settings=SamplingSettings(), tokens=11)
+    reply.first_token_at = reply.started_at
+    reply.finished_at = reply.started_at + 2.0
+    reply.finish_reason = INTERRUPTED
+    text = status_line(reply).plain
+    assert text.startswith("11 tokens · 5.0 tok/s · 2.0 s") and text.endswith("interrupted")
+
+
+def test_an_interrupted_reply_keeps_its_partial_kernel_with_a_warning():
+    console = make_console(file=io.StringIO(), width=WIDTH, height=HEIGHT, record=True, force_terminal=True)
+    partial = REPLY_TEXT[: len(REPLY_TEXT) // 2]
+    stream_through_view(console, partial, finish_reason=INTERRUPTED)
+    text = console.export_text()
+    assert "value_1 = 1" in text and "may be incomplete" in text
+
+
+def test_a_reply_without_code_is_shown_as_text():
+    console = make_console(file=io.StringIO(), width=WIDTH, height=HEIGHT, record=True, force_terminal=True)
+    stream_through_view(console, "I am unable to do that.")
+    assert "no code block found" in console.export_text()
+
+
+def test_no_color_means_no_colour_codes(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    console = make_console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT)
+    stream_through_view(console, REPLY_TEXT)
+    assert "\x1b[38;" not in console.file.getvalue() and "\x1b[3" not in console.file.getvalue()
