@@ -10,7 +10,7 @@ from repl.generation.model_loading import DEFAULT_MODEL
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
-SUBCOMMANDS: list[str] = []
+SUBCOMMANDS = ["repl.cli.check", "repl.cli.log"]
 
 DESCRIPTION = """\
 Turn a PyTorch nn.Module into Triton kernels with Meta's KernelLLM, check them, keep the best.
@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="KERNEL.py", help="with --file or piped input: write the kernel here")
     parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    parser.add_argument("--continue", dest="continue_last", action="store_true",
+                        help="start with the session log's last entry as the current module and kernel")
+    parser.add_argument("--no-log", action="store_true",
+                        help="do not record modules, replies and checks in the session log (also KERNELLLM_NO_LOG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
                                        title="commands (python kernelllm.py COMMAND --help for each)")
     for name in SUBCOMMANDS:
@@ -105,8 +109,19 @@ def run_interactive(engine, args) -> int:
     from repl.ui.console import make_console
     from repl.ui.session import ReplSession
 
+    from repl.session_log import SessionLog
+    from repl.ui import history_commands
+
     console = make_console()
-    ReplSession(engine, console, debug=args.debug).run()
+    log = SessionLog.open(enabled=False if args.no_log else None,
+                          on_warning=lambda message: console.print(message, style="warn"))
+    session = ReplSession(engine, console, debug=args.debug, log=log)
+    if args.continue_last:
+        history_commands.continue_last(session)
+    try:
+        session.run()
+    finally:
+        log.close()
     return 0
 
 

@@ -13,17 +13,18 @@ class Command:
     help: str
     run: Callable  # run(session, arguments: list[str]) -> None
     takes_path: bool = False
+    aliases: tuple[str, ...] = ()
 
 
 COMMANDS: dict[str, Command] = {}
 
 
-def command(usage: str, takes_path: bool = False):
+def command(usage: str, takes_path: bool = False, aliases: tuple[str, ...] = ()):
     """Register a function as a command; its name is the first word of the usage."""
 
     def register(function):
         name = usage.split()[0].lstrip(":")
-        COMMANDS[name] = Command(name, usage, " ".join(function.__doc__.split()), function, takes_path)
+        COMMANDS[name] = Command(name, usage, " ".join(function.__doc__.split()), function, takes_path, aliases)
         return function
 
     return register
@@ -37,6 +38,9 @@ def resolve(word: str) -> Command:
     """The command named by a word or a unique prefix of one."""
     if word in COMMANDS:
         return COMMANDS[word]
+    for candidate in COMMANDS.values():
+        if word in candidate.aliases:
+            return candidate
     matches = [name for name in COMMANDS if name.startswith(word)]
     if len(matches) == 1:
         return COMMANDS[matches[0]]
@@ -58,7 +62,7 @@ def parse(line: str) -> tuple[Command, list[str]]:
 
 # The commands themselves. Each takes the ReplSession and the words after the command name.
 
-@command(":help")
+@command(":help", aliases=("h", "?"))
 def help_command(session, arguments):
     """Show the commands."""
     session.show_help()

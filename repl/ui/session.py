@@ -15,7 +15,8 @@ from repl.generation import GenerationError
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
-from repl.ui import commands
+from repl.session_log import SessionLog
+from repl.ui import commands, history_commands  # noqa: F401  (importing registers :history and :open)
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
 
@@ -25,8 +26,9 @@ WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_i
 
 class ReplSession:
     def __init__(self, engine: Engine, console: Console, module_input: ModuleInput | None = None,
-                 debug: bool = False, check_device: str = "auto"):
+                 debug: bool = False, check_device: str = "auto", log: SessionLog | None = None):
         self.engine = engine
+        self.log = log or SessionLog.open(enabled=False)
         self.console = console
         self.debug = debug
         self.check_device = check_device
@@ -102,6 +104,7 @@ class ReplSession:
         if warning:
             self.console.print(warning, style="warn")
         self.module, self.source_name = module, source_name
+        self.log.record_module(module.code, module.model_class, source_name)
         self.generate()
         return None
 
@@ -115,15 +118,22 @@ class ReplSession:
         except GenerationError as error:
             self.console.print(str(error), style="bad")
             return
-        with StreamView(self.console, stream.reply) as view:
-            try:
-                for _ in stream:
-                    view.update()
-            except KeyboardInterrupt:
-                stream.cancel()
-                _drain(stream)
+        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
+        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
+        try:
+            with StreamView(self.console, stream.reply) as view:
+                try:
+                    for _ in stream:
+                        view.update()
+                        self.log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
+                except KeyboardInterrupt:
+                    stream.cancel()
+                    _drain(stream)
+        finally:
+            self.log.finish_reply(reply_id, stream.reply)
         print_finished_reply(self.console, stream.reply)
         self.attempt = new_attempt(self.module.code, stream.reply, self.source_name)
+        self.attempt.log_id = reply_id
 
     def _wait_for_model(self) -> bool:
         """Wait for the model with a spinner; False when it failed or the user pressed Ctrl-C."""
@@ -144,6 +154,11 @@ class ReplSession:
             self.console.print(message, style="bad")
             return False
         return True
+
+    def open_attempt(self, entry) -> None:
+        """Make a session-log entry the current module and kernel again."""
+        self.attempt = entry.to_attempt()
+        self.module, self.source_name = self.attempt.module, self.attempt.source_name
 
     def regenerate(self) -> None:
         self.generate()
@@ -218,6 +233,7 @@ class ReplSession:
             return
         if "error" in outcome:
             raise outcome["error"]
+        self.log.record_check(attempt.log_id, outcome["result"])
         self.console.print(render_check_result(outcome["result"]))
 
     def save_current(self, path: str | None, force: bool = False) -> None:
