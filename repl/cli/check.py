@@ -1,0 +1,123 @@
+"""`check REFERENCE KERNEL`: is this kernel right, and is it faster? One check in an isolated worker.
+
+Exit status: 0 correct; 1 not correct (any reason); 2 the reference is unusable or the arguments are wrong (a
+missing file, --device cuda without a GPU, ...), with a one-line message on stderr. With --json, stdout holds exactly
+one JSON object (CheckResult.to_json_dict()); without it, a short rich report.
+
+Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
+
+DESCRIPTION = """\
+Check a kernel against its reference in an isolated worker: KernelBench-style correctness over several random input
+sets, which Triton kernels really launched, and on a GPU the median time against eager PyTorch and torch.compile.
+Without a GPU (or with --device cpu) the kernel runs under Triton's CPU interpreter: correctness only, no timing.
+
+REFERENCE defines Model, get_inputs() and get_init_inputs(). KERNEL is a .py defining ModelNew, or a saved model
+reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2 unusable reference or arguments.
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "check",
+        help="check a kernel against its reference (correctness, and speed on a GPU)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reference", metavar="REFERENCE",
+                        help="the PyTorch module (Model, get_inputs, get_init_inputs)")
+    parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
+    # dest differs from the model's --device of the main command, which this must not override.
+    parser.add_argument("--device", dest="check_device", default="auto", metavar="auto|cuda|cuda:N|cpu",
+                        help="where the kernel runs: auto (CUDA if present, else the CPU interpreter) (default: auto)")
+    parser.add_argument("--trials", type=_positive_int, default=5, help="random input sets to compare on (default: 5)")
+    parser.add_argument("--atol", type=_non_negative_float, default=1e-2, help="absolute tolerance (default: 0.01)")
+    parser.add_argument("--rtol", type=_non_negative_float, default=1e-2, help="relative tolerance (default: 0.01)")
+    parser.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
+                        help="limit for the whole check (default: 120)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--debug", action="store_true", help="show the whole traceback")
+
+
+def run(args) -> int:
+    from repl.checker import check_kernel
+
+    try:
+        reference = _read(args.reference, "REFERENCE")
+        kernel = _read(args.kernel, "KERNEL")
+        result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
+                              rtol=args.rtol, timeout=args.timeout)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.json:
+        print(json.dumps(result.to_json_dict()))
+    else:
+        from repl.ui.check_view import render_check_result
+        from repl.ui.console import make_console
+
+        make_console().print(render_check_result(result, full_traceback=getattr(args, "debug", False)))
+    return exit_status(result.verdict)
+
+
+def exit_status(verdict: str) -> int:
+    if verdict == "correct":
+        return EXIT_CORRECT
+    if verdict == "invalid_reference":
+        return EXIT_UNUSABLE
+    return EXIT_NOT_CORRECT
+
+
+def _read(path: str, role: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read {role} {path}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repl.cli.check", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except KeyboardInterrupt:  # the worker was killed on the way out (sandbox.run_worker)
+        print("Interrupted.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""A checker result as a rich renderable: the verdict first, then errors, timings, warnings and traceback lines.
+
+Pure rendering: takes a CheckResult, returns something a rich Console prints; no I/O, no checking.
+"""
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from repl.checker.result import CheckResult
+
+TRACEBACK_LINES = 12
+
+_VERDICT_STYLE = {
+    "correct": "bold green",
+    "mismatch": "bold red",
+    "no_triton": "bold yellow",
+    "compile_error": "bold red",
+    "runtime_error": "bold red",
+    "timeout": "bold red",
+    "crash": "bold red",
+    "invalid_reference": "bold magenta",
+    "cancelled": "dim",
+}
+
+
+def render_check_result(result: CheckResult, *, full_traceback: bool = False):
+    """The report: a two-column table, then the traceback (its first lines, or all of it with full_traceback) or,
+    for a worker that died without reporting, the last lines it printed."""
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column()
+    table.add_row("verdict", Text(result.verdict.replace("_", " "), style=_VERDICT_STYLE.get(result.verdict, "bold")))
+    if result.message:
+        table.add_row("", Text(result.message))
+    if result.device:
+        table.add_row("device", result.device)
+    if result.trials:
+        table.add_row("trials", str(result.trials))
+    if result.max_abs_error is not None:
+        table.add_row("max error", f"abs {result.max_abs_error:.3g}, rel {(result.max_rel_error or 0.0):.3g}")
+    if result.triton_kernels:
+        table.add_row("kernels", ", ".join(result.triton_kernels))
+    if result.shape_specialised:
+        table.add_row("shapes", Text("hard-coded (Inductor style): right only for these input shapes", style="yellow"))
+    for label, value in _timings(result):
+        table.add_row(label, value)
+    if result.suspicious:
+        table.add_row("warning", Text(result.suspicious, style="bold yellow"))
+    for note in result.notes:
+        table.add_row("note", Text(note, style="dim"))
+    if result.elapsed_s is not None:
+        table.add_row("took", f"{result.elapsed_s:.1f} s")
+
+    parts = [table]
+    if result.traceback:
+        text = result.traceback if full_traceback else _user_frames_only(result.traceback)
+        parts.append(_excerpt("traceback", text, full_traceback, from_end=False))
+    elif result.output_tail:
+        parts.append(_excerpt("last output", result.output_tail, full_traceback, from_end=True))
+    return Group(*parts)
+
+
+def _user_frames_only(traceback_text: str) -> str:
+    """The frames in the user's own files (the worker writes them as kernel.py and reference.py) and the exception
+    lines; Triton's, PyTorch's and the checker's frames in between only make the report long."""
+    kept, hidden = [], 0
+    keep_frame = True
+    for line in traceback_text.rstrip().splitlines():
+        if line.startswith('  File "'):
+            path = line.split('"')[1]
+            keep_frame = path.endswith(("/kernel.py", "/reference.py"))
+            hidden += not keep_frame
+            if keep_frame:
+                kept.append(line)
+        elif line.startswith("    "):
+            if keep_frame and line.strip().strip("^~") != "":
+                kept.append(line)
+        else:
+            keep_frame = True
+            kept.append(line)
+    if hidden:
+        position = 1 if kept and kept[0].startswith("Traceback") else 0
+        kept.insert(position, f"  ({hidden} frames in Triton/PyTorch not shown)")
+    return "\n".join(kept)
+
+
+def _timings(result: CheckResult) -> list[tuple[str, str]]:
+    rows = []
+    for label, value in [("kernel", result.kernel_ms), ("eager", result.eager_ms), ("compiled", result.compiled_ms)]:
+        if value is not None:
+            rows.append((label, f"{value:.4f} ms"))
+    speedups = [
+        f"{value:.2f}x vs {name}"
+        for name, value in [("eager", result.speedup_vs_eager), ("torch.compile", result.speedup_vs_compiled)]
+        if value is not None
+    ]
+    if speedups:
+        rows.append(("speedup", ", ".join(speedups)))
+    return rows
+
+
+def _excerpt(title: str, text: str, whole: bool, from_end: bool) -> Text:
+    lines = text.rstrip().splitlines()
+    if not whole and len(lines) > TRACEBACK_LINES:
+        hidden = len(lines) - TRACEBACK_LINES
+        lines = lines[-TRACEBACK_LINES:] if from_end else lines[:TRACEBACK_LINES]
+        marker = f"… {hidden} more lines (--debug shows all)"
+        lines = [marker, *lines] if from_end else [*lines, marker]
+    excerpt = Text(f"{title}:\n", style="dim")
+    excerpt.append("\n".join(lines), style="red" if title == "traceback" else "")
+    return excerpt

@@ -1,0 +1,66 @@
+"""The checker's suite of reference/kernel pairs (files in tests/checker_cases), shared by the CPU and GPU tests.
+
+Each case names a kernel, its reference, the verdict it must get and a phrase its one-line message must hold.
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CASES_DIR = Path(__file__).parent / "checker_cases"
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: str
+    reference: str
+    verdict: str
+    message_has: str = ""
+    launches: tuple[str, ...] | None = None  # the @triton.jit kernels that must be recorded, where it matters
+    options: dict = field(default_factory=dict)  # check_kernel keywords of its own
+
+    def read(self) -> tuple[str, str]:
+        return (CASES_DIR / self.reference).read_text(), (CASES_DIR / self.kernel).read_text()
+
+
+RELU = "relu_reference.py"
+
+CASES = {
+    "hand-written kernel (the prompt's style)": Case(
+        "add_triton.py", "add_reference.py", "correct", launches=("add_kernel",)),
+    "Inductor-style kernel (call, grid, empty_strided_cuda, get_raw_stream)": Case(
+        "relu_inductor_style.py", RELU, "correct", launches=("triton_poi_fused_relu_0",)),
+    "reply with prose around the code block": Case("relu_reply.md", RELU, "correct", launches=("relu_kernel",)),
+    "Linear layer computing with the reference's weights": Case(
+        "linear_triton.py", "linear_reference.py", "correct", launches=("linear_kernel",)),
+    "tuple outputs": Case("tuple_triton.py", "tuple_reference.py", "correct", launches=("relu_and_double_kernel",)),
+    "KernelBook [[args], {kwargs}] init inputs": Case(
+        "kernelbook_init_triton.py", "kernelbook_init_reference.py", "correct"),
+    "wrong mask": Case("relu_wrong_mask.py", RELU, "mismatch", "elements differ"),
+    "wrong constant": Case("affine_wrong_constant.py", "affine_reference.py", "mismatch", "elements differ"),
+    "identity passed off as ReLU, caught by signed inputs": Case("relu_identity.py", RELU, "mismatch", "elements differ"),
+    "wrong shape": Case("relu_wrong_shape.py", RELU, "mismatch", "shape (256,), expected (4, 4, 4, 4)"),
+    "NaN output": Case("relu_nan.py", RELU, "mismatch", "NaN"),
+    "one wrong element of a tuple": Case("tuple_second_wrong.py", "tuple_reference.py", "mismatch", "output[1]"),
+    "torch-only forward": Case("relu_torch_only.py", RELU, "no_triton", "launched no @triton.jit kernel", launches=()),
+    "syntax error": Case("relu_syntax_error.py", RELU, "compile_error", "SyntaxError"),
+    "kernel launched with an argument missing": Case("relu_runtime_error.py", RELU, "runtime_error", "missing 1 required"),
+    "os._exit in forward": Case("relu_os_exit.py", RELU, "crash", "status 3"),
+    "segfault in forward": Case("relu_segfault.py", RELU, "crash", "SIGSEGV"),
+    "unusable reference": Case("relu_triton.py", "broken_reference.py", "invalid_reference", "undefined_scale"),
+    # Long enough for the worker to start and import the candidate on a busy machine; the forward then never ends.
+    "infinite loop": Case("relu_hangs.py", RELU, "timeout", "no result within 15 s", options={"timeout": 15}),
+}
+
+
+def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2)) -> dict:
+    """Every case checked, at_once at a time (each check is its own process), as {case name: CheckResult}."""
+    from repl.checker import check_kernel
+
+    def check(case: Case):
+        reference, kernel = case.read()
+        return check_kernel(reference, kernel, device=device, **case.options)
+
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        return dict(zip(CASES, pool.map(check, CASES.values())))

@@ -1,0 +1,212 @@
+"""The checker, end to end on the CPU (Triton's interpreter): every verdict, the sandbox, timeouts and cancel.
+
+The cases live in tests/checker_cases and are listed in checker_suite.py; test_checker_gpu.py runs them on a GPU.
+"""
+
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from checker_suite import CASES, CASES_DIR, check_all
+from repl.checker import VERDICTS, check_kernel
+from repl.checker.sandbox import network_cut_prefix
+
+RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def hang_marker():
+    """A word that relu_hangs.py puts on the command line of the child process it starts, to find it by."""
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    os.environ["KERNELLLM_TEST_MARKER"] = marker
+    yield marker
+    del os.environ["KERNELLLM_TEST_MARKER"]
+    for pid in _processes_with(marker):  # only if a test failed to see them killed
+        os.kill(pid, 9)
+
+
+@pytest.fixture(scope="module")
+def checked(hang_marker):
+    """All suite cases, checked once on the CPU (in parallel: each check is a separate worker process)."""
+    return check_all(device="cpu")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_case_gets_its_verdict_and_says_why(checked, name):
+    case, result = CASES[name], checked[name]
+    assert (result.verdict, case.message_has in result.message) == (case.verdict, True), result.message
+    assert result.correct == (case.verdict == "correct")
+    assert "\n" not in result.message
+
+
+@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.launches is not None])
+def test_the_triton_kernels_that_ran_are_recorded(checked, name):
+    assert checked[name].triton_kernels == list(CASES[name].launches)
+
+
+def test_the_suite_covers_every_verdict():
+    covered = {case.verdict for case in CASES.values()} | {"timeout", "cancelled"}  # those two: tests below
+    assert covered == set(VERDICTS)
+
+
+def test_cpu_checks_run_under_the_interpreter_without_timings(checked):
+    for name, case in CASES.items():
+        result = checked[name]
+        if case.verdict == "correct":
+            assert result.device == "cpu-interpreter"
+            assert "timing unavailable" in result.message
+            assert result.trials == 5
+            assert (result.kernel_ms, result.eager_ms, result.compiled_ms, result.speedup_vs_eager) == (None,) * 4
+            assert result.max_abs_error <= 1e-2
+
+
+def test_errors_are_measured_on_mismatch(checked):
+    wrong_constant = checked["wrong constant"]  # adds 1.5 where the reference adds 1.0
+    assert wrong_constant.max_abs_error == pytest.approx(0.5, abs=1e-6)
+    assert wrong_constant.trials == 1  # the check stops at the first failing trial
+
+
+def test_inductor_style_code_is_reported_shape_specialised(checked):
+    assert checked["Inductor-style kernel (call, grid, empty_strided_cuda, get_raw_stream)"].shape_specialised
+    assert not checked["hand-written kernel (the prompt's style)"].shape_specialised
+
+
+def test_candidate_is_given_the_reference_weights(checked):
+    result = checked["Linear layer computing with the reference's weights"]
+    assert "candidate given 2 of 2 reference weights" in " ".join(result.notes)
+
+
+def test_failures_carry_a_traceback_into_the_kernel_source(checked):
+    traceback = checked["kernel launched with an argument missing"].traceback
+    assert 'kernel.py", line' in traceback and "relu_kernel[" in traceback
+    assert "repl/checker/worker.py" not in traceback  # starts at the user's code
+    assert 'reference.py", line' in checked["unusable reference"].traceback
+
+
+def test_the_calling_process_never_imports_candidate_code_nor_gets_the_workers_patches(checked):
+    import torch
+
+    assert not [name for name in sys.modules if name.startswith("kernelllm_")]
+    assert "repl.checker.worker" not in sys.modules
+    assert "cuda" not in vars(torch.Tensor) and "is_cuda" not in vars(torch.Tensor)  # cuda_on_cpu's stand-ins
+
+
+# ---- limits: time, cancel, memory -------------------------------------------------------------------------------
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose command line holds marker (zombies count as dead)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            zombie = "\nState:\tZ" in (entry / "status").read_text()
+            if marker.encode() in (entry / "cmdline").read_bytes() and not zombie:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_a_timeout_kills_everything_the_kernel_started(checked, hang_marker):
+    assert checked["infinite loop"].verdict == "timeout"
+    assert "started child" in checked["infinite loop"].output_tail  # it hung in forward, after its import ran
+    assert _processes_with(hang_marker) == []
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_cancel_stops_a_running_check_promptly(monkeypatch):
+    hang_marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KERNELLLM_TEST_MARKER", hang_marker)
+    cancel = threading.Event()
+    results = []
+    hanging_kernel = (CASES_DIR / "relu_hangs.py").read_text()
+    checking = threading.Thread(target=lambda: results.append(
+        check_kernel(RELU_REFERENCE, hanging_kernel, device="cpu", timeout=120, cancel=cancel)))
+    checking.start()
+    # The check gives no signal that the candidate runs; its child process appearing is the signal.
+    deadline = time.monotonic() + 60
+    while not _processes_with(hang_marker):
+        assert time.monotonic() < deadline, "the candidate never started"
+        time.sleep(0.05)
+    cancelled_at = time.monotonic()
+    cancel.set()
+    checking.join(timeout=10)
+    assert not checking.is_alive()
+    assert time.monotonic() - cancelled_at < 3
+    assert results[0].verdict == "cancelled"
+    assert _processes_with(hang_marker) == []
+
+
+def test_a_check_cancelled_before_it_starts_returns_at_once():
+    cancel = threading.Event()
+    cancel.set()
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text(), cancel=cancel)
+    assert result.verdict == "cancelled"
+    assert result.elapsed_s < 2
+
+
+def test_memory_limit_turns_a_huge_allocation_into_an_error():
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_allocates_too_much.py").read_text(), device="cpu",
+                          memory_limit_bytes=3 * 1024**3)
+    assert result.verdict == "runtime_error"
+    assert "allocate" in result.message
+
+
+# ---- the sandbox ------------------------------------------------------------------------------------------------
+
+
+def test_the_candidate_sees_no_secrets_no_real_home_and_no_network(monkeypatch):
+    planted = {"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "sk-x", "AWS_SECRET_ACCESS_KEY": "x", "GITHUB_TOKEN": "x",
+               "DATABASE_PASSWORD": "x", "SSH_AUTH_SOCK": "/tmp/agent"}
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KERNELLLM_TEST_PLANTED", ",".join(planted))
+    if network_cut_prefix():
+        monkeypatch.setenv("KERNELLLM_TEST_EXPECT_NO_NETWORK", "1")
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_probes_sandbox.py").read_text(), device="cpu")
+    assert result.verdict == "correct", result.message  # the probe refuses to import when it sees a leak
+
+
+def test_nothing_the_candidate_writes_lands_in_home_or_the_working_directory(tmp_path, monkeypatch):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    # The candidate also tries these as absolute paths, which only Landlock can stop.
+    monkeypatch.setenv("KERNELLLM_TEST_ESCAPE_DIRS", os.pathsep.join([str(home), str(cwd)]))
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_writes_outside.py").read_text(), device="cpu")
+    assert result.verdict == "correct", result.message
+    if any("not blocked" in note for note in result.notes):
+        pytest.skip("no Landlock on this OS: absolute paths cannot be fenced off")
+    assert list(home.iterdir()) == []
+    assert list(cwd.iterdir()) == []
+
+
+# ---- arguments --------------------------------------------------------------------------------------------------
+
+
+def test_a_reply_without_code_is_a_compile_error_without_starting_a_worker():
+    result = check_kernel(RELU_REFERENCE, "I cannot help with that.")
+    assert result.verdict == "compile_error"
+    assert result.elapsed_s is None
+
+
+@pytest.mark.parametrize("arguments", [{"device": "tpu"}, {"device": "cuda:x"}, {"trials": 0}])
+def test_arguments_that_cannot_be_checked_raise_value_error(arguments):
+    with pytest.raises(ValueError):
+        check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text(), **arguments)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_asking_for_cuda_without_a_gpu_raises_value_error():
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text(), device="cuda")

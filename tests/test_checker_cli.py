@@ -1,0 +1,82 @@
+"""`check REFERENCE KERNEL` from the shell: exit status 0 / 1 / 2, exactly one JSON object with --json, a report
+without it, one-line errors for bad arguments."""
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from checker_suite import CASES_DIR
+from repl.cli.check import add_parser
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ISSUE_KEYS = {"verdict", "correct", "device", "trials", "max_abs_error", "max_rel_error", "message", "triton_kernels",
+              "kernel_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled"}
+
+
+def check_command(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "repl.cli.check", *map(str, arguments)], capture_output=True,
+                          text=True, cwd=PROJECT_ROOT, timeout=300)
+
+
+# The three runs that start a worker, at once (each is its own process tree).
+RUNS = {
+    "correct --json": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_reply.md", "--device", "cpu", "--json"),
+    "mismatch report": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_identity.py", "--device", "cpu"),
+    "invalid reference --json": (CASES_DIR / "broken_reference.py", CASES_DIR / "relu_triton.py", "--device", "cpu",
+                                 "--json"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    with ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
+        return dict(zip(RUNS, pool.map(lambda arguments: check_command(*arguments), RUNS.values())))
+
+
+def test_a_correct_kernel_exits_0_with_exactly_one_json_object(runs):
+    run = runs["correct --json"]
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # fails on anything besides one JSON document
+    assert ISSUE_KEYS <= set(result)
+    assert (result["verdict"], result["correct"], result["device"]) == ("correct", True, "cpu-interpreter")
+    assert result["kernel_ms"] is None and result["speedup_vs_eager"] is None
+
+
+def test_an_incorrect_kernel_exits_1_with_a_report(runs):
+    run = runs["mismatch report"]
+    assert run.returncode == 1, run.stderr
+    assert "mismatch" in run.stdout and "elements differ" in run.stdout
+
+
+def test_an_unusable_reference_exits_2(runs):
+    run = runs["invalid reference --json"]
+    assert run.returncode == 2, run.stderr
+    assert json.loads(run.stdout)["verdict"] == "invalid_reference"
+
+
+@pytest.mark.parametrize("arguments, complaint", [
+    ((CASES_DIR / "no_such_reference.py", CASES_DIR / "relu_triton.py"), "cannot read REFERENCE"),
+    ((CASES_DIR / "relu_reference.py", CASES_DIR / "no_such_kernel.py"), "cannot read KERNEL"),
+    ((CASES_DIR / "relu_reference.py", CASES_DIR / "relu_triton.py", "--trials", "0"), "--trials"),
+    ((CASES_DIR / "relu_reference.py", CASES_DIR / "relu_triton.py", "--device", "tpu"), "device must be"),
+])
+def test_bad_arguments_exit_2_with_a_message_and_no_traceback(arguments, complaint):
+    run = check_command(*arguments)
+    assert run.returncode == 2
+    assert complaint in run.stderr and "Traceback" not in run.stderr
+    assert run.stdout == ""
+
+
+def test_the_subcommand_keeps_the_main_commands_device_option():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="auto")  # the main command's: where the model runs
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["--device", "cuda:1", "check", "ref.py", "kernel.py", "--device", "cpu", "--json"])
+    assert (args.device, args.check_device, args.reference, args.kernel, args.json) == ("cuda:1", "cpu", "ref.py",
+                                                                                        "kernel.py", True)
+    assert (args.trials, args.atol, args.rtol, args.timeout) == (5, 1e-2, 1e-2, None)

@@ -1,0 +1,65 @@
+"""The checker on a GPU: the suite's verdicts under CUDA, timings, the too-fast warning, a poisoned CUDA context.
+Skipped on machines without CUDA; run on the GPU machine with `python -m pytest tests/test_checker_gpu.py -s`."""
+
+import json
+
+import pytest
+import torch
+
+from checker_suite import CASES, CASES_DIR, check_all
+from repl.checker import check_kernel
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
+INDUCTOR_RELU = (CASES_DIR / "relu_inductor_style.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def checked_on_gpu():
+    # A few at a time: correct cases go on to timing, which other checks on the same GPU would disturb, but only
+    # the verdicts are asserted here; the timing tests below run alone.
+    return check_all(device="cuda", at_once=4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_case_gets_the_same_verdict_on_the_gpu(checked_on_gpu, name):
+    case, result = CASES[name], checked_on_gpu[name]
+    shown = ("verdict", "message", "kernel_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled")
+    print(f"\n{name}: {json.dumps({key: result.to_json_dict()[key] for key in shown})}")
+    assert (result.verdict, case.message_has in result.message) == (case.verdict, True), result.message
+    assert result.device == "cuda" or case.verdict in ("timeout", "crash")
+
+
+def test_a_correct_kernel_is_timed_against_eager_and_torch_compile():
+    result = check_kernel(RELU_REFERENCE, INDUCTOR_RELU, device="cuda")
+    print(f"\ntimed: {json.dumps(result.to_json_dict())}")
+    assert result.verdict == "correct", result.message
+    assert result.device == "cuda" and "timing unavailable" not in result.message
+    assert result.kernel_ms > 0 and result.eager_ms > 0 and result.compiled_ms > 0, result.notes
+    assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
+    assert result.speedup_vs_compiled == pytest.approx(result.compiled_ms / result.kernel_ms)
+
+
+def test_a_speedup_over_10x_is_flagged_as_suspicious():
+    result = check_kernel((CASES_DIR / "slow_relu_reference.py").read_text(), INDUCTOR_RELU, device="cuda")
+    assert result.verdict == "correct", result.message
+    assert result.speedup_vs_eager > 10
+    assert "faster than the reference" in result.suspicious
+
+
+def test_an_illegal_memory_access_is_a_verdict_and_the_next_check_runs_normally():
+    poisoned = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_illegal_access.py").read_text(), device="cuda")
+    assert poisoned.verdict in ("runtime_error", "crash"), poisoned.message
+    assert check_kernel(RELU_REFERENCE, INDUCTOR_RELU, device="cuda").verdict == "correct"
+
+
+def test_cuda_n_checks_on_that_gpu_as_its_device_0():
+    # The Inductor-style kernel hard-codes device 0 (set_device(0), _DeviceGuard(0)): right on any GPU N.
+    last = torch.cuda.device_count() - 1
+    assert check_kernel(RELU_REFERENCE, INDUCTOR_RELU, device=f"cuda:{last}").verdict == "correct"
+
+
+def test_the_cpu_interpreter_is_still_available_on_a_gpu_machine():
+    result = check_kernel(RELU_REFERENCE, INDUCTOR_RELU, device="cpu")
+    assert (result.verdict, result.device) == ("correct", "cpu-interpreter")

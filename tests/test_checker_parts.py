@@ -1,0 +1,210 @@
+"""The checker's parts on their own: result record, output comparison, compat layer, CUDA-on-CPU mapping, sandbox
+environment, report rendering. Fast: no check runs here (the compat and CUDA-on-CPU tests use a fresh interpreter,
+because those modules patch PyTorch for the rest of the process they run in)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from repl.checker.compare import compare_outputs
+from repl.checker.result import VERDICTS, CheckResult
+from repl.checker.sandbox import is_secret_name, worker_environment
+from repl.ui.check_view import render_check_result
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ISSUE_KEYS = {"verdict", "correct", "device", "trials", "max_abs_error", "max_rel_error", "message", "triton_kernels",
+              "kernel_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled"}
+
+
+def run_fresh_python(code: str) -> str:
+    completed = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                               cwd=PROJECT_ROOT, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+# ---- CheckResult ------------------------------------------------------------------------------------------------
+
+
+def test_result_json_has_the_issue_keys_and_round_trips():
+    result = CheckResult(verdict="correct", device="cuda", trials=5, max_abs_error=1e-6, max_rel_error=2e-6,
+                         message="ok", triton_kernels=["k"], kernel_ms=0.01, eager_ms=0.02, compiled_ms=0.015,
+                         speedup_vs_eager=2.0, speedup_vs_compiled=1.5, notes=["n"])
+    data = json.loads(json.dumps(result.to_json_dict()))
+    assert ISSUE_KEYS <= set(data)
+    assert CheckResult.from_json_dict({**data, "added_by_a_newer_version": 1}) == result
+
+
+def test_correct_follows_the_verdict_and_unknown_verdicts_are_refused():
+    assert CheckResult(verdict="correct").correct
+    assert not CheckResult(verdict="mismatch", correct=True).correct
+    assert "cancelled" in VERDICTS
+    with pytest.raises(ValueError):
+        CheckResult(verdict="probably fine")
+
+
+# ---- comparing outputs ------------------------------------------------------------------------------------------
+
+
+def test_outputs_within_tolerance_match_and_errors_are_measured():
+    reference = torch.tensor([1.0, -2.0, 0.0])
+    comparison = compare_outputs(reference + torch.tensor([0.005, 0.0, 0.001]), reference, atol=1e-2, rtol=1e-2)
+    assert comparison.matches
+    assert comparison.max_abs_error == pytest.approx(0.005)
+    assert comparison.max_rel_error == pytest.approx(0.005)  # the zero element is left out of the relative error
+
+
+@pytest.mark.parametrize("candidate, reference, problem", [
+    (torch.zeros(2, 3), torch.zeros(3, 2), "shape (2, 3), expected (3, 2)"),
+    (torch.zeros(3, dtype=torch.float64), torch.zeros(3), "dtype float64, expected float32"),
+    (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), "1 NaN"),
+    (torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 2.0]), "1 Inf"),
+    (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]), "1 of 2 elements differ"),
+    ([torch.zeros(1)], torch.zeros(1), "is a list, expected a tensor"),
+    (torch.zeros(1), (torch.zeros(1), torch.zeros(1)), "expected a tuple of 2"),
+    ((torch.zeros(1),), (torch.zeros(1), torch.zeros(1)), "has 1 elements, expected 2"),
+    ((torch.zeros(1), torch.ones(1)), (torch.zeros(1), torch.zeros(1)), "output[1]"),
+])
+def test_each_kind_of_difference_is_named(candidate, reference, problem):
+    comparison = compare_outputs(candidate, reference, atol=1e-2, rtol=1e-2)
+    assert not comparison.matches
+    assert problem in comparison.problem
+
+
+def test_nan_where_the_reference_has_nan_matches():
+    reference = torch.tensor([float("nan"), 1.0])
+    assert compare_outputs(reference.clone(), reference, atol=1e-2, rtol=1e-2).matches
+    assert not compare_outputs(torch.tensor([0.0, 1.0]), reference, atol=1e-2, rtol=1e-2).matches
+
+
+# ---- the compat layer -------------------------------------------------------------------------------------------
+
+
+def test_grid_is_torch_2_5s():
+    from repl.checker.compat import grid
+
+    assert grid(256)({"XBLOCK": 128}) == (2, 1, 1)
+    assert grid(300)({"XBLOCK": 128}) == (3, 1, 1)
+    assert grid(8, 300)({"XBLOCK": 128, "YBLOCK": 4}) == (3, 2, 1)  # x is the last numel
+    assert grid(2, 8, 300)({"XBLOCK": 128, "YBLOCK": 4, "ZBLOCK": 1}) == (3, 2, 2)
+    assert grid(70000, 16)({"XBLOCK": 16}) == (1, 35000, 2)  # y beyond 65535 spills into z
+
+
+def test_compat_adds_only_what_is_missing_and_then_every_inductor_style_import_resolves():
+    output = run_fresh_python("""
+        import torch, torch._inductor.runtime.triton_heuristics as heuristics
+        had_grid, had_stream = hasattr(heuristics, "grid"), hasattr(torch._C, "_cuda_getCurrentRawStream")
+        from repl.checker.compat import install_inductor_compat, missing_names
+        added = install_inductor_compat()
+        assert ("torch._inductor.runtime.triton_heuristics.grid" in added) == (not had_grid)
+        assert ("torch._C._cuda_getCurrentRawStream" in added) == (not had_stream)
+        assert missing_names() == [], missing_names()
+        from torch._inductor.runtime.triton_heuristics import grid
+        from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+        from torch._inductor.runtime import triton_helpers
+        from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+        from torch._inductor.select_algorithm import extern_kernels
+        assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+        empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+        reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+        print(grid(64)({"XBLOCK": 32}))
+    """)
+    assert output.strip() == "(2, 1, 1)"
+
+
+# ---- CUDA idioms on the CPU -------------------------------------------------------------------------------------
+
+
+def test_cuda_idioms_map_to_the_cpu_and_is_cuda_lies_only_to_the_candidate():
+    run_fresh_python("""
+        import torch
+        from repl.checker.cuda_on_cpu import install_cuda_on_cpu
+        install_cuda_on_cpu(["/sandbox/kernel.py"])
+        x = torch.randn(4)
+        assert x.cuda().device.type == "cpu" and x.to("cuda").device.type == "cpu"
+        assert torch.empty(3, device="cuda").device.type == "cpu"
+        assert torch.zeros(2, device=torch.device("cuda:0")).device.type == "cpu"
+        assert torch.nn.Linear(2, 2).cuda().weight.device.type == "cpu"
+        buffer = torch._C._dynamo.guards._empty_strided_cuda((2, 3), (3, 1), torch.float32)
+        assert buffer.device.type == "cpu" and buffer.stride() == (3, 1)
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            torch.cuda.synchronize()
+        assert torch._C._cuda_getCurrentRawStream(0) == 0
+        assert x.is_cuda is False  # to this file: the truth
+        candidate = {}
+        exec(compile("def is_cuda(t):\\n    return t.is_cuda\\n", "/sandbox/kernel.py", "exec"), candidate)
+        assert candidate["is_cuda"](x) is True  # to the candidate's file: what its assertions expect
+    """)
+
+
+# ---- the sandbox environment ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "OPENAI_API_KEY", "MY_APIKEY",
+                                  "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "CLIENT_SECRET", "DB_PASSWORD",
+                                  "SSH_AUTH_SOCK", "HF_HOME", "AZURE_CLIENT_ID", "GOOGLE_APPLICATION_CREDENTIALS"])
+def test_secret_names_are_recognised(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["PATH", "LANG", "CUDA_HOME", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "PYTHONPATH"])
+def test_ordinary_names_are_kept(name):
+    assert not is_secret_name(name)
+
+
+def test_worker_environment_moves_home_and_caches_into_the_sandbox(tmp_path):
+    env = worker_environment({"HOME": "/home/me", "HF_TOKEN": "x", "PATH": "/bin", "TRITON_INTERPRET": "1"}, tmp_path)
+    assert "HF_TOKEN" not in env and "TRITON_INTERPRET" not in env
+    assert env["PATH"] == "/bin"
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[name].startswith(str(tmp_path)), name
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert worker_environment({}, tmp_path, cuda_visible_devices="")["CUDA_VISIBLE_DEVICES"] == ""
+
+
+# ---- the report -------------------------------------------------------------------------------------------------
+
+
+def rendered(result: CheckResult, **options) -> str:
+    console = Console(record=True, width=120, color_system=None)
+    console.print(render_check_result(result, **options))
+    return console.export_text()
+
+
+def test_report_shows_timings_speedups_and_a_suspicious_speedup():
+    text = rendered(CheckResult(verdict="correct", device="cuda", trials=5, max_abs_error=0.0, max_rel_error=0.0,
+                                message="matches", triton_kernels=["add_kernel"], kernel_ms=0.0123, eager_ms=0.2,
+                                compiled_ms=0.15, speedup_vs_eager=16.26, speedup_vs_compiled=12.2,
+                                suspicious="16.3x faster than the reference"))
+    for expected in ("correct", "cuda", "add_kernel", "0.0123 ms", "16.26x vs eager", "12.20x vs torch.compile",
+                     "16.3x faster"):
+        assert expected in text
+
+
+def test_report_shows_the_users_frames_of_a_traceback_and_hides_the_rest():
+    traceback = textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "/tmp/kernelllm-check-1/work/kernel.py", line 21, in forward
+            relu_kernel[grid](x, out)
+          File "/site-packages/triton/runtime/jit.py", line 375, in <lambda>
+            return self.run(grid=grid)
+                   ^^^^^^^^^^^^^^^^^^^
+        TypeError: relu_kernel() missing 1 required positional argument: 'n_elements'
+        """)
+    result = CheckResult(verdict="runtime_error", message="trial 1: TypeError: ...", traceback=traceback)
+    text = rendered(result)
+    assert 'kernel.py", line 21' in text and "TypeError: relu_kernel()" in text
+    assert "jit.py" not in text and "1 frames in Triton/PyTorch not shown" in text
+    assert "jit.py" in rendered(result, full_traceback=True)
+
+
+@pytest.mark.parametrize("verdict", VERDICTS)
+def test_every_verdict_renders(verdict):
+    assert verdict.replace("_", " ") in rendered(CheckResult(verdict=verdict, message="why"))
