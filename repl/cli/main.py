@@ -10,7 +10,7 @@ from repl.generation.model_loading import DEFAULT_MODEL
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
-SUBCOMMANDS = ["repl.cli.check", "repl.cli.log"]
+SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log"]
 
 DESCRIPTION = """\
 Turn a PyTorch nn.Module into Triton kernels with Meta's KernelLLM, check them, keep the best.
@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--file", metavar="MODULE.py", help="generate for this module, without the interactive session")
     parser.add_argument("--out", metavar="KERNEL.py", help="with --file or piped input: write the kernel here")
     parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
+    parser.add_argument("--samples", type=int, metavar="K",
+                        help="with --file or piped input: sample K kernels, check them all, write the fastest correct "
+                             "one (exit status 1 when none is correct)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     parser.add_argument("--continue", dest="continue_last", action="store_true",
                         help="start with the session log's last entry as the current module and kernel")
@@ -83,6 +86,8 @@ def engine_from(args):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.command and args.samples is not None and args.samples < 1:
+        parser.error("--samples must be at least 1")
     try:
         if args.command:
             return args.run(args)

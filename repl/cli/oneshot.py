@@ -33,6 +33,10 @@ def run_oneshot(engine, args) -> int:
         return 2
     if module.warning():
         say(f"warning: {module.warning()}")
+    if args.samples is not None:
+        from repl.cli.best_oneshot import run_best_oneshot
+
+        return run_best_oneshot(engine, code, args)
 
     engine.start_loading()
     last_message = ""

@@ -19,6 +19,14 @@ from repl.settings import SamplingSettings
 
 _END = object()
 
+# One generate() at a time per model: sampling draws from torch's global RNG, which --seed sets before each
+# generation, so two generations at once would interleave their draws (and compete for the same device anyway).
+_GENERATION_LOCKS: dict[int, threading.Lock] = {}
+
+
+def generation_lock(model) -> threading.Lock:
+    return _GENERATION_LOCKS.setdefault(id(model), threading.Lock())
+
 
 def encode_prompt(tokenizer, prompt: str) -> torch.Tensor:
     """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none)."""
@@ -121,9 +129,9 @@ class LocalReplyStream:
         settings = self.reply.settings
         eos = sorted(self._end_ids)
         try:
-            if self._seed is not None:
-                torch.manual_seed(self._seed)
-            with torch.inference_mode():
+            with generation_lock(model), torch.inference_mode():
+                if self._seed is not None:
+                    torch.manual_seed(self._seed)
                 model.generate(
                     input_ids=self._prompt_ids,
                     attention_mask=torch.ones_like(self._prompt_ids),
@@ -156,7 +164,10 @@ class LocalReplyStream:
                 reply.text += piece
                 yield piece
         self._thread.join()
+        streamed = reply.text
         self._finish()
+        if len(reply.text) > len(streamed) and reply.text.startswith(streamed):
+            yield reply.text[len(streamed):]  # what the decoder held back: a character cut at the end
 
     def _finish(self) -> None:
         reply = self.reply
@@ -192,3 +203,157 @@ class LocalBackend:
 
     def stream(self, prompt: str, settings: SamplingSettings) -> LocalReplyStream:
         return LocalReplyStream(self.loaded, prompt, settings, seed=settings.seed)
+
+    def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list["LocalBatchMemberStream"]:
+        """k samples of one prompt in one batched generate() (the prompt is encoded and prefilled once); each
+        stream ends on its own, cancel() on one stops that sample, cancelling all stops the generation."""
+        return LocalBatchGeneration(self.loaded, prompt, settings, k).streams
+
+
+# -- several samples in one batched generation (best of k) ---------------------------------------------------------
+
+class _FanOutStreamer(BaseStreamer):
+    """Receives the (k,) token tensor of each step from generate() and hands token i to sink i; the first put() is
+    the (k, prompt) ids, which are skipped."""
+
+    def __init__(self, sinks: list[queue.Queue]):
+        self._sinks = sinks
+        self._prompt_seen = False
+
+    def put(self, value):
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        for sink, token in zip(self._sinks, value.reshape(-1).tolist()):
+            sink.put(token)
+
+    def end(self):
+        for sink in self._sinks:
+            sink.put(_END)
+
+
+class _RowCancelCriterion(StoppingCriteria):
+    """Stops the rows whose stream was cancelled; generate() ends once every row has stopped or finished."""
+
+    def __init__(self, cancelled: list[threading.Event]):
+        self._cancelled = cancelled
+
+    def __call__(self, input_ids, scores, **kwargs):
+        flags = [event.is_set() for event in self._cancelled]
+        return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)
+
+
+class LocalBatchGeneration:
+    """One generate(num_return_sequences=k) in a worker thread, fanned out to k streams (``streams``)."""
+
+    def __init__(self, loaded: LoadedModel, prompt: str, settings: SamplingSettings, k: int):
+        if settings.greedy and k > 1:
+            raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+        self._loaded = loaded
+        self.settings = settings
+        self.error: BaseException | None = None
+        prompt_ids = encode_prompt(loaded.tokenizer, prompt).to(loaded.model.device)
+        self._prompt_ids = prompt_ids
+        eos = loaded.model.generation_config.eos_token_id
+        eos = eos if eos is not None else loaded.tokenizer.eos_token_id
+        self.end_ids = set(eos) if isinstance(eos, list) else {eos}
+        self.streams = [LocalBatchMemberStream(self, index) for index in range(k)]
+        self._thread = threading.Thread(target=self._generate, name="generate-batch", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        for stream in self.streams:
+            stream.cancel()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _generate(self) -> None:
+        model, tokenizer = self._loaded.model, self._loaded.tokenizer
+        eos = sorted(self.end_ids)
+        try:
+            with generation_lock(model), torch.inference_mode():
+                if self.settings.seed is not None:
+                    torch.manual_seed(self.settings.seed)
+                model.generate(
+                    input_ids=self._prompt_ids,
+                    attention_mask=torch.ones_like(self._prompt_ids),
+                    num_return_sequences=len(self.streams),
+                    max_new_tokens=self.settings.max_new_tokens,
+                    eos_token_id=eos,
+                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+                    streamer=_FanOutStreamer([stream._tokens for stream in self.streams]),
+                    stopping_criteria=StoppingCriteriaList(
+                        [_RowCancelCriterion([stream._cancelled for stream in self.streams])]),
+                    **sampling_arguments(self.settings),
+                )
+        except BaseException as error:  # reported through every reply, never lost in the thread
+            self.error = error
+            for stream in self.streams:
+                stream._tokens.put(_END)
+
+
+class LocalBatchMemberStream:
+    """Sequence i of a batched generation, as a ReplyStream: it ends at its own end-of-text token (the padding
+    generate() adds after it is ignored), at max_new_tokens, or on cancel(), which stops this row only."""
+
+    def __init__(self, batch: LocalBatchGeneration, index: int):
+        self.reply = Reply(model=batch._loaded.model_id, settings=batch.settings)
+        self.index = index
+        self._batch = batch
+        self._tokens: queue.Queue = queue.Queue()
+        self._cancelled = threading.Event()
+        self._decoder = IncrementalDecoder(batch._loaded.tokenizer)
+        self._ended_by_generate = False
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def ids(self) -> list[int]:
+        return list(self._decoder.ids)
+
+    def __iter__(self):
+        reply, end_ids = self.reply, self._batch.end_ids
+        while reply.finish_reason is None:
+            if self._cancelled.is_set():
+                break
+            try:
+                # A short timeout keeps the loop responsive to cancel() and to KeyboardInterrupt.
+                token = self._tokens.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if token is _END:
+                self._ended_by_generate = True
+                break
+            if reply.first_token_at is None:
+                reply.first_token_at = time.monotonic()
+            reply.tokens += 1
+            piece = self._decoder.add([token])
+            if piece:
+                reply.text += piece
+                yield piece
+            if token in end_ids or len(self._decoder.ids) >= reply.settings.max_new_tokens:
+                break
+        if reply.finish_reason is None:
+            streamed = reply.text
+            self._finish()
+            if len(reply.text) > len(streamed) and reply.text.startswith(streamed):
+                yield reply.text[len(streamed):]  # what the decoder held back: a character cut at the end
+
+    def _finish(self) -> None:
+        reply = self.reply
+        reply.finished_at = time.monotonic()
+        reply.text = self._decoder.full_text()
+        ids = self._decoder.ids
+        if ids and ids[-1] in self._batch.end_ids:
+            reply.finish_reason = FINISHED
+            reply.tokens -= 1  # the end-of-text token is not part of the reply
+        elif self._cancelled.is_set():
+            reply.finish_reason = INTERRUPTED
+        elif self._ended_by_generate and self._batch.error is not None:
+            reply.finish_reason, reply.error = FAILED, _describe_generation_failure(self._batch.error)
+        elif len(ids) >= reply.settings.max_new_tokens:
+            reply.finish_reason = TRUNCATED
+        else:
+            reply.finish_reason = FINISHED

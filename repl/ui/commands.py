@@ -91,10 +91,15 @@ def regen_command(session, arguments):
     session.regenerate()
 
 
-@command(":show")
+@command(":show [N]")
 def show_command(session, arguments):
-    """Show the current kernel again, with its check result."""
-    session.show_current()
+    """Show the current kernel again, with its check result; :show N shows candidate N of the last :best or :fix."""
+    if arguments:
+        from repl.ui.best_commands import show_candidate
+
+        show_candidate(session, arguments[0])
+    else:
+        session.show_current()
 
 
 @command(":raw")

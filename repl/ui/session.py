@@ -16,7 +16,7 @@ from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
 from repl.session_log import SessionLog
-from repl.ui import commands, history_commands  # noqa: F401  (importing registers :history and :open)
+from repl.ui import best_commands, commands, history_commands  # noqa: F401  (importing registers their commands)
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
 
@@ -35,6 +35,7 @@ class ReplSession:
         self.module: ModuleSource | None = None  # the module the next :regen generates for
         self.source_name: str | None = None
         self.attempt: Attempt | None = None  # the current kernel
+        self.candidates: list = []  # the last :best/:fix candidates, best first
         self.input = module_input or make_module_input(InputOptions(
             history_file=str(history_file()),
             toolbar=self.toolbar_text,

@@ -1,0 +1,107 @@
+"""`--samples K` without the interactive session: sample K kernels, check them all, write the best one.
+
+Only the kernel goes to stdout (or --out); progress, the ranking and every message go to stderr.
+Exit status: 0 when a correct kernel was written; 1 when none of the K is correct: the best-ranked kernel is still
+written (so it can be read and repaired), and stderr says what is wrong with it; 130 after Ctrl-C (the best of the
+finished candidates is written); 2 for a module that cannot be checked.
+"""
+
+import sys
+
+from repl.best_of import BestOfRun, CheckOptions
+from repl.kernel_file import write_kernel_file
+from repl.module_source import inspect_module_source
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_best_oneshot(engine, code: str, args) -> int:
+    """args: samples (K), out, force; optional check_device (default auto), trials, jobs."""
+    module = inspect_module_source(code)
+    if module.problem():
+        say(f"error: {module.problem()}")
+        return 2
+    if not module.runnable:
+        say("error: --samples checks every candidate, so the module needs get_inputs() and get_init_inputs()")
+        return 2
+    k = args.samples
+    check = CheckOptions(device=getattr(args, "check_device", None) or "auto",
+                         trials=getattr(args, "trials", None) or 5, jobs=getattr(args, "jobs", None) or 1)
+
+    engine.start_loading()
+    last_message = ""
+    while not engine.wait_for_model(timeout=0.5):
+        message = engine.model_state[1]
+        if message != last_message:
+            say(f"model: {message}")
+            last_message = message
+    state, message = engine.model_state
+    if state == "failed":
+        say(f"error: {message}")
+        return 1
+    say(f"sampling {k} candidates with {message}, checking each as it completes…")
+
+    reported: set[int] = set()
+
+    def on_progress(candidate) -> None:
+        if candidate.state == "done" and candidate.index not in reported:
+            reported.add(candidate.index)
+            verdict = candidate.verdict or (candidate.reply.finish_reason if candidate.reply else "not started")
+            say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
+
+    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress)
+    interrupted = False
+    try:
+        run.start()
+        while not run.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: stopping; keeping the finished candidates")
+        run.cancel()
+        while True:
+            try:
+                run.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    if run.error is not None:
+        say(f"error: {run.error}")
+        return 1
+    ranked = run.ranked()
+    with_code = [candidate for candidate in ranked if candidate.kernel is not None]
+    correct = [candidate for candidate in ranked if candidate.correct]
+    say(f"{len(correct)} of {len(ranked)} candidates correct")
+    if not with_code:
+        say("error: no candidate holds any code")
+        return 130 if interrupted else 1
+    best = with_code[0]
+    check_result = best.check
+    summary = f"candidate {best.index}: {best.verdict}"
+    if check_result is not None and check_result.kernel_ms is not None:
+        summary += f", {check_result.kernel_ms:.4g} ms"
+        if check_result.speedup_vs_eager:
+            summary += f", {check_result.speedup_vs_eager:.3g}x vs eager"
+    if not best.correct:
+        say(f"warning: no candidate is correct; writing the best-ranked ({summary}: "
+            f"{check_result.message if check_result else 'not checked'})")
+    else:
+        say(f"best: {summary}")
+    if args.out:
+        try:
+            written = write_kernel_file(args.out, best.kernel, force=args.force)
+        except FileExistsError:
+            say(f"error: {args.out} exists; add --force to overwrite it")
+            return 1
+        except OSError as error:
+            say(f"error: could not write {args.out}: {error.strerror or error}")
+            return 1
+        say(f"wrote {written}")
+    else:
+        sys.stdout.write(best.kernel)
+        sys.stdout.flush()
+    if interrupted:
+        return 130
+    return 0 if best.correct else 1

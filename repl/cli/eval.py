@@ -1,0 +1,256 @@
+"""`eval PROBLEMS_DIR`: check candidates for every KernelBench-format problem in a folder and report pass@k, fast_p
+and speedups (the batch side of issue 4; docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`.
+
+Progress goes to stderr, the results table to stdout. Exit status: 0 when the evaluation ran (whatever the kernels
+did), 2 for bad arguments, 1 when the model could not be loaded or a check could not run, 130 after Ctrl-C (finished
+problems are in --json; rerun the same command to resume).
+"""
+
+import argparse
+import re
+import sys
+import threading
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+DESCRIPTION = """\
+Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
+Candidates are sampled with the model (--samples K per problem), or taken from --candidates DIR/<problem stem>/*
+(.py kernels or saved model replies) without loading any model. Reports, per problem and overall: candidates,
+compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the geometric-mean speedup.
+With --json OUT, results are written after each problem; rerunning with the same OUT skips finished problems.
+"""
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# Options the main command line also has before the subcommand: the subcommand must not reset them to defaults.
+_SHARED_WITH_MAIN = ("model", "device", "dtype", "temperature", "top_p", "max_new_tokens", "seed", "debug", "samples")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("eval", help="check candidates for a folder of problems: pass@k, fast_p",
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_arguments(parser)
+    # argparse copies a subcommand's defaults over what was given before the subcommand
+    # (`kernelllm.py --model X eval DIR`); suppressed defaults leave those values alone.
+    for action in parser._actions:
+        if action.dest in _SHARED_WITH_MAIN:
+            action.default = argparse.SUPPRESS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m repl.cli.eval", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_arguments(parser)
+    return parser
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from repl.cli.main import add_model_arguments, add_sampling_arguments
+
+    parser.add_argument("problems", metavar="PROBLEMS_DIR", help="folder of KernelBench-format problems (*.py)")
+    parser.add_argument("--samples", type=int, metavar="K",
+                        help="candidates per problem: sampled with the model (default 1), or with --candidates the "
+                             "first K files (default: all)")
+    parser.add_argument("--candidates", metavar="DIR", help="take candidates from DIR/<problem stem>/* instead of "
+                        "sampling; no model is loaded")
+    parser.add_argument("--json", metavar="OUT", dest="json_out",
+                        help="write results here after each problem; an existing OUT is resumed")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="checks at once (default 1); with several GPUs they go one per GPU")
+    parser.add_argument("--trials", type=int, default=5, metavar="N", help="random inputs per check (default 5)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="seconds per check (default: the checker's)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    add_model_arguments(parser)
+    add_sampling_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "device":
+            action.help = ("where the model runs and the checks run: auto (CUDA if present, else the CPU "
+                           "interpreter), cuda, cuda:N or cpu (default: auto)")
+
+
+def _argument_problem(args) -> str | None:
+    """A one-line reason the arguments cannot work, or None."""
+    if not Path(args.problems).is_dir():
+        return f"{args.problems} is not a folder"
+    if not any(Path(args.problems).glob("*.py")):
+        return f"{args.problems} holds no *.py problems"
+    if args.candidates and not Path(args.candidates).is_dir():
+        return f"--candidates {args.candidates} is not a folder"
+    if args.samples is not None and args.samples < 1:
+        return "--samples must be at least 1"
+    if args.jobs < 1:
+        return "--jobs must be at least 1"
+    if args.trials < 1:
+        return "--trials must be at least 1"
+    if args.timeout is not None and args.timeout <= 0:
+        return "--timeout must be positive"
+    if not _DEVICE.match(args.device):
+        return f"--device must be auto, cpu, cuda or cuda:N, not {args.device!r}"
+    if args.json_out:
+        parent = Path(args.json_out).expanduser().parent
+        if not parent.is_dir():
+            return f"--json {args.json_out}: the folder {parent} does not exist"
+    if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
+        return "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
+    return None
+
+
+def run(args) -> int:
+    from repl.best_of import CheckOptions
+    from repl.evaluate import ResultsFileError, evaluate, find_problems, read_results
+    from repl.ui.console import make_console
+
+    args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
+    problem = _argument_problem(args)
+    if problem:
+        print(f"eval: error: {problem}", file=sys.stderr)
+        return 2
+    err = make_console(file=sys.stderr)
+    out = make_console(file=sys.stdout)
+    try:
+        if args.json_out:
+            read_results(args.json_out)  # refuse a file that is not ours before any work
+    except ResultsFileError as error:
+        print(f"eval: error: {error}", file=sys.stderr)
+        return 2
+    problems = find_problems(args.problems)
+
+    engine = None
+    if args.candidates:
+        missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
+        if missing:
+            err.print(f"no candidates for {len(missing)} problem(s), counted as unsolved: {', '.join(missing[:5])}"
+                      f"{' …' if len(missing) > 5 else ''}", style="warn")
+    else:
+        engine = _load_engine(args, err)
+        if engine is None:
+            return 1
+
+    check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
+    cancel = threading.Event()
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("[hint]{task.fields[checked]} candidates checked"), TimeElapsedColumn()]
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("eval", total=len(problems), checked=0)
+
+        def on_progress(state) -> None:
+            current = f"{state.current}" if state.current else "finishing"
+            progress.update(task, completed=state.problems_done, checked=state.candidates_checked,
+                            description=current)
+            if state.finished is not None:
+                progress.console.print(_problem_line(state.finished))
+
+        try:
+            report = evaluate(problems, engine=engine, candidates_dir=args.candidates, samples=args.samples,
+                              check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress)
+        except ResultsFileError as error:
+            print(f"eval: error: {error}", file=sys.stderr)
+            return 2
+        except ValueError as error:  # a check the checker refuses to run (e.g. a device it does not know)
+            print(f"eval: error: {error}", file=sys.stderr)
+            return 2
+    if report.skipped:
+        err.print(f"resumed from {args.json_out}: {len(report.skipped)} problem(s) already finished", style="hint")
+    out.print(results_table(report))
+    out.print(summary_text(report))
+    if args.json_out:
+        err.print(f"results in {args.json_out}", style="hint")
+    if report.interrupted:
+        err.print("Interrupted: the finished problems are kept"
+                  + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
+                  style="warn")
+        return 130
+    return 0
+
+
+def _load_engine(args, err):
+    from repl.cli.main import engine_from
+
+    try:
+        engine = engine_from(args)
+    except ValueError as error:
+        print(f"eval: error: {error}", file=sys.stderr)
+        return None
+    engine.start_loading()
+    with err.status("loading the model…") as status:
+        while not engine.wait_for_model(timeout=0.2):
+            status.update(f"model: {engine.model_state[1]}")
+    state, message = engine.model_state
+    if state == "failed":
+        err.print(f"error: {message}", style="bad")
+        return None
+    err.print(f"model: {message}", style="hint")
+    return engine
+
+
+def _format(value, digits: int = 3, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}g}{suffix}"
+
+
+def _problem_line(result) -> Text:
+    style = "ok" if result.correct else "bad"
+    line = Text.assemble(("✓ " if result.correct else "✗ ", style), (result.name, "accent"),
+                         f"  {result.correct}/{result.n} correct, {result.compiled} compiled")
+    if result.best and result.best.get("kernel_ms") is not None:
+        line.append(f", best {_format(result.best['kernel_ms'])} ms "
+                    f"({_format(result.best.get('speedup_vs_eager'), 3, 'x')} vs eager)")
+    return line
+
+
+def results_table(report) -> Table:
+    """One row per problem; the timing columns only when some kernel was timed (a GPU)."""
+    results = report.results
+    top_k = max((r.n for r in results), default=0)
+    shown_k = sorted({1, top_k} - {0})
+    timed = report.summary["fast_p"] is not None
+    table = Table(title="eval results", box=None, padding=(0, 1), header_style="hint", pad_edge=False)
+    table.add_column("problem", no_wrap=True, overflow="ellipsis", ratio=1)
+    headers = ["n", "compiled", "correct"] + [f"pass@{k}" for k in shown_k]
+    headers += ["best ms", "vs eager", "geomean"] if timed else []
+    for name in headers:
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    for result in results:
+        best = result.best or {}
+        cells = [str(result.n), str(result.compiled), str(result.correct)]
+        cells += [_format(result.pass_at.get(str(k))) for k in shown_k]
+        if timed:
+            cells += [_format(best.get("kernel_ms")), _format(best.get("speedup_vs_eager"), 3, "x"),
+                      _format(result.geomean_speedup, 3, "x")]
+        table.add_row(Text(result.name, style="ok" if result.correct else ""), *cells)
+    return table
+
+
+def summary_text(report) -> Text:
+    summary, totals = report.summary, report.totals
+    text = Text.assemble(("overall ", "accent"),
+                         f"{summary['problems']} problems, {totals['solved']} solved · {totals['candidates']} "
+                         f"candidates, {totals['compiled']} compiled, {totals['correct']} correct\n")
+    if summary["pass_at"]:
+        text.append("pass@k  " + "  ".join(f"@{k} {value:.3f}" for k, value in summary["pass_at"].items()) + "\n")
+    if summary["fast_p"] is not None:
+        text.append("fast_p  " + "  ".join(f"p={p} {value:.3f}" for p, value in summary["fast_p"].items()) + "\n")
+    else:
+        text.append("fast_p  – (no kernel was timed: timing needs a GPU and a correct kernel)\n", style="hint")
+    text.append(f"geomean speedup of correct candidates  {_format(totals['geomean_speedup'], 3, 'x')}")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except Exception as error:  # the last net: one line unless --debug
+        if args.debug:
+            raise
+        print(f"error: {type(error).__name__}: {error} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

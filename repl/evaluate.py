@@ -1,0 +1,345 @@
+"""Batch evaluation over a folder of KernelBench-format problems: candidates from the model or from files, every
+candidate checked, pass@k and fast_p reported, results kept in a JSON file that a rerun resumes from.
+
+Definitions (docs/best-of-k.md):
+- pass@k, per problem with n candidates of which c are correct: the unbiased estimator 1 - C(n-c, k) / C(n, k)
+  (Chen et al. 2021, as KernelBench uses it); overall: the mean over problems, for k from 1 to the smallest n.
+- fast_p (KernelBench): the fraction of problems whose kernel is correct and more than p times faster than the
+  PyTorch reference (eager); with several candidates per problem, the problem's best candidate counts. null when
+  no kernel was timed (timings need a GPU, and only correct kernels are timed).
+- compiled: candidates that got as far as running (correct, mismatch, runtime_error, no_triton).
+
+The JSON file holds exactly the keys of issue 4; it is rewritten atomically after each finished problem, so an
+interrupted run loses at most the problems whose checks were in flight, and a rerun with the same file skips the
+finished ones.
+"""
+
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool, rank
+from repl.generation import FINISHED, Reply
+from repl.settings import SamplingSettings
+
+FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
+COMPILED_VERDICTS = {"correct", "mismatch", "runtime_error", "no_triton"}
+
+
+# -- the arithmetic ------------------------------------------------------------------------------------------------
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k candidates drawn without replacement from n (c correct) is correct."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"pass@k needs 0 <= c <= n and k >= 1 (n={n}, c={c}, k={k})")
+    if n == 0:
+        return 0.0
+    if k > n:
+        raise ValueError(f"pass@{k} is undefined with only {n} candidates")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    values = [value for value in values if value and value > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(value) for value in values) / len(values))
+
+
+# -- problems and candidates ---------------------------------------------------------------------------------------
+
+@dataclass
+class Problem:
+    name: str  # the file's stem, e.g. 19_ReLU
+    path: Path
+    code: str
+
+
+def _natural_key(name: str):
+    """KernelBench numbers its problems: 2_x before 10_x."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
+
+
+def find_problems(folder: str | os.PathLike) -> list[Problem]:
+    """Every *.py in the folder (not recursive, __init__.py excepted), in KernelBench's numeric order."""
+    paths = [path for path in Path(folder).glob("*.py") if path.is_file() and path.name != "__init__.py"]
+    return [Problem(path.stem, path, path.read_text(encoding="utf-8"))
+            for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+
+
+def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int | None = None) -> list[Path]:
+    """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name."""
+    folder = Path(candidates_dir) / problem
+    if not folder.is_dir():
+        return []
+    files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")),
+                   key=lambda path: _natural_key(path.name))
+    return files[:limit] if limit else files
+
+
+def _file_reply(path: Path) -> Reply:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    reply = Reply(model=f"file:{path.name}", settings=SamplingSettings(), text=text, finish_reason=FINISHED)
+    reply.finished_at = reply.started_at
+    return reply
+
+
+# -- results -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ProblemResult:
+    """One problem's line of the JSON file (its keys are the file's keys)."""
+
+    name: str
+    n: int
+    compiled: int
+    correct: int
+    pass_at: dict[str, float]
+    best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager"}
+    candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms"}]
+
+    @classmethod
+    def from_candidates(cls, name: str, candidates: list[Candidate]) -> "ProblemResult":
+        n = len(candidates)
+        correct = sum(1 for c in candidates if c.correct)
+        compiled = sum(1 for c in candidates if c.verdict in COMPILED_VERDICTS)
+        best = None
+        ranked = rank(candidates)
+        if ranked and ranked[0].correct:
+            check = ranked[0].check
+            best = {"candidate": _candidate_name(ranked[0]), "kernel_ms": check.kernel_ms,
+                    "speedup_vs_eager": check.speedup_vs_eager}
+        return cls(
+            name=name, n=n, compiled=compiled, correct=correct,
+            pass_at={str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
+            best=best,
+            candidates=[{"file": _candidate_name(c), "verdict": c.verdict,
+                         "kernel_ms": c.check.kernel_ms if c.check else None} for c in candidates],
+        )
+
+    def to_json_dict(self) -> dict:
+        return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
+                "pass_at": self.pass_at, "best": self.best, "candidates": self.candidates}
+
+    @classmethod
+    def from_json_dict(cls, data: dict) -> "ProblemResult":
+        return cls(**{key: data[key] for key in ("name", "n", "compiled", "correct", "pass_at", "best",
+                                                 "candidates")})
+
+    @property
+    def speedups(self) -> list[float]:
+        """Speedup vs eager of each correct candidate that was timed. The file keeps each candidate's kernel time
+        and the best one's speedup; the eager time is the problem's, so speedup = eager_ms / kernel_ms."""
+        best = self.best or {}
+        if not best.get("kernel_ms") or not best.get("speedup_vs_eager"):
+            return []
+        eager_ms = best["kernel_ms"] * best["speedup_vs_eager"]
+        return [eager_ms / c["kernel_ms"] for c in self.candidates if c["verdict"] == "correct" and c["kernel_ms"]]
+
+    @property
+    def geomean_speedup(self) -> float | None:
+        return geometric_mean(self.speedups)
+
+
+def _candidate_name(candidate: Candidate) -> str:
+    return candidate.name or f"sample_{candidate.index}"
+
+
+def summarize(results: list[ProblemResult]) -> dict:
+    """The file's "summary": {"problems", "pass_at", "fast_p"}; pass@k for k up to the smallest n among problems
+    that have candidates (a problem with none counts as unsolved), fast_p null without timings."""
+    sizes = [result.n for result in results if result.n > 0]
+    top_k = min(sizes) if sizes else 0
+    pass_at = {}
+    for k in range(1, top_k + 1):
+        pass_at[str(k)] = sum(result.pass_at.get(str(k), 0.0) for result in results) / len(results)
+    timed = any(c.get("kernel_ms") for result in results for c in result.candidates)
+    fast_p = None
+    if timed and results:
+        fast_p = {}
+        for key, threshold in FAST_P_THRESHOLDS.items():
+            fast = sum(1 for result in results
+                       if result.best and (result.best.get("speedup_vs_eager") or 0) > threshold)
+            fast_p[key] = fast / len(results)
+    return {"problems": len(results), "pass_at": pass_at, "fast_p": fast_p}
+
+
+def overall_totals(results: list[ProblemResult]) -> dict:
+    """What the table shows beyond the file's summary: candidates, compiled, correct, solved, geomean speedup."""
+    return {
+        "candidates": sum(result.n for result in results),
+        "compiled": sum(result.compiled for result in results),
+        "correct": sum(result.correct for result in results),
+        "solved": sum(1 for result in results if result.correct),
+        "geomean_speedup": geometric_mean([s for result in results for s in result.speedups]),
+    }
+
+
+# -- the results file ----------------------------------------------------------------------------------------------
+
+class ResultsFileError(Exception):
+    """The --json file exists but is not an eval results file; the message is one line."""
+
+
+def read_results(path: str | os.PathLike) -> list[ProblemResult]:
+    """Problems already finished in an earlier run; [] when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [ProblemResult.from_json_dict(problem) for problem in data["problems"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ResultsFileError(f"{path} is not an eval results file ({type(error).__name__}: {error}); "
+                               "choose another --json path or remove it") from None
+
+
+def write_results(path: str | os.PathLike, results: list[ProblemResult]) -> None:
+    """Replace the file atomically (write a temporary file beside it, then rename)."""
+    path = Path(path)
+    ordered = sorted(results, key=lambda result: _natural_key(result.name))
+    data = {"problems": [result.to_json_dict() for result in ordered], "summary": summarize(ordered)}
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+# -- the evaluation ------------------------------------------------------------------------------------------------
+
+@dataclass
+class EvalProgress:
+    """What a progress display needs; passed to on_progress after every change."""
+
+    problems_total: int
+    problems_done: int = 0  # finished, including those resumed from the file
+    resumed: int = 0
+    candidates_checked: int = 0
+    current: str | None = None  # the problem being generated (or loaded)
+    finished: ProblemResult | None = None  # set on the call that reports a problem just finished
+
+
+@dataclass
+class EvalReport:
+    results: list[ProblemResult]  # every finished problem, resumed ones included, in problem order
+    summary: dict
+    totals: dict
+    interrupted: bool = False
+    skipped: list[str] = field(default_factory=list)  # resumed from the file
+
+
+def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
+             samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
+             cancel: threading.Event | None = None,
+             on_progress: Callable[[EvalProgress], None] | None = None) -> EvalReport:
+    """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
+    DIR/<problem>/ (at most `samples` of them, all when None). Checks of different problems run at once up to
+    check.jobs. Raises ResultsFileError (bad out_path) or the first error that stopped a run."""
+    if (engine is None) == (candidates_dir is None):
+        raise ValueError("evaluate needs either an engine or a candidates folder")
+    check = check or CheckOptions()
+    cancel = cancel or threading.Event()
+    report = on_progress or (lambda progress: None)
+    results = {result.name: result for result in (read_results(out_path) if out_path else [])}
+    skipped = [problem.name for problem in problems if problem.name in results]
+    todo = [problem for problem in problems if problem.name not in results]
+    progress = EvalProgress(problems_total=len(problems), problems_done=len(skipped), resumed=len(skipped))
+    report(progress)
+
+    pool = CheckPool(check, cancel)
+    in_flight: list[tuple[Problem, BestOfRun]] = []
+
+    def on_candidate(candidate: Candidate) -> None:
+        if candidate.state == "done" and candidate.check is not None:
+            progress.candidates_checked += 1
+            report(progress)
+
+    def harvest(block: bool) -> None:
+        """Record the problems whose checks have all ended; block: wait for at least one."""
+        while in_flight:
+            finished = [(problem, run) for problem, run in in_flight if run.wait(0)]
+            if not finished and block:
+                in_flight[0][1].wait(0.1)
+                continue
+            for problem, run in finished:
+                in_flight.remove((problem, run))
+                if run.error is not None:
+                    raise run.error
+                if not run.complete:
+                    continue  # cancelled mid-problem: not recorded, a rerun does it again
+                result = ProblemResult.from_candidates(problem.name, run.candidates)
+                results[problem.name] = result
+                if out_path:
+                    write_results(out_path, list(results.values()))
+                progress.problems_done += 1
+                progress.finished = result
+                report(progress)
+                progress.finished = None
+            return
+
+    interrupted = False
+    try:
+        for problem in todo:
+            if cancel.is_set():
+                break
+            progress.current = problem.name
+            report(progress)
+            if candidates_dir is not None:
+                files = candidate_files(candidates_dir, problem.name, samples)
+                run = BestOfRun(problem.code, 0, replies=[(path.name, _file_reply(path)) for path in files],
+                                pool=pool, cancel=cancel, on_progress=on_candidate, source_name=problem.name)
+            else:
+                run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, cancel=cancel,
+                                on_progress=on_candidate, source_name=problem.name)
+            in_flight.append((problem, run.start()))
+            while not run.wait_generated(0.1):
+                harvest(block=False)
+            # Keep the check queue fed but short: a problem is recorded only once all its checks are done.
+            while len(in_flight) > check.jobs:
+                harvest(block=True)
+            harvest(block=False)
+        while in_flight:
+            harvest(block=True)
+    except KeyboardInterrupt:
+        # Ctrl-C: stop generation and checks; problems whose checks had all ended are still recorded.
+        interrupted = True
+        cancel.set()
+        _wait_uninterrupted(lambda: harvest(block=True))
+    except BaseException:
+        cancel.set()
+        for _, run in in_flight:
+            run.wait()
+        raise
+    finally:
+        pool.shutdown()
+    progress.current = None
+    ordered = sorted(results.values(), key=lambda result: _natural_key(result.name))
+    interrupted = interrupted or any(problem.name not in results for problem in problems)
+    return EvalReport(results=ordered, summary=summarize(ordered), totals=overall_totals(ordered),
+                      interrupted=interrupted, skipped=skipped)
+
+
+def _wait_uninterrupted(wait: Callable[[], None]) -> None:
+    """Run a wait to its end whatever further Ctrl-Cs arrive meanwhile (cancelled work ends within a second)."""
+    while True:
+        try:
+            wait()
+            return
+        except KeyboardInterrupt:
+            continue

@@ -1,0 +1,184 @@
+"""The best-of-k commands: :best K, :pick N, :fix [N] (and show_candidate for :show N). Importing this module
+registers them in the command table.
+
+They work on the ReplSession: ``session.module`` is what they sample for, ``session.candidates`` keeps the last
+:best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen one (a Candidate is an
+Attempt, so :save, :run and :raw work on it as on any kernel).
+"""
+
+from rich.text import Text
+
+from repl.best_of import BestOfRun, Candidate, CheckOptions
+from repl.ui.best_view import BestView, ranking_table, verdict_text
+from repl.ui.commands import CommandError, _options, command
+from repl.ui.stream_view import print_kernel, status_line
+
+DEFAULT_FIX_TRIES = 5
+CHECK_OPTIONS = {"--device": str, "--trials": int, "--jobs": int}
+
+
+@command(":best K [--device D] [--trials N] [--jobs N]")
+def best_command(session, arguments):
+    """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current."""
+    k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N]", None)
+    if k < 2:
+        raise CommandError(":best needs K >= 2 (:regen samples one)")
+    _run(session, k, options, stop_at_first_correct=False)
+
+
+@command(":fix [N] [--device D] [--trials N]")
+def fix_command(session, arguments):
+    """Sample one kernel after another until one is correct, up to N tries (default 5)."""
+    tries, options = _count_and_options(arguments, "usage: :fix [N] [--device D] [--trials N]", DEFAULT_FIX_TRIES)
+    if tries < 1:
+        raise CommandError(":fix needs N >= 1")
+    current = session.attempt
+    if session.module is not None and current is not None and current.module.code == session.module.code \
+            and current.check is not None and current.check.correct:
+        session.console.print("The current kernel is already correct; :best K samples more to compare speed.",
+                              style="hint")
+        return
+    _run(session, tries, options, stop_at_first_correct=True)
+
+
+@command(":pick N")
+def pick_command(session, arguments):
+    """Make candidate N of the last :best or :fix the current kernel."""
+    if len(arguments) != 1:
+        raise CommandError("usage: :pick N")
+    candidate = _candidate(session, arguments[0])
+    session.attempt = candidate
+    session.console.print(Text.assemble(f"Candidate {candidate.index} is now the current kernel (",
+                                        verdict_text(candidate) if candidate.check else "not checked",
+                                        "); :save writes it."))
+
+
+def show_candidate(session, n) -> None:
+    """:show N — candidate N's kernel with its check result (or its reply, when it holds no code)."""
+    candidate = _candidate(session, n)
+    footer = status_line(candidate.reply)
+    if candidate.check is not None:
+        footer = Text.assemble(" ", verdict_text(candidate), f": {candidate.check.message} · ", footer)
+    kernel = candidate.kernel
+    if kernel is None:
+        session.console.print(Text(candidate.reply.text or "(empty reply)"))
+        session.console.print(footer)
+        return
+    print_kernel(session.console, kernel, f"candidate {candidate.index}", footer=footer)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------------
+
+def _count_and_options(arguments: list[str], usage: str, default: int | None) -> tuple[int, dict]:
+    count = default
+    if arguments and not arguments[0].startswith("--"):
+        try:
+            count = int(arguments[0])
+        except ValueError:
+            raise CommandError(usage) from None
+        arguments = arguments[1:]
+    if count is None:
+        raise CommandError(usage)
+    return count, _options(arguments, CHECK_OPTIONS)
+
+
+def _candidate(session, word) -> Candidate:
+    candidates = getattr(session, "candidates", None) or []
+    if not candidates:
+        raise CommandError("no candidates yet: :best K samples some")
+    try:
+        number = int(word)
+    except (TypeError, ValueError):
+        raise CommandError(f"candidate numbers are integers, got {word!r}") from None
+    for candidate in candidates:
+        if candidate.index == number:
+            return candidate
+    numbers = ", ".join(str(c.index) for c in sorted(candidates, key=lambda c: c.index))
+    raise CommandError(f"no candidate {number}; the candidates are {numbers}")
+
+
+def _run(session, k: int, options: dict, stop_at_first_correct: bool) -> None:
+    if session.module is None:
+        raise CommandError("no module yet: paste one or :load FILE")
+    if not session.module.runnable:
+        raise CommandError(
+            "the module needs get_inputs() and get_init_inputs() to be checked; add them and paste it again")
+    if options.get("jobs", 1) < 1 or options.get("trials", 1) < 1:
+        raise CommandError("--jobs and --trials need a value of at least 1")
+    if not session._wait_for_model():
+        return
+    check = CheckOptions(device=options.get("device") or session.check_device, trials=options.get("trials", 5),
+                         jobs=options.get("jobs", 1))
+    run = BestOfRun(session.module.code, k, engine=session.engine, check=check,
+                    stop_at_first_correct=stop_at_first_correct, source_name=session.source_name)
+    title = f"fix: up to {k} tries" if stop_at_first_correct else f"best of {k}"
+    interrupted = False
+    with BestView(session.console, lambda: run.candidates, title=title,
+                  hint="Ctrl-C stops and keeps the finished candidates") as view:
+        try:
+            run.start()
+            while not run.wait(0.1):
+                view.update()
+        except KeyboardInterrupt:
+            interrupted = True
+            run.cancel()
+            _wait_for(run, view)
+    if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
+        session.console.print(_one_line(run.error), style="bad")
+    _conclude(session, run, interrupted, stop_at_first_correct)
+
+
+def _wait_for(run: BestOfRun, view: BestView) -> None:
+    """Let a cancelled run wind down (workers are killed within a second), whatever further Ctrl-Cs arrive."""
+    while True:
+        try:
+            while not run.wait(0.1):
+                view.update()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _conclude(session, run: BestOfRun, interrupted: bool, stop_at_first_correct: bool) -> None:
+    ranked = run.ranked()
+    if not ranked:
+        session.console.print("No candidate finished." if interrupted else "No candidate was produced.",
+                              style="warn")
+        return
+    _log_candidates(session, run.candidates)
+    session.candidates = ranked
+    best = ranked[0]
+    session.attempt = best
+    session.console.print(ranking_table(ranked, current=best))
+    correct = [c for c in ranked if c.correct]
+    kept = f" (stopped: kept the {len(ranked)} finished)" if interrupted else ""
+    if correct:
+        if stop_at_first_correct:
+            message = f"Candidate {best.index} is correct after {len(ranked)} tr{'y' if len(ranked) == 1 else 'ies'}"
+        else:
+            message = f"{len(correct)} of {len(ranked)} correct{kept}; candidate {best.index} (the fastest) is current"
+        session.console.print(f"{message}. :save writes it; :pick N or :show N for another.", style="ok")
+    else:
+        session.console.print(
+            f"No candidate is correct{kept}. Candidate {best.index} (best-ranked) is current; :show N for the "
+            f"others, :fix to keep sampling.", style="warn")
+
+
+def _log_candidates(session, candidates: list[Candidate]) -> None:
+    """Record the finished candidates in the session log, as :regen and :run record theirs (from this thread: the
+    run is over)."""
+    log = getattr(session, "log", None)
+    if log is None or not candidates:
+        return
+    module = candidates[0].module
+    module_id = log.record_module(module.code, module.model_class, session.source_name)
+    for candidate in candidates:
+        candidate.log_id = log.start_reply(module_id, candidate.reply.model, candidate.reply.settings)
+        log.finish_reply(candidate.log_id, candidate.reply)
+        if candidate.check is not None:
+            log.record_check(candidate.log_id, candidate.check)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return text or type(error).__name__

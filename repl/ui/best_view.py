@@ -1,0 +1,141 @@
+"""The live view of k candidates being generated and checked, and the ranking table once they are done.
+
+One table row per candidate (tokens, state, verdict, time). The live region must stay shorter than the terminal
+(rich's Live cannot redraw what scrolled off), so with more candidates than rows the view shows the ones in progress
+first and sums up the rest in one line.
+"""
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from repl.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
+from repl.generation import FAILED, INTERRUPTED, TRUNCATED
+from repl.ui.stream_view import MAX_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL
+
+VERDICT_STYLES = {"correct": "ok", "cancelled": "warn", "timeout": "warn"}
+STATE_STYLES = {GENERATING: "accent", QUEUED: "hint", CHECKING: "accent", WAITING: "hint", DONE: ""}
+
+
+def verdict_text(candidate: Candidate) -> Text:
+    reply = candidate.reply
+    if candidate.check is not None:
+        return Text(candidate.check.verdict, style=VERDICT_STYLES.get(candidate.check.verdict, "bad"))
+    if reply is not None and reply.finish_reason == FAILED:
+        return Text("generation failed", style="bad")
+    if reply is not None and reply.finish_reason == INTERRUPTED:
+        return Text("interrupted", style="warn")
+    return Text("")
+
+
+def _state_text(candidate: Candidate) -> Text:
+    state = candidate.state
+    if state == GENERATING and candidate.reply is not None and candidate.reply.first_token_at is None:
+        return Text("prefill", style="hint")
+    if state == DONE and candidate.reply is not None and candidate.reply.finish_reason == TRUNCATED:
+        return Text("done (cut at max_new_tokens)", style="warn")
+    return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f} s"
+
+
+def progress_table(candidates: list[Candidate], max_rows: int, title: str = "candidates") -> Group:
+    """Rows for at most max_rows candidates (those in progress first, then finished, then waiting; shown in their
+    own order) and one line for the rest."""
+    max_rows = max(max_rows, 1)
+    priority = {GENERATING: 0, CHECKING: 0, QUEUED: 1, DONE: 2, WAITING: 3}
+    chosen = sorted(candidates, key=lambda c: (priority.get(c.state, 4), c.index))[:max_rows]
+    shown = sorted(chosen, key=lambda c: c.index)
+    table = Table(box=None, padding=(0, 2), header_style="hint", pad_edge=False)
+    for name, justify in [("#", "right"), ("tokens", "right"), ("state", "left"), ("verdict", "left"),
+                          ("time", "right")]:
+        table.add_column(name, justify=justify, no_wrap=True)
+    for candidate in shown:
+        table.add_row(str(candidate.index), str(candidate.tokens), _state_text(candidate), verdict_text(candidate),
+                      _seconds(candidate.elapsed_s))
+    correct = sum(1 for c in candidates if c.correct)
+    done = sum(1 for c in candidates if c.state == DONE)
+    header = Text.assemble((f" {title} ", "accent"), (f"{done}/{len(candidates)} done · {correct} correct", "hint"))
+    hidden = [c for c in candidates if c not in chosen]
+    parts = [header, table]
+    if hidden:
+        counts = {}
+        for candidate in hidden:
+            counts[candidate.state] = counts.get(candidate.state, 0) + 1
+        summary = ", ".join(f"{count} {state}" for state, count in counts.items())
+        parts.append(Text(f"… {len(hidden)} more: {summary}", style="hint"))
+    return Group(*parts)
+
+
+class BestView:
+    """Use around a run: ``with BestView(console, lambda: run.candidates) as view: ... view.update()``."""
+
+    def __init__(self, console: Console, candidates, title: str = "candidates", hint: str = "Ctrl-C stops"):
+        self.console = console
+        self._candidates = candidates  # a callable returning the current list
+        self.title = title
+        self.hint = hint
+        self._live = Live(console=console, auto_refresh=False, transient=True, vertical_overflow="crop")
+        self._next_refresh = 0.0
+
+    def __enter__(self) -> "BestView":
+        self._live.start()
+        self.update(force=True)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._live.stop()
+
+    def update(self, force: bool = False) -> None:
+        if not force and time.monotonic() < self._next_refresh:
+            return
+        started = time.perf_counter()
+        self._live.update(self.frame(), refresh=True)
+        interval = min(max((time.perf_counter() - started) * 10, MIN_REFRESH_INTERVAL), MAX_REFRESH_INTERVAL)
+        self._next_refresh = time.monotonic() + interval
+
+    def frame(self) -> Group:
+        # Header, column titles, the "more" line, the hint and a margin: the region stays shorter than the screen.
+        rows = self.console.size.height - 6
+        return Group(progress_table(self._candidates(), rows, self.title), Text(self.hint, style="hint"))
+
+
+def _number(value: float | None, digits: int = 3, suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}g}{suffix}"
+
+
+def ranking_table(ranked: list[Candidate], current: Candidate | None = None) -> Table:
+    """Candidates best first: verdict, max error, kernel time, speedup vs eager and vs torch.compile."""
+    table = Table(box=None, padding=(0, 2), header_style="hint", pad_edge=False)
+    for name, justify in [("", "left"), ("#", "right"), ("verdict", "left"), ("max error", "right"),
+                          ("kernel ms", "right"), ("vs eager", "right"), ("vs compile", "right"),
+                          ("tokens", "right"), ("note", "left")]:
+        table.add_column(name, justify=justify, no_wrap=name != "note", overflow="ellipsis")
+    for candidate in ranked:
+        check = candidate.check
+        note = ""
+        if check is not None and not check.correct:
+            note = check.message
+        elif check is not None and check.suspicious:
+            note = check.suspicious
+        elif candidate.reply is not None and candidate.reply.finish_reason == TRUNCATED:
+            note = "reply cut at max_new_tokens"
+        table.add_row(
+            Text("→", style="accent") if candidate is current else "",
+            str(candidate.index),
+            verdict_text(candidate),
+            _number(check.max_abs_error if check else None, 2),
+            _number(check.kernel_ms if check else None),
+            _number(check.speedup_vs_eager if check else None, 3, "x"),
+            _number(check.speedup_vs_compiled if check else None, 3, "x"),
+            str(candidate.tokens),
+            Text(note, style="hint"),
+        )
+    return table

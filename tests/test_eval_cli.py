@@ -1,0 +1,96 @@
+"""The eval subcommand: standalone (`python -m repl.cli.eval`) and under the main command line; exit statuses."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import repl.best_of as best_of_module
+from repl.checker import CheckResult
+from repl.cli import eval as eval_cli
+from repl.cli import main as main_cli
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+
+
+@pytest.fixture
+def relu_only(tmp_path):
+    """The ReLU problem alone, with one good and one bad candidate."""
+    problems, candidates = tmp_path / "problems", tmp_path / "candidates" / "1_ReLU"
+    problems.mkdir()
+    candidates.mkdir(parents=True)
+    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    for name in ("good.py", "identity.py"):
+        shutil.copy(TESTS / "eval_candidates" / "1_ReLU" / name, candidates)
+    return problems, candidates.parent
+
+
+def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path):
+    problems, candidates = relu_only
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--candidates", str(candidates),
+                             "--device", "cpu", "--trials", "1", "--jobs", "2", "--json", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "1_ReLU" in result.stdout and "pass@1" in result.stdout and "pass@k  @1 0.500  @2 1.000" in result.stdout
+    assert "1_ReLU  1/2 correct" in result.stderr  # the line printed as the problem finished
+    data = json.loads(out.read_text())
+    assert data["summary"] == {"problems": 1, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None}
+    assert [c["verdict"] for c in data["problems"][0]["candidates"]] == ["correct", "mismatch"]
+
+
+@pytest.fixture
+def stand_in_checker(monkeypatch):
+    devices = []
+
+    def check(reference_code, reply_text, *, device, **options):
+        devices.append(device)
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    return devices
+
+
+def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, monkeypatch, stand_in_checker, capsys):
+    problems, candidates = relu_only
+    monkeypatch.setattr(main_cli, "SUBCOMMANDS", ["repl.cli.eval"])
+    status = main_cli.main(["--device", "cpu", "eval", str(problems), "--candidates", str(candidates)])
+    assert status == 0 and stand_in_checker == ["cpu", "cpu"]
+    assert "1_ReLU" in capsys.readouterr().out
+
+
+def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, tmp_path):
+    problems, candidates = relu_only
+    out = tmp_path / "r.json"
+    assert eval_cli.main([str(problems), "--candidates", str(candidates), "--samples", "1", "--json", str(out)]) == 0
+    assert [c["file"] for c in json.loads(out.read_text())["problems"][0]["candidates"]] == ["good.py"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["nowhere"], "nowhere is not a folder"),
+    (["{problems}", "--samples", "0"], "--samples must be at least 1"),
+    (["{problems}", "--jobs", "0"], "--jobs must be at least 1"),
+    (["{problems}", "--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+    (["{problems}", "--candidates", "nowhere"], "--candidates nowhere is not a folder"),
+    (["{problems}", "--json", "no/such/dir/out.json"], "does not exist"),
+    (["{problems}", "--samples", "4", "--temperature", "0"], "greedy decoding"),
+    (["{problems}", "--candidates", "{candidates}", "--json", "{foreign}"], "not an eval results file"),
+])
+def test_bad_arguments_exit_2_with_one_line(relu_only, tmp_path, capsys, arguments, message):
+    problems, candidates = relu_only
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text("[1, 2]")
+    argv = [a.format(problems=problems, candidates=candidates, foreign=foreign) for a in arguments]
+    assert eval_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
+    problems, _ = relu_only
+    assert eval_cli.main([str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1
+    assert "no model directory" in capsys.readouterr().err

@@ -1,0 +1,197 @@
+"""Batch evaluation: pass@k and fast_p arithmetic against hand-computed values, the results file, resuming, and a
+real run over tests/eval_problems with the known-good and known-bad kernels of tests/eval_candidates."""
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+import repl.best_of as best_of_module
+from repl.best_of import CheckOptions
+from repl.checker import CheckResult
+from repl.engine import Engine, EngineOptions
+from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, evaluate, find_problems, pass_at_k,
+                           read_results, summarize)
+from repl.settings import SamplingSettings
+
+TESTS = Path(__file__).parent
+PROBLEMS = TESTS / "eval_problems"
+CANDIDATES = TESTS / "eval_candidates"
+PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "candidates"}
+
+
+# -- arithmetic ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (5, 2, 1, 2 / 5),
+    (5, 2, 2, 1 - 3 / 10),  # 1 - C(3,2)/C(5,2)
+    (5, 2, 3, 1 - 1 / 10),  # 1 - C(3,3)/C(5,3)
+    (5, 2, 4, 1.0),  # n - c < k: every draw of 4 holds a correct one
+    (5, 0, 3, 0.0),
+    (10, 3, 5, 1 - 21 / 252),  # 1 - C(7,5)/C(10,5)
+    (0, 0, 1, 0.0),  # no candidates: unsolved
+])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_beyond_n_is_refused():
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def result(name, verdicts, kernel_ms=None, best_speedup=None):
+    """A problem's result as the file stores it; kernel_ms per candidate, the best's speedup vs eager."""
+    kernel_ms = kernel_ms or [None] * len(verdicts)
+    candidates = [{"file": f"{i}.py", "verdict": v, "kernel_ms": ms} for i, (v, ms) in enumerate(zip(verdicts,
+                                                                                                     kernel_ms))]
+    correct = [c for c in candidates if c["verdict"] == "correct"]
+    best = None
+    if correct:
+        fastest = min(correct, key=lambda c: c["kernel_ms"] or float("inf"))
+        best = {"candidate": fastest["file"], "kernel_ms": fastest["kernel_ms"], "speedup_vs_eager": best_speedup}
+    n, c = len(verdicts), len(correct)
+    return ProblemResult(name, n, sum(v != "compile_error" for v in verdicts), c,
+                         {str(k): pass_at_k(n, c, k) for k in range(1, n + 1)}, best, candidates)
+
+
+def test_summary_pass_at_k_is_the_mean_over_problems_up_to_the_smallest_n():
+    results = [result("a", ["correct", "mismatch", "mismatch", "compile_error"]),  # n 4, c 1
+               result("b", ["correct", "correct", "mismatch"]),  # n 3, c 2
+               result("c", ["mismatch", "mismatch", "mismatch"])]  # n 3, c 0
+    summary = summarize(results)
+    assert summary["problems"] == 3 and set(summary["pass_at"]) == {"1", "2", "3"}
+    assert summary["pass_at"]["1"] == pytest.approx((1 / 4 + 2 / 3 + 0) / 3)
+    assert summary["pass_at"]["2"] == pytest.approx(((1 - 3 / 6) + 1 + 0) / 3)  # a: 1 - C(3,2)/C(4,2)
+    assert summary["pass_at"]["3"] == pytest.approx(((1 - 1 / 4) + 1 + 0) / 3)  # a: 1 - C(3,3)/C(4,3)
+    assert summary["fast_p"] is None  # no timings
+
+
+def test_fast_p_counts_problems_whose_best_kernel_is_correct_and_faster_than_p():
+    results = [result("a", ["correct", "mismatch"], [0.5, None], best_speedup=2.4),
+               result("b", ["correct", "correct"], [1.0, 2.0], best_speedup=1.2),
+               result("c", ["correct"], [3.0], best_speedup=0.8),
+               result("d", ["mismatch", "runtime_error"])]
+    assert summarize(results)["fast_p"] == {"0": 0.75, "1.0": 0.5, "1.5": 0.25, "2.0": 0.25}
+    # b: eager = 1.0 ms * 1.2 = 1.2 ms; its correct candidates ran 1.0 and 2.0 ms: speedups 1.2 and 0.6.
+    assert results[1].speedups == pytest.approx([1.2, 0.6])
+    assert results[1].geomean_speedup == pytest.approx((1.2 * 0.6) ** 0.5)
+
+
+# -- problems and candidates ---------------------------------------------------------------------------------------
+
+def test_problems_come_in_kernelbench_numeric_order(tmp_path):
+    for name in ["10_B.py", "2_A.py", "1_C.py", "__init__.py", "notes.txt"]:
+        (tmp_path / name).write_text("")
+    assert [p.name for p in find_problems(tmp_path)] == ["1_C", "2_A", "10_B"]
+
+
+def test_candidates_are_every_file_of_the_problem_folder_up_to_samples():
+    assert [p.name for p in candidate_files(CANDIDATES, "1_ReLU")] == ["good.py", "identity.py", "reply.md"]
+    assert [p.name for p in candidate_files(CANDIDATES, "1_ReLU", limit=2)] == ["good.py", "identity.py"]
+    assert candidate_files(CANDIDATES, "3_Sigmoid") == []
+
+
+# -- a real run ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One evaluation of the test problems with the real checker (5 checks on the CPU interpreter)."""
+    out = tmp_path_factory.mktemp("eval") / "results.json"
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out,
+                      check=CheckOptions(device="cpu", trials=1, jobs=2))
+    return report, out
+
+
+def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
+    report, out = real_run
+    by_name = {r.name: r for r in report.results}
+    relu, add, sigmoid = by_name["1_ReLU"], by_name["2_Add"], by_name["3_Sigmoid"]
+    assert [c["verdict"] for c in relu.candidates] == ["correct", "mismatch", "correct"]  # reply.md is a reply
+    assert [c["verdict"] for c in add.candidates] == ["correct", "no_triton"]
+    assert (relu.n, relu.compiled, relu.correct) == (3, 3, 2)
+    assert relu.pass_at == pytest.approx({"1": 2 / 3, "2": 1.0, "3": 1.0})
+    assert add.pass_at == pytest.approx({"1": 0.5, "2": 1.0})
+    assert (sigmoid.n, sigmoid.pass_at, sigmoid.best) == (0, {}, None)
+    assert relu.best == {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None}
+    # Over the three problems, k up to the smallest n (2): (2/3 + 1/2 + 0) / 3 and (1 + 1 + 0) / 3.
+    assert report.summary["pass_at"] == pytest.approx({"1": 7 / 18, "2": 2 / 3})
+    assert report.summary["fast_p"] is None  # the CPU interpreter gives no timings
+    assert report.totals["candidates"] == 5 and report.totals["correct"] == 3 and not report.interrupted
+
+
+def test_the_results_file_has_exactly_the_issues_keys(real_run):
+    _, out = real_run
+    data = json.loads(out.read_text())
+    assert set(data) == {"problems", "summary"}
+    assert set(data["summary"]) == {"problems", "pass_at", "fast_p"}
+    for problem in data["problems"]:
+        assert set(problem) == PROBLEM_KEYS
+        assert all(set(c) == {"file", "verdict", "kernel_ms"} for c in problem["candidates"])
+        assert problem["best"] is None or set(problem["best"]) == {"candidate", "kernel_ms", "speedup_vs_eager"}
+    assert [p["name"] for p in data["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
+
+
+def test_a_rerun_with_the_same_file_checks_nothing_again(real_run, tmp_path, monkeypatch):
+    _, out = real_run
+    copy = tmp_path / "results.json"
+    shutil.copy(out, copy)
+    monkeypatch.setattr(best_of_module, "_check_kernel", lambda *a, **k: pytest.fail("checked again"))
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=copy)
+    assert report.skipped == ["1_ReLU", "2_Add", "3_Sigmoid"]
+    assert json.loads(copy.read_text()) == json.loads(out.read_text())
+
+
+# -- resuming and the model --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def stand_in_checker(monkeypatch):
+    checked = []
+
+    def check(reference_code, reply_text, **options):
+        checked.append(reply_text)
+        verdict = "correct" if "tl.maximum" in reply_text or "x + y" in reply_text else "mismatch"
+        if "ModelNew" not in reply_text:
+            verdict = "compile_error"
+        return CheckResult(verdict=verdict)
+
+    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    return checked
+
+
+def test_an_interrupted_run_keeps_finished_problems_and_a_rerun_does_the_rest(tmp_path, stand_in_checker):
+    out = tmp_path / "results.json"
+    cancel = threading.Event()
+
+    def stop_after_the_first_problem(progress):
+        if progress.finished is not None:
+            cancel.set()
+
+    first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, cancel=cancel,
+                     on_progress=stop_after_the_first_problem)
+    written = [p["name"] for p in json.loads(out.read_text())["problems"]]
+    assert first.interrupted and 1 <= len(written) < 3  # the one that stopped it, and any that ended meanwhile
+    checks_before = len(stand_in_checker)
+    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    assert second.skipped == written and not second.interrupted
+    assert [r.name for r in second.results] == ["1_ReLU", "2_Add", "3_Sigmoid"]
+    sizes = {"1_ReLU": 3, "2_Add": 2, "3_Sigmoid": 0}
+    assert len(stand_in_checker) - checks_before == 5 - sum(sizes[name] for name in written)
+
+
+def test_a_file_that_is_not_an_eval_result_is_refused(tmp_path):
+    out = tmp_path / "results.json"
+    out.write_text('{"something": "else"}')
+    with pytest.raises(ResultsFileError, match="not an eval results file"):
+        read_results(out)
+
+
+def test_model_candidates_are_sampled_k_per_problem_with_the_tiny_random_model(tiny_model_dir, stand_in_checker):
+    engine = Engine(EngineOptions(model=str(tiny_model_dir), device="cpu"),
+                    SamplingSettings(max_new_tokens=8, seed=0))
+    report = evaluate(find_problems(PROBLEMS), engine=engine, samples=2)
+    assert [r.n for r in report.results] == [2, 2, 2]
+    assert [c["file"] for c in report.results[0].candidates] == ["sample_1", "sample_2"]
+    assert report.summary["pass_at"] == {"1": 0.0, "2": 0.0}  # noise is never a correct kernel
