@@ -55,6 +55,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        "cuda, cuda:N or cpu (default: auto)")
     group.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
                        help="model precision (default: auto = bf16 on CUDA, fp32 on CPU)")
+    group.add_argument("--server", metavar="URL", help="generate through an OpenAI-compatible server (its API base, "
+                       "e.g. http://127.0.0.1:8000/v1; default: $KERNELLLM_SERVER) instead of loading the model")
+    group.add_argument("--server-model", metavar="NAME",
+                       help="the model's name on the server (default: the only one served)")
+    group.add_argument("--api-key", metavar="KEY", help="API key for --server (default: $OPENAI_API_KEY)")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +85,10 @@ def settings_from(args):
 def engine_from(args):
     from repl.engine import Engine, EngineOptions
 
-    return Engine(EngineOptions(model=args.model, device=args.device, dtype=args.dtype), settings_from(args))
+    from repl.generation.server import server_backend_from
+
+    return Engine(EngineOptions(model=args.model, device=args.device, dtype=args.dtype), settings_from(args),
+                  backend_override=server_backend_from(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,41 @@
+"""Fixtures shared by the tests."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# tests/ is not a package; putting it on sys.path lets tests `import tiny_models` under any pytest import mode.
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+
+# --- Tiny KernelLLM stand-ins (tests/tiny_models.py; imported lazily, it pulls in torch and transformers) ---
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """Random-weight tiny Llama + Llama-3-style tokenizer; loads with AutoTokenizer/AutoModelForCausalLM."""
+    import tiny_models
+
+    return tiny_models.build_random_tiny_model(tmp_path_factory.mktemp("tiny-random-model"))
+
+
+@pytest.fixture(scope="session")
+def trained_model_dir() -> Path:
+    """Tiny Llama that answers any KernelBench prompt with tiny_models.PREPARED_REPLY, then END_OF_TEXT.
+
+    Cached on disk ($KERNELLLM_TEST_CACHE or ~/.cache/kernelllm-tests); the first build takes about a minute.
+    Shared: do not write into it.
+    """
+    import tiny_models
+
+    return tiny_models.trained_kernel_model_dir()
+
+
+@pytest.fixture(scope="session")
+def relu_module_source() -> str:
+    """A KernelBench-style module (class Model with torch.relu, small signed inputs) that no training prompt used."""
+    import tiny_models
+
+    return tiny_models.RELU_MODULE

@@ -1,0 +1,442 @@
+"""The server backend against a real OpenAI-compatible server: ``transformers serve`` in a child process on 127.0.0.1,
+serving the tiny test models. No HTTP is mocked here.
+
+Test setup around ``transformers serve`` (its source: transformers/cli/serving/):
+- its GET /v1/models lists the models of the Hugging Face cache (``scan_cache_dir``), not a directory it was given,
+  and the backend only uses a model the server lists; so the tiny models are placed in a private cache
+  (models--kernelllm-tests--NAME/snapshots/REV, files linked) and served by hub id, offline;
+- the random tiny model emits end-of-text after a few dozen tokens; the tests that cancel, stall or kill a stream need
+  one that goes on, so its copy here ("endless") has a generation config that names no end token;
+- it ignores ``n`` (it streams choice 0 only), which is what the K-requests fallback is for.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, GenerationError
+from repl.generation.server import ServerBackend, ServerError, completion_request, retry_transient, server_backend_from
+from repl.prompt import build_prompt
+from repl.settings import SamplingSettings
+from tiny_models import PREPARED_REPLY, RELU_MODULE
+
+ENDLESS = "kernelllm-tests/endless"
+TRAINED = "kernelllm-tests/trained"
+PROMPT = build_prompt(RELU_MODULE)
+SHORT = SamplingSettings(max_new_tokens=6)
+LONG = SamplingSettings(max_new_tokens=3000)  # minutes on a CPU: only ever cancelled, stalled or cut
+
+
+# -- a real server in a child process -----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def transformers_command() -> str:
+    """transformers' console script, next to this interpreter (a virtual environment's bin) or on PATH."""
+    found = shutil.which("transformers", path=str(Path(sys.executable).parent)) or shutil.which("transformers")
+    if found is None:
+        pytest.fail("the `transformers` command is missing: pip install -r requirements-dev.txt "
+                    "(it has transformers[serving])")
+    return found
+
+
+def hub_cache(root: Path, models: dict[str, Path], endless: set[str] = frozenset()) -> Path:
+    """A Hugging Face cache holding each model directory under a hub id (files linked, not copied)."""
+    for name, directory in models.items():
+        repo = root / ("models--" + name.replace("/", "--"))
+        revision = "0" * 40
+        snapshot = repo / "snapshots" / revision
+        snapshot.mkdir(parents=True)
+        for file in Path(directory).iterdir():
+            (snapshot / file.name).symlink_to(file.resolve())
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+        if name in endless:
+            config = json.loads((snapshot / "generation_config.json").read_text())
+            (snapshot / "generation_config.json").unlink()
+            (snapshot / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": None}))
+    return root
+
+
+class Server:
+    """``transformers serve`` on a free port, in its own process group; ready once GET /v1/models answers."""
+
+    def __init__(self, cache: Path, log: Path, force_model: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
+               "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
+        command = [transformers_command(), "serve", *([force_model] if force_model else []),
+                   "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning"]
+        with open(log, "w") as sink:
+            self.process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        self._wait_until_ready(deadline=time.monotonic() + 120)
+
+    def _wait_until_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"transformers serve exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx2.get(f"{self.url}/models", timeout=2).status_code == 200:
+                    return
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.2)  # polling a child process's port: there is no event to await
+        self.stop()
+        pytest.fail(f"transformers serve did not answer within the deadline:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+    def signal(self, number: int) -> None:
+        try:
+            os.killpg(self.process.pid, number)
+        except ProcessLookupError:  # already gone
+            pass
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model_dir, trained_model_dir):
+    """One server for the module, serving two models on demand (no model forced), as its cache lists them."""
+    root = tmp_path_factory.mktemp("served")
+    cache = hub_cache(root / "hub", {ENDLESS: tiny_model_dir, TRAINED: trained_model_dir}, endless={ENDLESS})
+    running = Server(cache, root / "server.log")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def backend(server):
+    with ServerBackend(server.url, model=ENDLESS) as backend:
+        yield backend
+
+
+@pytest.fixture
+def lone_server(tmp_path, tiny_model_dir):
+    """A server of its own, for the test that stops it: one model, preloaded."""
+    running = Server(hub_cache(tmp_path / "hub", {ENDLESS: tiny_model_dir}, endless={ENDLESS}), tmp_path / "log",
+                     force_model=ENDLESS)
+    yield running
+    running.stop()
+
+
+def is_one_line(message: str) -> bool:
+    return bool(message) and "\n" not in message and len(message) < 400
+
+
+def cancel_after(stream, pieces: int, cancel=None):
+    """Iterate the stream; after ``pieces`` pieces, have another thread cancel it (or do ``cancel``); returns the
+    seconds from the cancel to the end of the iteration."""
+    started = threading.Event()
+    cancelled_at = []
+
+    def canceller():
+        started.wait()
+        cancelled_at.append(time.monotonic())
+        (cancel or stream.cancel)()
+
+    thread = threading.Thread(target=canceller, daemon=True)
+    thread.start()
+    for count, _ in enumerate(stream, 1):
+        if count == pieces:
+            started.set()
+    thread.join(timeout=5)
+    assert cancelled_at, f"the stream ended after {count} pieces, before the cancel: {stream.reply.error}"
+    return time.monotonic() - cancelled_at[0]
+
+
+# -- streaming -----------------------------------------------------------------------------------------------------
+def test_pieces_concatenate_to_the_reply_and_the_servers_usage_counts_the_tokens(backend, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    stream = backend.stream(PROMPT, SHORT)
+    pieces = list(stream)
+    reply = stream.reply
+    assert "".join(pieces) == reply.text and pieces
+    # The server's length limit (max_tokens) reached: its finish_reason "length" is a truncated reply.
+    assert reply.finish_reason == TRUNCATED and reply.error is None
+    assert reply.tokens == SHORT.max_new_tokens  # usage.completion_tokens, not the (fewer) pieces
+    assert reply.first_token_at is not None and reply.finished_at >= reply.first_token_at
+    # The raw prompt was tokenized as the local backend does: the tokenizer's one BOS, no chat template around it.
+    assert stream.prompt_tokens == len(AutoTokenizer.from_pretrained(tiny_model_dir)(PROMPT).input_ids)
+
+
+def test_the_trained_model_answers_through_the_server_word_for_word(server, trained_model_dir):
+    from transformers import AutoTokenizer
+
+    with ServerBackend(server.url, model=TRAINED) as backend:
+        stream = backend.stream(PROMPT, SamplingSettings(temperature=0, max_new_tokens=600))
+        assert "".join(stream) == PREPARED_REPLY
+    reply = stream.reply
+    assert reply.finish_reason == FINISHED and reply.model == TRAINED
+    # The server's count less its end-of-text token: the reply's own tokens, as the local backend counts them.
+    tokenizer = AutoTokenizer.from_pretrained(trained_model_dir)
+    assert reply.tokens == len(tokenizer(PREPARED_REPLY, add_special_tokens=False).input_ids)
+
+
+def test_n_samples_from_a_server_that_ignores_n_come_from_separate_requests(backend):
+    first = backend.stream_many(PROMPT, SHORT, 3)
+    assert len(first) == 3
+    for stream in first:
+        assert "".join(stream) == stream.reply.text
+        assert stream.reply.finish_reason == TRUNCATED
+    assert backend.honours_n is False  # transformers serve streamed choice 0 only
+    again = backend.stream_many(PROMPT, SHORT, 2)  # now K requests straight away
+    for stream in again:
+        list(stream)
+    assert [stream.reply.finish_reason for stream in again] == [TRUNCATED, TRUNCATED]
+
+
+def test_cancel_from_another_thread_ends_the_reply_at_once_and_frees_the_server(backend):
+    stream = backend.stream(PROMPT, LONG)
+    assert cancel_after(stream, pieces=3) < 0.5
+    assert stream.reply.interrupted and stream.reply.text
+    # The connection was closed and the server stopped generating: the 3000-token reply would hold it for minutes.
+    started = time.monotonic()
+    follow_up = backend.stream(PROMPT, SHORT)
+    list(follow_up)
+    assert follow_up.reply.finish_reason == TRUNCATED and time.monotonic() - started < 30
+
+
+def test_closing_the_backend_interrupts_what_is_in_flight(server):
+    backend = ServerBackend(server.url, model=ENDLESS)
+    stream = backend.stream(PROMPT, LONG)
+    assert cancel_after(stream, pieces=2, cancel=backend.close) < 1
+    assert stream.reply.finish_reason == INTERRUPTED
+
+
+# -- failures: one line each, and the session goes on ----------------------------------------------------------------
+def test_a_wrong_model_name_is_one_line_listing_the_served_models(server):
+    with ServerBackend(server.url, model="facebook/KernelLLM") as backend:
+        with pytest.raises(GenerationError) as raised:
+            backend.stream(PROMPT, SHORT)
+    message = str(raised.value)
+    assert is_one_line(message)
+    assert "'facebook/KernelLLM'" in message and ENDLESS in message and TRAINED in message
+    assert "--server-model" in message
+
+
+def test_with_several_served_models_and_none_named_it_asks_for_one(server):
+    with ServerBackend(server.url) as backend:
+        with pytest.raises(GenerationError, match="several models.*--server-model") as raised:
+            backend.connect()
+    assert is_one_line(str(raised.value)) and ENDLESS in str(raised.value)
+
+
+def test_a_url_that_is_not_the_api_base_gets_the_404_and_a_hint(server):
+    with ServerBackend(server.url.removesuffix("/v1")) as backend:
+        with pytest.raises(GenerationError, match=r"404 Not Found.*/v1") as raised:
+            backend.connect()
+    assert is_one_line(str(raised.value))
+
+
+def test_a_server_that_is_not_running_is_reported_unreachable_at_once():
+    started = time.monotonic()
+    with ServerBackend(f"http://127.0.0.1:{free_port()}/v1") as backend:
+        with pytest.raises(ServerError, match="cannot reach the server.*connection refused") as raised:
+            backend.stream(PROMPT, SHORT)
+    assert is_one_line(str(raised.value)) and raised.value.transient
+    assert time.monotonic() - started < 5
+
+
+def test_a_stalled_stream_ends_after_the_read_timeout_with_a_one_line_error(server, backend):
+    list(backend.stream(PROMPT, SHORT))  # the model loaded, so that only the stall can outlast the short timeout
+    with ServerBackend(server.url, model=ENDLESS, timeout=3) as impatient:
+        stream = impatient.stream(PROMPT, LONG)
+        try:
+            stalled_for = cancel_after(stream, pieces=2, cancel=lambda: server.signal(signal.SIGSTOP))
+        finally:
+            server.signal(signal.SIGCONT)
+    assert 2.5 < stalled_for < 15
+    reply = stream.reply
+    assert reply.finish_reason == FAILED and is_one_line(reply.error) and "stalled" in reply.error
+    assert stream.failure.transient
+    follow_up = backend.stream(PROMPT, SHORT)  # the server, running again, serves the next request
+    list(follow_up)
+    assert follow_up.reply.finish_reason == TRUNCATED
+
+
+def test_a_failure_the_server_reports_inside_the_stream_is_one_line(backend):
+    # transformers serve reports generate()'s own errors as an error event in the stream (max_new_tokens=0 is one).
+    stream = backend.stream(PROMPT, SamplingSettings(max_new_tokens=0))
+    list(stream)
+    reply = stream.reply
+    assert reply.finish_reason == FAILED and is_one_line(reply.error) and "max_new_tokens" in reply.error
+
+
+def test_a_server_stopped_mid_stream_ends_the_reply_with_a_one_line_error(lone_server):
+    with ServerBackend(lone_server.url) as backend:
+        assert backend.connect() == ENDLESS  # the only served model, chosen without --server-model
+        stream = backend.stream(PROMPT, LONG)
+        assert cancel_after(stream, pieces=2, cancel=lambda: lone_server.signal(signal.SIGKILL)) < 5
+        reply = stream.reply
+        assert reply.finish_reason == FAILED and is_one_line(reply.error) and reply.text
+        assert "mid-reply" in reply.error or "before the reply was finished" in reply.error
+        lone_server.process.wait(timeout=10)
+        after = backend.stream(PROMPT, SHORT)  # the session goes on: the next reply fails with its own reason
+        list(after)
+        assert after.reply.finish_reason == FAILED and "cannot reach the server" in after.reply.error
+
+
+# -- n=K on servers that do not run here: vLLM honours it, llama.cpp refuses it ---------------------------------------
+class ScriptedServer(ThreadingHTTPServer):
+    """A real HTTP server on 127.0.0.1 (not mocked HTTP) that answers /v1/completions as vLLM does for n=K (the K
+    choices' chunks interleaved, told apart by ``index``, then a usage chunk and [DONE]) or, as ``refuse_n``, as
+    llama.cpp does (500 "Only one completion choice is allowed" for n>1). Each choice streams three pieces."""
+
+    def __init__(self, refuse_n: bool = False):
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.refuse_n = refuse_n
+        self.requests: list[dict] = []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "kernelllm"}]}))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        n = body.get("n", 1)
+        if n > 1 and self.server.refuse_n:
+            error = {"error": {"code": 500, "message": "Only one completion choice is allowed", "type": "server_error"}}
+            return self._send(500, "application/json", json.dumps(error))
+        events = [{"choices": [{"index": i, "text": f"{i}.{step} ", "finish_reason": None}]}
+                  for step in range(3) for i in range(n)]
+        events += [{"choices": [{"index": i, "text": "", "finish_reason": "length" if i == 0 else "stop"}]}
+                   for i in range(n)]
+        events.append({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3 * n, "total_tokens": 9}})
+        self._send(200, "text/event-stream", "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
+
+    def _send(self, status: int, content_type: str, text: str):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(text.encode())))
+        self.end_headers()
+        self.wfile.write(text.encode())
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def start(**options):
+        servers.append(ScriptedServer(**options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_that_honours_n_gives_k_replies_from_one_request(scripted):
+    server = scripted()
+    with ServerBackend(server.url) as backend:
+        streams = backend.stream_many(PROMPT, SamplingSettings(seed=7), 3)
+        texts = ["".join(stream) for stream in streams]
+    assert texts == [f"{i}.0 {i}.1 {i}.2 " for i in range(3)]
+    assert [stream.reply.finish_reason for stream in streams] == [TRUNCATED, FINISHED, FINISHED]
+    assert [stream.reply.tokens for stream in streams] == [3, 3, 3]  # pieces: an n=K usage is the total
+    assert backend.honours_n is True
+    assert [(request["n"], request["seed"]) for request in server.requests] == [(3, 7)]
+
+
+def test_a_server_that_refuses_n_gets_k_requests_with_consecutive_seeds(scripted):
+    server = scripted(refuse_n=True)
+    with ServerBackend(server.url) as backend:
+        first = backend.stream_many(PROMPT, SamplingSettings(seed=7), 3)
+        assert ["".join(stream) for stream in first] == ["0.0 0.1 0.2 "] * 3
+        assert backend.honours_n is False
+        again = backend.stream_many(PROMPT, SamplingSettings(seed=20), 2)
+        assert ["".join(stream) for stream in again] == ["0.0 0.1 0.2 "] * 2
+    assert [stream.reply.finish_reason for stream in first + again] == [TRUNCATED] * 5
+    assert [(request.get("n", 1), request["seed"]) for request in server.requests] == [
+        (3, 7), (1, 7), (1, 8), (1, 9), (1, 20), (1, 21)]
+
+
+# -- pieces that need no server --------------------------------------------------------------------------------------
+def test_the_request_is_a_raw_completion_with_the_sampling_settings():
+    settings = SamplingSettings(temperature=1.0, top_p=0.97, max_new_tokens=99, seed=5)
+    body = completion_request("m", PROMPT, settings, n=4)
+    assert "messages" not in body and body["prompt"] == PROMPT
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"], body["n"]) == (1.0, 0.97, 99, 5, 4)
+    assert body["stream"] is True
+
+
+def test_retry_transient_backs_off_exponentially_then_gives_up():
+    waits, calls = [], []
+
+    def flaky():
+        calls.append(1)
+        raise ServerError("busy", transient=True)
+
+    with pytest.raises(ServerError, match="busy"):
+        retry_transient(flaky, attempts=4, first_delay_s=1.0, sleep=waits.append)
+    assert len(calls) == 4 and len(waits) == 3
+    assert [1.0 * 2 ** i * 0.5 <= wait <= 1.0 * 2 ** i for i, wait in enumerate(waits)] == [True] * 3
+
+
+def test_retry_transient_returns_the_first_success_and_raises_permanent_errors_at_once():
+    outcomes = [ServerError("dropped", transient=True), "reply"]
+
+    def run():
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert retry_transient(run, sleep=lambda _: None) == "reply"
+    outcomes[:] = [ServerError("wrong model", transient=False), "never reached"]
+    with pytest.raises(ServerError, match="wrong model"):
+        retry_transient(run, sleep=lambda _: None)
+    assert outcomes == ["never reached"]
+
+
+def test_generate_retries_an_unreachable_server_then_returns_a_failed_reply():
+    with ServerBackend(f"http://127.0.0.1:{free_port()}/v1", model="m") as backend:
+        reply = backend.generate(PROMPT, SHORT, attempts=2, first_delay_s=0.01)
+    assert reply.finish_reason == FAILED and "cannot reach the server" in reply.error
+
+
+def test_the_command_line_values_pick_the_server_the_model_and_the_key(monkeypatch):
+    monkeypatch.delenv("KERNELLLM_SERVER", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert server_backend_from({"server": None}) is None
+    monkeypatch.setenv("KERNELLLM_SERVER", "http://gpu-box:8000/v1/")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    with server_backend_from({"server_model": "facebook/KernelLLM"}) as backend:
+        assert backend.base_url == "http://gpu-box:8000/v1" and backend.model == "facebook/KernelLLM"
+        assert backend.api_key == "sk-env"
+    with pytest.raises(ValueError, match="http"):
+        server_backend_from({"server": "gpu-box:8000"})
