@@ -49,9 +49,16 @@ class Engine:
     def start_loading(self) -> None:
         """Begin loading the local model in the background (no-op with a backend override or when started)."""
         if self.backend_override is None and self._loader is None:
-            options = self.options
-            self._loader = ModelLoader(
-                lambda report: load_model(options.model, options.device, options.dtype, on_progress=report)).start()
+            self._loader = ModelLoader(self._load_local_backend).start()
+
+    def _load_local_backend(self, report) -> Backend:
+        from repl.generation.fast_decode import FastLocalBackend
+
+        options = self.options
+        loaded = load_model(options.model, options.device, options.dtype, on_progress=report)
+        # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
+        # e.g. on the CPU) it hands generation to the plain generate() path.
+        return FastLocalBackend(loaded)
 
     @property
     def model_state(self) -> tuple[str, str]:
@@ -75,12 +82,12 @@ class Engine:
             raise GenerationError(self._loader.error)
         if self._loader.state != "ready":
             raise GenerationError(f"the model is still loading ({self._loader.message})")
-        from repl.generation.local import LocalBackend
+        return self._loader.result
 
-        with self._lock:
-            if not isinstance(getattr(self, "_local_backend", None), LocalBackend):
-                self._local_backend = LocalBackend(self._loader.result)
-            return self._local_backend
+    @property
+    def loaded_backend(self) -> Backend | None:
+        """The local backend once loaded, without waiting."""
+        return self._loader.result if self._loader is not None and self._loader.state == "ready" else None
 
     def wait_for_model(self, timeout: float | None = None) -> bool:
         if self._loader is None:

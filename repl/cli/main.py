@@ -10,7 +10,7 @@ from repl.generation.model_loading import DEFAULT_MODEL
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
-SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log"]
+SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log", "repl.cli.bench"]
 
 DESCRIPTION = """\
 Turn a PyTorch nn.Module into Triton kernels with Meta's KernelLLM, check them, keep the best.

@@ -31,8 +31,14 @@ class LoadedModel:
     dtype: str
 
     @property
+    def display_name(self) -> str:
+        """The hub id, or a local directory's last component (full paths crowd the toolbar)."""
+        path = Path(self.model_id).expanduser()
+        return path.name if path.is_dir() else self.model_id
+
+    @property
     def description(self) -> str:
-        return f"{self.model_id} on {self.device} ({self.dtype})"
+        return f"{self.display_name} on {self.device} ({self.dtype})"
 
 
 def resolve_device(device: str = "auto") -> str:

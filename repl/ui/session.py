@@ -269,6 +269,9 @@ class ReplSession:
         state, message = self.engine.model_state
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
+        reason = getattr(self.engine.backend_override or self.engine.loaded_backend, "reason", None)
+        if reason:
+            self.console.print(reason, style="hint")
 
     def show_help(self) -> None:
         table = Table(show_header=False, box=None, padding=(0, 2))

@@ -1,0 +1,136 @@
+"""`bench`: decode speed of the plain generate() path and the fast path side by side, time to first token, warm-up,
+start-up time and render overhead; a table on the terminal and every figure in JSON (--json OUT).
+
+Runs standalone too: python -m repl.cli.bench --random-weights --arch tiny --device cpu
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+DESCRIPTION = """\
+Benchmark generation: tokens/s of one stream and of K samples at once, for model.generate() (the plain path) and the
+fast decode path in one run; time to first token; compile/capture warm-up; seconds until the interactive prompt is
+drawn; the streaming view's CPU cost at a given token rate. Medians over --runs.
+
+--random-weights --arch llama-3.1-8b builds KernelLLM's exact architecture with random weights (no download; speed
+does not depend on the weights' values). --arch tiny runs in seconds on a CPU.
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("bench", help="benchmark generation speed, start-up and rendering",
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from repl.generation.random_weights import ARCHITECTURES
+
+    parser.add_argument("--random-weights", action="store_true",
+                        help="random weights of --arch instead of loading --model")
+    parser.add_argument("--arch", choices=list(ARCHITECTURES), default="llama-3.1-8b",
+                        help="architecture for --random-weights (default: llama-3.1-8b)")
+    # dest differs from the main command's --device/--dtype, which this must not override.
+    parser.add_argument("--device", dest="bench_device", default=None, help="auto, cuda or cpu (default: auto)")
+    parser.add_argument("--dtype", dest="bench_dtype", default=None, choices=["auto", "bf16", "fp16", "fp32"],
+                        help="default: auto = bf16 on CUDA, fp32 on CPU")
+    parser.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
+    parser.add_argument("--prompt-tokens", type=_positive, default=1000, help="prompt length (default: 1000)")
+    parser.add_argument("--new-tokens", type=_positive, default=256, help="tokens generated per run (default: 256)")
+    parser.add_argument("--samples", type=_positive, default=8, help="K, samples decoded at once (default: 8)")
+    parser.add_argument("--runs", type=_positive, default=3, help="runs per figure; medians reported (default: 3)")
+    parser.add_argument("--max-seq-len", type=_positive, default=4096,
+                        help="fast path's static cache length (default: 4096, as in the REPL)")
+    parser.add_argument("--render-tokens", type=int, default=2048,
+                        help="length of the synthetic reply for the render overhead, 0 to skip (default: 2048)")
+    parser.add_argument("--render-rate", type=float, default=200.0, help="its tokens/s (default: 200)")
+    parser.add_argument("--skip-plain", action="store_true", help="measure the fast path only")
+    parser.add_argument("--skip-startup", action="store_true", help="do not measure start-up time")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="CUDA: profile this many fast decode steps (kernel time by kind)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from repl.bench import BenchOptions, run_benchmark
+
+    console = Console(stderr=True, highlight=False)
+    options = BenchOptions(
+        arch=args.arch if args.random_weights else None, model=getattr(args, "model", None),
+        device=args.bench_device or getattr(args, "device", None) or "auto",
+        dtype=args.bench_dtype or getattr(args, "dtype", None) or "auto",
+        prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, samples=args.samples, runs=args.runs,
+        max_seq_len=args.max_seq_len, render_tokens=args.render_tokens, render_rate=args.render_rate,
+        plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps)
+    if options.arch is None and not options.model:
+        console.print("error: give --random-weights --arch ARCH, or --model for real weights", style="red")
+        return 2
+    started = time.monotonic()
+    save = lambda results: Path(args.json).expanduser().write_text(json.dumps(results, indent=2) + "\n")
+    results = run_benchmark(options, report=lambda message: console.print(
+        f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None)
+    Console(highlight=False, width=max(Console().width, 110)).print(results_table(results))
+    if args.json:
+        console.print(f"wrote {args.json}", style="dim")
+    return 0
+
+
+def results_table(results: dict):
+    from rich.table import Table
+
+    meta = results["meta"]
+    title = (f"{meta.get('gpu') or meta.get('cpu')} · {meta['dtype']} · torch {meta['torch']} · transformers "
+             f"{meta['transformers']} · prompt {meta['options']['prompt_tokens']}, {meta['options']['new_tokens']} "
+             f"new tokens, K={meta['options']['samples']}, median of {meta['options']['runs']}")
+    table = Table(title=title, title_justify="left")
+    for column in ("", "plain generate()", f"fast ({results.get('fast', {}).get('mode', '-')})", "goal"):
+        table.add_column(column, justify="right" if column else "left")
+    plain, fast = results.get("plain", {}), results.get("fast", {})
+    number = lambda value, spec: "-" if value is None else format(value, spec)
+    table.add_row("tokens/s, one stream", number(plain.get("tokens_per_s"), ".1f"),
+                  number(fast.get("tokens_per_s"), ".1f"), "≥ 160")
+    table.add_row(f"tokens/s, K={meta['options']['samples']} aggregate", number(plain.get("k_tokens_per_s"), ".1f"),
+                  number(fast.get("k_tokens_per_s"), ".1f"), "≥ 800")
+    table.add_row("time to first token, ms", number(plain.get("ttft_ms"), ".1f"), number(fast.get("ttft_ms"), ".1f"),
+                  "≤ 60")
+    warm = ", ".join(f"K={size}: {seconds:.1f}" for size, seconds in fast.get("warm_up_s", {}).items())
+    table.add_row("warm-up (compile + capture), s", "-", warm or "-", "background")
+    if "greedy" in results:
+        greedy = results["greedy"]
+        table.add_row("greedy tokens identical to plain", "", f"{greedy['identical_prefix']}/{greedy['tokens']}", "")
+    if "ceiling_tokens_per_s" in meta:
+        table.add_row("bandwidth ceiling, tokens/s", "", f"{meta['ceiling_tokens_per_s']:.0f}",
+                      f"at {meta['copy_bandwidth_gb_s']:.0f} GB/s")
+    if results.get("startup"):
+        table.add_row("start-up to prompt, s", number(results["startup"]["seconds"], ".2f"), "", "< 1")
+    if results.get("render"):
+        render = results["render"]
+        table.add_row(f"render overhead at {render['rate']:g} tok/s, %", number(render["overhead_percent"], ".2f"),
+                      "", "< 2")
+    if fast.get("reason"):
+        table.caption = fast["reason"]
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repl.cli.bench", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="hub id or directory of real weights (without --random-weights)")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The real loading and streaming path (from_pretrained + generate in a thread), on tiny models built offline."""
+
+import threading
+import time
+
+import pytest
+
+from repl.engine import Engine, EngineOptions
+from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError
+from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt
+from repl.generation.model_loading import ModelLoadError, load_model
+from repl.prompt import build_prompt
+from repl.settings import SamplingSettings
+from tiny_models import PREPARED_REPLY, RELU_MODULE
+
+
+@pytest.fixture(scope="module")
+def random_model(tiny_model_dir):
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def trained_model(trained_model_dir):
+    return load_model(str(trained_model_dir), device="cpu")
+
+
+GREEDY = SamplingSettings(temperature=0, max_new_tokens=600)
+
+
+def test_loads_on_the_cpu_in_fp32_by_default(random_model):
+    assert random_model.device == "cpu" and random_model.dtype == "float32"
+
+
+def test_the_prompt_starts_with_exactly_one_bos(random_model):
+    ids = encode_prompt(random_model.tokenizer, build_prompt(RELU_MODULE))[0].tolist()
+    bos = random_model.tokenizer.bos_token_id
+    assert ids[0] == bos and ids.count(bos) == 1
+
+
+def test_pieces_concatenate_to_the_reply_and_respect_max_new_tokens(random_model):
+    stream = LocalBackend(random_model).stream(build_prompt(RELU_MODULE), SamplingSettings(max_new_tokens=40, seed=3))
+    pieces = list(stream)
+    reply = stream.reply
+    assert "".join(pieces) == reply.text
+    assert reply.finish_reason in (FINISHED, TRUNCATED) and 0 < reply.tokens <= 40
+    assert reply.first_token_at is not None and reply.finished_at >= reply.first_token_at
+
+
+def test_the_same_seed_samples_the_same_reply(random_model):
+    backend = LocalBackend(random_model)
+    settings = SamplingSettings(max_new_tokens=30, seed=11)
+    first, second = (backend.stream(build_prompt(RELU_MODULE), settings) for _ in range(2))
+    assert "".join(first) == "".join(second)
+
+
+def test_the_trained_model_replies_with_the_whole_prepared_reply(trained_model):
+    # The reply is cut by token ids: not one character of its start is lost, nothing of the prompt is in it.
+    stream = LocalBackend(trained_model).stream(build_prompt(RELU_MODULE), GREEDY)
+    assert "".join(stream) == PREPARED_REPLY
+    assert stream.reply.finish_reason == FINISHED
+
+
+def test_cancel_stops_generation_at_once_and_marks_the_reply(trained_model):
+    stream = LocalBackend(trained_model).stream(build_prompt(RELU_MODULE), GREEDY)
+    pieces = iter(stream)
+    next(pieces)
+    cancelled_at = time.monotonic()
+    stream.cancel()
+    rest = list(pieces)
+    assert time.monotonic() - cancelled_at < 1.0
+    assert stream.reply.finish_reason == INTERRUPTED
+    assert PREPARED_REPLY.startswith(stream.reply.text) and len(stream.reply.text) < len(PREPARED_REPLY)
+    assert len(rest) < 20
+
+
+def test_incremental_decoding_matches_a_full_decode(trained_model):
+    tokenizer = trained_model.tokenizer
+    ids = tokenizer(PREPARED_REPLY + " é ü 🙂", add_special_tokens=False).input_ids
+    decoder = IncrementalDecoder(tokenizer)
+    text = "".join(decoder.add([token]) for token in ids)
+    assert text == decoder.full_text() == PREPARED_REPLY + " é ü 🙂"
+
+
+def test_a_missing_directory_is_a_one_line_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="no model directory at"):
+        load_model(str(tmp_path / "nowhere"), device="cpu")
+
+
+def test_weights_neither_cached_nor_reachable_say_how_to_get_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ModelLoadError) as error:
+        load_model("facebook/KernelLLM", device="cpu")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "hf download facebook/KernelLLM" in message and "--model PATH" in message
+
+
+def test_engine_loads_in_the_background_and_reports_failure_without_raising(tmp_path):
+    engine = Engine(EngineOptions(model=str(tmp_path / "nowhere"), device="cpu"))
+    engine.start_loading()
+    assert engine.wait_for_model(timeout=60)
+    state, message = engine.model_state
+    assert state == "failed" and "no model directory" in message
+    with pytest.raises(GenerationError, match="no model directory"):
+        engine.backend()
+
+
+def test_engine_gives_each_generation_its_own_seed():
+    engine = Engine(settings=SamplingSettings(seed=5))
+    assert [engine.next_settings().seed for _ in range(3)] == [5, 6, 7]
+    assert Engine().next_settings().seed is None
+
+
+def test_engine_streams_a_kernel_from_the_trained_model(trained_model_dir):
+    engine = Engine(EngineOptions(model=str(trained_model_dir), device="cpu"),
+                    SamplingSettings(temperature=0, max_new_tokens=600))
+    engine.start_loading()
+    stream = engine.stream_kernel(RELU_MODULE)
+    assert "".join(stream) == PREPARED_REPLY
