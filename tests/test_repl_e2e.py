@@ -3,56 +3,105 @@ kernel stream, :save it, quit."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pexpect
+import pyte
 import pytest
 
 from tiny_models import PREPARED_KERNEL, RELU_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
+ROWS, COLUMNS = 40, 120
+
+
+class _AnsweringScreen(pyte.HistoryScreen):
+    """Answers the program's cursor-position requests as a real terminal does (prompt_toolkit lays out its bottom
+    toolbar from the reply)."""
+
+    def __init__(self, child, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._child = child
+
+    def write_process_input(self, data: str) -> None:
+        self._child.send(data)
+
+
+class Terminal:
+    """The program's pseudo-terminal output replayed into a terminal emulator: tests wait for what the screen shows
+    (prompt_toolkit redraws only the characters that change, so the raw byte stream is no place to look)."""
+
+    def __init__(self, child: pexpect.spawn):
+        self.child = child
+        self.screen = _AnsweringScreen(child, COLUMNS, ROWS, history=5000)
+        self.stream = pyte.Stream(self.screen)
+
+    def text(self) -> str:
+        history = ["".join(char.data for char in line.values()) for line in self.screen.history.top]
+        return "\n".join(line.rstrip() for line in history + self.screen.display)
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            match = re.search(pattern, self.text())
+            if match:
+                return match
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{self.text()[-3000:]}")
+            try:
+                self.stream.feed(self.child.read_nonblocking(65536, timeout=0.2))
+            except pexpect.TIMEOUT:
+                pass
+
+    def send(self, keys: str) -> None:
+        self.child.send(keys)
 
 
 @pytest.fixture
 def repl(trained_model_dir, tmp_path):
-    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color",
-                   "COLUMNS": "120", "LINES": "40"}
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
     environment.pop("NO_COLOR", None)
     child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(trained_model_dir),
                                            "--max-new-tokens", "600", "--temperature", "0"],
-                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(40, 120), timeout=120)
-    child.expect("paste a PyTorch module")
-    yield child
+                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    terminal = Terminal(child)
+    terminal.wait_for("paste a PyTorch module")
+    yield terminal
     child.terminate(force=True)
 
 
-def test_paste_stream_save_and_quit(repl, tmp_path):
-    repl.expect("model: .* on cpu")  # the toolbar shows when the model is ready
+def test_paste_stream_save_run_and_quit(repl, tmp_path):
+    repl.wait_for(r"model: trained-kernel-model-\w+ on cpu")  # the toolbar shows when the model is ready
     repl.send(PASTE_START + RELU_MODULE + PASTE_END)
+    repl.wait_for("Enter: generate a Triton kernel for this module")
     repl.send("\r")
-    repl.expect(r"\d+ tokens · [\d.]+ tok/s")  # the status line of the finished stream
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")  # the status line under the finished kernel
+    screen = repl.text()
+    for line in PREPARED_KERNEL.splitlines():
+        assert line.rstrip() in screen  # printed whole, no gutter or border on the code lines
     repl.send(":save\r")
-    repl.expect("Saved .*relu_triton.py")
+    repl.wait_for("Saved .*relu_triton.py")
     saved = (tmp_path / "relu_triton.py").read_text()
     assert saved.endswith(PREPARED_KERNEL)
     repl.send(":run --trials 2\r")
-    repl.expect("checking")
-    repl.expect("correct", timeout=240)  # checked in the isolated worker under Triton's CPU interpreter
+    repl.wait_for(r"verdict +correct", timeout=240)  # checked in the isolated worker, Triton's CPU interpreter
     repl.send(":quit\r")
-    repl.expect(pexpect.EOF)
-    repl.wait()
-    assert repl.exitstatus == 0
+    repl.child.expect(pexpect.EOF, timeout=30)
+    repl.child.wait()
+    assert repl.child.exitstatus == 0
     assert (tmp_path / "home" / "input_history").exists()
 
 
 def test_prompt_is_usable_while_the_model_loads_and_ctrl_d_exits(repl):
     repl.send(":set\r")
-    repl.expect("max_new_tokens +600")
+    repl.wait_for("max_new_tokens +600")
     repl.send("\x04")
-    repl.expect(pexpect.EOF)
+    repl.child.expect(pexpect.EOF, timeout=30)
 
 
 @pytest.fixture
@@ -74,17 +123,22 @@ def test_ctrl_c_stops_a_stream_keeps_the_partial_reply_and_returns_to_the_prompt
     environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
     child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(endless_model_dir),
                                            "--max-new-tokens", "100000"],
-                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(30, 100), timeout=120)
+                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    terminal = Terminal(child)
     try:
-        child.expect("model: .* on cpu")
-        child.send(PASTE_START + RELU_MODULE + PASTE_END + "\r")
-        child.expect(r"[1-9]\d* tokens · [\d.]+ tok/s")  # streaming has begun
+        terminal.wait_for(r"model: endless on cpu")
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for(r"[1-9]\d* tokens · [\d.]+ tok/s")  # streaming has begun
         child.sendintr()
-        child.expect("interrupted", timeout=10)
-        child.send(":raw\r")  # the partial reply is kept and the prompt works
-        child.expect("paste a PyTorch module|Enter:")
-        child.send(":quit\r")
-        child.expect(pexpect.EOF)
+        interrupted_at = time.monotonic()
+        terminal.wait_for(r"tokens · [\d.]+ tok/s · [\d.]+ s +interrupted", timeout=10)
+        assert time.monotonic() - interrupted_at < 5
+        terminal.send(":raw\r")  # the partial reply is kept and the prompt works
+        terminal.wait_for("paste a PyTorch module or type :help")
+        terminal.send(":quit\r")
+        child.expect(pexpect.EOF, timeout=30)
     finally:
         child.terminate(force=True)
     log = subprocess.run([sys.executable, str(REPO / "kernelllm.py"), "log", "--json"], capture_output=True,

@@ -85,10 +85,13 @@ def settings_from(args):
 def engine_from(args):
     from repl.engine import Engine, EngineOptions
 
-    from repl.generation.server import server_backend_from
+    server = None
+    if args.server or os.environ.get("KERNELLLM_SERVER"):  # imported only then: the local path needs no HTTP client
+        from repl.generation.server import server_backend_from
 
+        server = server_backend_from(args)
     return Engine(EngineOptions(model=args.model, device=args.device, dtype=args.dtype), settings_from(args),
-                  backend_override=server_backend_from(args))
+                  backend_override=server)
 
 
 def main(argv: list[str] | None = None) -> int:
