@@ -392,8 +392,8 @@ class FastLocalBackend:
 
     @property
     def description(self) -> str:
-        suffix = {"ready": "fast decoding", "warming up": "fast decoding warming up"}.get(self.state, "plain decoding")
-        return f"{self.loaded.description}, {suffix}"
+        suffix = {"ready": ", fast decoding", "warming up": ", fast decoding warming up"}.get(self.state, "")
+        return f"{self.loaded.description}{suffix}"
 
     def _warm_up(self, batch_sizes) -> None:
         use_user_cache_dir()
