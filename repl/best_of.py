@@ -23,7 +23,7 @@ from typing import Callable
 
 from repl.engine import Attempt, Engine
 from repl.extract import extract_kernel_code
-from repl.generation import INTERRUPTED, Reply
+from repl.generation import FAILED, INTERRUPTED, Reply
 from repl.module_source import inspect_module_source
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
@@ -65,6 +65,11 @@ class Candidate(Attempt):
             return None
         end = self.check_finished_at or (None if self.state in (QUEUED, CHECKING) else self.reply.finished_at)
         return (end or time.monotonic()) - self.reply.started_at
+
+
+# A candidate whose generation failed transiently (a server that dropped the connection, answered 5xx or stalled) is
+# sampled again, up to this many times, waiting 1 s, 2 s, 4 s... first: eval runs unattended for hours.
+TRANSIENT_RETRIES = 3
 
 
 def rank_key(candidate: Candidate):
@@ -247,9 +252,9 @@ class BestOfRun:
                     candidate.name, candidate.reply = name, reply
                     self._submit_check(candidate)
             else:
-                backend = self.engine.backend()
-                prompt = build_prompt(self.module_code)
-                settings = self.settings or self.engine.settings
+                backend = self._backend = self.engine.backend()
+                prompt = self._prompt = build_prompt(self.module_code)
+                settings = self._sampling = self.settings or self.engine.settings
                 if settings.greedy and len(self.candidates) > 1:
                     raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
                                      "set a temperature above 0 (e.g. :set temperature 1.0)")
@@ -280,7 +285,7 @@ class BestOfRun:
         for thread in threads:
             thread.join()
 
-    def _consume(self, candidate: Candidate, stream) -> None:
+    def _consume(self, candidate: Candidate, stream, retries: int = TRANSIENT_RETRIES) -> None:
         candidate.reply, candidate.state = stream.reply, GENERATING
         with self._lock:
             self._streams.append(stream)
@@ -301,8 +306,25 @@ class BestOfRun:
         if stream.reply.finish_reason == INTERRUPTED:
             candidate.state = DONE  # unfinished: dropped from the candidates when the run ends
             self.on_progress(candidate)
+        elif self._retry_transient_failure(candidate, stream, retries):
+            return
         else:
             self._submit_check(candidate)
+
+    def _retry_transient_failure(self, candidate: Candidate, stream, retries: int) -> bool:
+        """Sample the candidate again after a transient backend failure; True when a retry took over."""
+        failure = getattr(stream, "failure", None)
+        if stream.reply.finish_reason != FAILED or not getattr(failure, "transient", False) or retries <= 0:
+            return False
+        delay = 2.0 ** (TRANSIENT_RETRIES - retries)
+        if self.cancel_event.wait(delay):  # waits, unless the run is cancelled meanwhile
+            return False
+        try:
+            retry = self._backend.stream(self._prompt, self.engine.next_settings(self._sampling))
+        except Exception:  # the server is still away: keep the failed reply as the candidate's verdict
+            return False
+        self._consume(candidate, retry, retries - 1)
+        return True
 
     def _stop_streams(self) -> None:
         with self._lock:

@@ -246,11 +246,13 @@ class EvalReport:
 
 def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
-             cancel: threading.Event | None = None,
+             cancel: threading.Event | None = None, concurrency: int | None = None,
              on_progress: Callable[[EvalProgress], None] | None = None) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
     DIR/<problem>/ (at most `samples` of them, all when None). Checks of different problems run at once up to
-    check.jobs. Raises ResultsFileError (bad out_path) or the first error that stopped a run."""
+    check.jobs. `concurrency`: generation requests in flight at once (useful with a server); problems are sampled
+    concurrency // samples at a time (default: one at a time). Raises ResultsFileError (bad out_path) or the first
+    error that stopped a run."""
     if (engine is None) == (candidates_dir is None):
         raise ValueError("evaluate needs either an engine or a candidates folder")
     check = check or CheckOptions()
@@ -264,6 +266,7 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
 
     pool = CheckPool(check, cancel)
     in_flight: list[tuple[Problem, BestOfRun]] = []
+    problems_at_once = max(1, (concurrency or 1) // max(samples or 1, 1)) if candidates_dir is None else 1
 
     def on_candidate(candidate: Candidate) -> None:
         if candidate.state == "done" and candidate.check is not None:
@@ -308,7 +311,11 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
                 run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, cancel=cancel,
                                 on_progress=on_candidate, source_name=problem.name)
             in_flight.append((problem, run.start()))
-            while not run.wait_generated(0.1):
+            while True:  # the next problem starts generating once fewer than problems_at_once are
+                generating = [run for _, run in in_flight if not run.wait_generated(0)]
+                if len(generating) < problems_at_once:
+                    break
+                generating[0].wait_generated(0.1)
                 harvest(block=False)
             # Keep the check queue fed but short: a problem is recorded only once all its checks are done.
             while len(in_flight) > check.jobs:

@@ -454,3 +454,33 @@ def test_samples_with_no_correct_kernel_writes_the_best_ranked_and_exits_1(stand
     captured = capsys.readouterr()
     assert status == 1 and captured.out == "" and out.read_text() == WRONG_KERNEL
     assert "no candidate is correct; writing the best-ranked (candidate 2: mismatch" in captured.err
+
+
+# -- transient failures ----------------------------------------------------------------------------------------------
+
+class FailingStream(ReplayStream):
+    """A stream that ends at once as a failed reply, as the server backend reports a dropped connection."""
+
+    def __init__(self, settings, transient):
+        super().__init__([], settings)
+        self.failure = type("Failure", (), {"transient": transient})()
+
+    def __iter__(self):
+        self.reply.finish_reason, self.reply.error = "error", "server dropped the connection"
+        return iter(())
+
+
+def test_a_transient_backend_failure_is_sampled_again(stand_in_checker, monkeypatch):
+    monkeypatch.setattr(best_of_module, "TRANSIENT_RETRIES", 1)  # one retry, after a 1 s wait
+    backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=True), replay(PREPARED_REPLY))
+    run = BestOfRun(RELU_MODULE, 1, engine=engine_for(backend)).start()
+    assert run.wait(30)
+    assert len(backend.prompts) == 2
+    assert run.ranked()[0].verdict == "correct"
+
+
+def test_a_permanent_backend_failure_is_not_retried(stand_in_checker):
+    backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=False), replay(PREPARED_REPLY))
+    run = BestOfRun(RELU_MODULE, 1, engine=engine_for(backend)).start()
+    assert run.wait(30)
+    assert len(backend.prompts) == 1

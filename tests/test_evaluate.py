@@ -195,3 +195,37 @@ def test_model_candidates_are_sampled_k_per_problem_with_the_tiny_random_model(t
     assert [r.n for r in report.results] == [2, 2, 2]
     assert [c["file"] for c in report.results[0].candidates] == ["sample_1", "sample_2"]
     assert report.summary["pass_at"] == {"1": 0.0, "2": 0.0}  # noise is never a correct kernel
+
+
+def test_concurrency_samples_several_problems_at_once(stand_in_checker):
+    """With a server in mind: --concurrency 4 and 2 samples keep two problems generating together."""
+    import time
+
+    from replay_backend import ReplayStream
+
+    active, most_active = [0], [0]
+    lock = threading.Lock()
+
+    class SlowStream(ReplayStream):
+        def __iter__(self):
+            with lock:
+                active[0] += 1
+                most_active[0] = max(most_active[0], active[0])
+            time.sleep(0.3)
+            yield from super().__iter__()
+            with lock:
+                active[0] -= 1
+
+    class SlowBackend:
+        description = "slow replaying backend (test double)"
+
+        def stream(self, prompt, settings):
+            return SlowStream(["```python\nclass ModelNew: pass\n```"], settings)
+
+    problems = find_problems(PROBLEMS)
+    engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0), backend_override=SlowBackend())
+    evaluate(problems, engine=engine, samples=2, concurrency=4)
+    assert most_active[0] == 2  # two problems, one stream each at a time (no stream_many): 2 in flight
+    most_active[0] = 0
+    evaluate(problems, engine=engine, samples=2)
+    assert most_active[0] == 1

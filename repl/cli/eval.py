@@ -60,6 +60,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write results here after each problem; an existing OUT is resumed")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="checks at once (default 1); with several GPUs they go one per GPU")
+    parser.add_argument("--concurrency", type=int, metavar="N",
+                        help="generation requests in flight at once, across problems (default: --samples, one "
+                             "problem at a time); with --server, set it to what the server can batch")
     parser.add_argument("--trials", type=int, default=5, metavar="N", help="random inputs per check (default 5)")
     parser.add_argument("--timeout", type=float, metavar="S", help="seconds per check (default: the checker's)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -83,6 +86,8 @@ def _argument_problem(args) -> str | None:
         return "--samples must be at least 1"
     if args.jobs < 1:
         return "--jobs must be at least 1"
+    if args.concurrency is not None and args.concurrency < 1:
+        return "--concurrency must be at least 1"
     if args.trials < 1:
         return "--trials must be at least 1"
     if args.timeout is not None and args.timeout <= 0:
@@ -145,6 +150,7 @@ def run(args) -> int:
 
         try:
             report = evaluate(problems, engine=engine, candidates_dir=args.candidates, samples=args.samples,
+                              concurrency=args.concurrency,
                               check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress)
         except ResultsFileError as error:
             print(f"eval: error: {error}", file=sys.stderr)
