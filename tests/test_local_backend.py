@@ -1,6 +1,5 @@
 """The real loading and streaming path (from_pretrained + generate in a thread), on tiny models built offline."""
 
-import threading
 import time
 
 import pytest

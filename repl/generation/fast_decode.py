@@ -25,8 +25,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Reply
-from repl.generation.local import IncrementalDecoder, LocalBackend, _describe_generation_failure, encode_prompt
+from repl.generation import Reply
+from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
 
@@ -330,24 +330,10 @@ class FastReplyStream:
             if piece:
                 reply.text += piece
                 yield piece
-        self._finish()
-
-    def _finish(self) -> None:  # as LocalReplyStream._finish
-        reply = self.reply
-        reply.finished_at = time.monotonic()
-        reply.text = self._decoder.full_text()
-        ids = self._decoder.ids
-        if self._error is not None:
-            reply.finish_reason, reply.error = FAILED, _describe_generation_failure(self._error)
-        elif self._cancelled.is_set():
-            reply.finish_reason = INTERRUPTED
-        elif ids and ids[-1] in self._end_ids:
-            reply.finish_reason = FINISHED
-            reply.tokens -= 1  # the end-of-text token is not part of the reply
-        elif len(ids) >= reply.settings.max_new_tokens:
-            reply.finish_reason = TRUNCATED
-        else:
-            reply.finish_reason = FINISHED
+        held_back = settle_reply(reply, self._decoder, self._end_ids, cancelled=self._cancelled.is_set(),
+                                 error=self._error)
+        if held_back:
+            yield held_back
 
 
 def use_user_cache_dir() -> None:

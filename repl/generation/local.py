@@ -73,6 +73,29 @@ class IncrementalDecoder:
         return self._tokenizer.decode(self.ids, skip_special_tokens=True)
 
 
+def settle_reply(reply: Reply, decoder: IncrementalDecoder, end_ids: set[int], *, cancelled: bool,
+                 error: BaseException | None = None) -> str:
+    """Give a stream's reply its final text and finish reason, from the token ids it received; returns the text the
+    decoder still held back (a character cut at the very end), which the stream yields last."""
+    streamed = reply.text
+    reply.finished_at = time.monotonic()
+    reply.text = decoder.full_text()
+    ids = decoder.ids
+    if error is not None:
+        reply.finish_reason, reply.error = FAILED, _describe_generation_failure(error)
+    elif ids and ids[-1] in end_ids:
+        reply.finish_reason = FINISHED
+        reply.tokens -= 1  # the end-of-text token is not part of the reply
+    elif cancelled:
+        reply.finish_reason = INTERRUPTED
+    elif len(ids) >= reply.settings.max_new_tokens:
+        reply.finish_reason = TRUNCATED
+    else:
+        reply.finish_reason = FINISHED
+    held_back = reply.text[len(streamed):]
+    return held_back if held_back and reply.text.startswith(streamed) else ""
+
+
 class _CancelCriterion(StoppingCriteria):
     def __init__(self, cancelled: threading.Event):
         self._cancelled = cancelled
@@ -164,27 +187,10 @@ class LocalReplyStream:
                 reply.text += piece
                 yield piece
         self._thread.join()
-        streamed = reply.text
-        self._finish()
-        if len(reply.text) > len(streamed) and reply.text.startswith(streamed):
-            yield reply.text[len(streamed):]  # what the decoder held back: a character cut at the end
-
-    def _finish(self) -> None:
-        reply = self.reply
-        reply.finished_at = time.monotonic()
-        reply.text = self._decoder.full_text()
-        ids = self._decoder.ids
-        if self._error is not None:
-            reply.finish_reason, reply.error = FAILED, _describe_generation_failure(self._error)
-        elif self._cancelled.is_set():
-            reply.finish_reason = INTERRUPTED
-        elif ids and ids[-1] in self._end_ids:
-            reply.finish_reason = FINISHED
-            reply.tokens -= 1  # the end-of-text token is not part of the reply
-        elif len(ids) >= reply.settings.max_new_tokens:
-            reply.finish_reason = TRUNCATED
-        else:
-            reply.finish_reason = FINISHED
+        held_back = settle_reply(reply, self._decoder, self._end_ids, cancelled=self._cancelled.is_set(),
+                                 error=self._error)
+        if held_back:
+            yield held_back
 
 
 def _describe_generation_failure(error: BaseException) -> str:
@@ -336,24 +342,7 @@ class LocalBatchMemberStream:
             if token in end_ids or len(self._decoder.ids) >= reply.settings.max_new_tokens:
                 break
         if reply.finish_reason is None:
-            streamed = reply.text
-            self._finish()
-            if len(reply.text) > len(streamed) and reply.text.startswith(streamed):
-                yield reply.text[len(streamed):]  # what the decoder held back: a character cut at the end
-
-    def _finish(self) -> None:
-        reply = self.reply
-        reply.finished_at = time.monotonic()
-        reply.text = self._decoder.full_text()
-        ids = self._decoder.ids
-        if ids and ids[-1] in self._batch.end_ids:
-            reply.finish_reason = FINISHED
-            reply.tokens -= 1  # the end-of-text token is not part of the reply
-        elif self._cancelled.is_set():
-            reply.finish_reason = INTERRUPTED
-        elif self._ended_by_generate and self._batch.error is not None:
-            reply.finish_reason, reply.error = FAILED, _describe_generation_failure(self._batch.error)
-        elif len(ids) >= reply.settings.max_new_tokens:
-            reply.finish_reason = TRUNCATED
-        else:
-            reply.finish_reason = FINISHED
+            error = self._batch.error if self._ended_by_generate else None
+            held_back = settle_reply(reply, self._decoder, end_ids, cancelled=self._cancelled.is_set(), error=error)
+            if held_back:
+                yield held_back

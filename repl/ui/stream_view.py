@@ -131,7 +131,7 @@ def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") 
             console.print("The kernel may be incomplete (the reply was cut short); :regen samples a new one.",
                           style="warn")
     elif reply.text.strip():
-        console.print(Rule(Text(f" reply (no code block found) ", style="warn"), style="hint"))
+        console.print(Rule(Text(" reply (no code block found) ", style="warn"), style="hint"))
         console.print(Text(reply.text.rstrip("\n")))
         console.print(Rule(status_line(reply), style="hint"))
     else:
