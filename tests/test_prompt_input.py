@@ -93,3 +93,17 @@ def test_plain_input_fallback_reads_a_module_until_a_blank_line(monkeypatch):
     plain = PlainInput(InputOptions())
     assert plain.read() == MODULE
     assert plain.read() == ":run"
+
+
+def test_tab_completes_command_names_and_paths(tmp_path, monkeypatch):
+    from prompt_toolkit.document import Document
+
+    from repl.ui.prompt_input import CommandCompleter
+
+    (tmp_path / "relu_module.py").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    completer = CommandCompleter(lambda: ["save", "set", "show", "load"], lambda name: name in {"save", "load"})
+    complete = lambda text: [c.text for c in completer.get_completions(Document(text, len(text)), None)]
+    assert complete(":s") == [":save", ":set", ":show"]
+    assert complete(":load relu_m") == ["odule.py"]
+    assert complete(":set relu_m") == []  # :set takes no path

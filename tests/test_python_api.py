@@ -1,0 +1,45 @@
+"""The public Python API keeps the original script's interface, without its defects."""
+
+import pytest
+
+from kernelllm import KernelLLM, extract_kernel_code
+from repl.generation import GenerationError
+from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
+
+
+@pytest.fixture(scope="module")
+def model(trained_model_dir):
+    return KernelLLM(model_name=str(trained_model_dir), device="cpu")
+
+
+def test_generate_triton_returns_the_whole_reply(model):
+    reply = model.generate_triton(RELU_MODULE, temperature=0, max_new_tokens=600)
+    assert reply == PREPARED_REPLY  # the reply's start is not cut (token-id slicing)
+    assert extract_kernel_code(reply) == PREPARED_KERNEL
+
+
+def test_stream_raw_yields_pieces_of_the_continuation(model):
+    from repl.prompt import build_prompt
+
+    pieces = list(model.stream_raw(build_prompt(RELU_MODULE), temperature=0, max_new_tokens=600))
+    assert len(pieces) > 10 and "".join(pieces) == PREPARED_REPLY
+
+
+def test_generate_raw_uses_the_prompt_verbatim(model):
+    text = model.generate_raw("def relu(x):", temperature=0, max_new_tokens=5)
+    assert isinstance(text, str) and not text.startswith("def relu")
+
+
+def test_sampling_defaults_are_the_model_cards(model):
+    import inspect
+
+    signature = inspect.signature(KernelLLM.generate_triton)
+    assert signature.parameters["temperature"].default == 1.0
+    assert signature.parameters["top_p"].default == 0.97
+    assert signature.parameters["max_new_tokens"].default == 2048
+    assert model.device == "cpu"
+
+
+def test_a_missing_model_raises_a_one_line_error(tmp_path):
+    with pytest.raises(GenerationError, match="no model directory"):
+        KernelLLM(model_name=str(tmp_path / "nowhere"), device="cpu")
