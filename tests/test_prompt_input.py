@@ -85,14 +85,16 @@ def test_toolbar_hint_says_what_enter_will_do():
     assert "Not valid Python" in enter_hint("def f(:")
 
 
-def test_plain_input_fallback_reads_a_module_until_a_blank_line(monkeypatch):
+def test_plain_input_fallback_reads_a_pasted_module_with_blank_lines(monkeypatch):
     from repl.ui.prompt_input import PlainInput
 
-    lines = iter(MODULE.split("\n")[:-1] + ["", ":run"])
-    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    runnable = MODULE + "\n\ndef get_inputs():\n    return []\n\n\ndef get_init_inputs():\n    return []\n"
+    typed = iter(runnable.split("\n")[:-1] + ["", ":run", MODULE.rstrip("\n"), "."])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
     plain = PlainInput(InputOptions())
-    assert plain.read() == MODULE
+    assert plain.read() == runnable  # blank lines inside the module do not end it; one after get_init_inputs does
     assert plain.read() == ":run"
+    assert plain.read() == MODULE  # a line holding only "." ends a module without get_inputs
 
 
 def test_tab_completes_command_names_and_paths(tmp_path, monkeypatch):

@@ -159,7 +159,11 @@ class ModuleInput:
 
 class PlainInput:
     """Line-by-line input() for terminals that cannot host prompt_toolkit (aider added the same fallback after crash
-    reports from such consoles). A module ends at a blank line once it is complete; a :command at its line's end."""
+    reports from such consoles). A paste arrives as lines, indistinguishable from typing, so a module ends at a line
+    holding only ".", at Ctrl-D, or at a blank line once it has get_inputs() and get_init_inputs(); a :command ends
+    with its line."""
+
+    HINT = "End a module with a line holding only '.', or Ctrl-D."
 
     def __init__(self, options: InputOptions):
         self.options = options
@@ -175,14 +179,25 @@ class PlainInput:
                     raise EOFError from None
                 lines = []
                 continue
+            except EOFError:
+                if lines:
+                    return "\n".join(lines) + "\n"
+                raise
+            if not lines and line.strip().startswith(":"):
+                return line
+            if line.strip() == ".":
+                return "\n".join(lines) + "\n"
             text = "\n".join(lines + [line])
-            if text.strip().startswith(":") or (not line.strip() and inspect_module_source(text).is_module):
+            if not line.strip() and inspect_module_source(text).runnable:
                 return text
             lines.append(line)
 
 
 def make_module_input(options: InputOptions):
-    """prompt_toolkit where the terminal can host it, plain input() elsewhere."""
+    """prompt_toolkit where the terminal can host it, plain input() elsewhere (a dumb terminal cannot take
+    bracketed paste or redraws: prompt_toolkit's own dumb mode turns a pasted module's line breaks into Enters)."""
+    if os.environ.get("TERM", "") in {"dumb", "unknown"}:
+        return PlainInput(options)
     try:
         return ModuleInput(options)
     except Exception:  # prompt_toolkit raises assorted errors on consoles it cannot drive

@@ -47,6 +47,8 @@ class ReplSession:
     def run(self) -> None:
         self.engine.start_loading()
         self.console.print(WELCOME, style="hint")
+        if hasattr(self.input, "HINT"):
+            self.console.print(self.input.HINT, style="hint")
         keep = ""  # text put back into the buffer after a rejected submission
         while True:
             try:
