@@ -213,16 +213,22 @@ class SessionLog:
         if not enabled:
             return cls(None, None)
         path = Path(path) if path is not None else default_log_path()
-        db = None
-        try:
+
+        def connect() -> sqlite3.Connection:
             path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")  # WAL + FULL: a committed write survives a power cut too
-            migrate(db)
-        except (sqlite3.Error, OSError) as error:
-            if db is not None:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = FULL")  # WAL + FULL: a committed write survives a power cut too
+                migrate(db)
+            except BaseException:
                 db.close()
+                raise
+            return db
+
+        try:
+            db = _retry_when_busy(connect)
+        except (sqlite3.Error, OSError) as error:
             log = cls(None, path, on_warning=on_warning)
             log._give_up(error)
             return log
@@ -264,7 +270,7 @@ class SessionLog:
             if self._db is None:
                 return default
             try:
-                return work(self._db)
+                return _retry_when_busy(lambda: work(self._db))
             except (sqlite3.Error, OSError) as error:
                 self._give_up(error)
                 return default
@@ -354,6 +360,22 @@ _ENTRY_QUERY = """
     SELECT r.*, m.name AS module_name, m.code AS module_code, m.source_name,
            (SELECT c.result FROM checks c WHERE c.reply_id = r.id ORDER BY c.id DESC LIMIT 1) AS check_result
     FROM replies r JOIN modules m ON m.id = r.module_id"""
+
+
+def _retry_when_busy(work: Callable[[], object], attempts: int = 4):
+    """work(), tried again a few times when SQLite answers "locked" or "busy" at once: some lock conflicts between two
+    sessions (two connections opening a new WAL database together, a write that would deadlock) skip the busy
+    timeout and fail immediately; a moment later they succeed."""
+    for attempt in range(attempts):
+        started = time.monotonic()
+        try:
+            return work()
+        except sqlite3.OperationalError as error:
+            busy = "locked" in str(error) or "busy" in str(error)
+            waited_out = time.monotonic() - started > 1.0  # the busy timeout ran out: a lock really held, give up
+            if not busy or waited_out or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * 2 ** attempt)
 
 
 def _entry(row: sqlite3.Row) -> LogEntry:
