@@ -96,103 +96,6 @@ def settle_reply(reply: Reply, decoder: IncrementalDecoder, end_ids: set[int], *
     return held_back if held_back and reply.text.startswith(streamed) else ""
 
 
-class _CancelCriterion(StoppingCriteria):
-    def __init__(self, cancelled: threading.Event):
-        self._cancelled = cancelled
-
-    def __call__(self, input_ids, scores, **kwargs):
-        return torch.full((input_ids.shape[0],), self._cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
-
-
-class _QueueStreamer(BaseStreamer):
-    """Receives token ids from generate(); the first put() is the prompt, which is skipped."""
-
-    def __init__(self, sink: queue.Queue):
-        self._sink = sink
-        self._prompt_seen = False
-
-    def put(self, value):
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        self._sink.put(value.reshape(-1).tolist())
-
-    def end(self):
-        self._sink.put(_END)
-
-
-class LocalReplyStream:
-    """One generation running in a worker thread; iterate for text pieces, cancel() to stop."""
-
-    def __init__(self, loaded: LoadedModel, prompt: str, settings: SamplingSettings, seed: int | None = None):
-        self.reply = Reply(model=loaded.model_id, settings=settings)
-        self._loaded = loaded
-        self._cancelled = threading.Event()
-        self._tokens: queue.Queue = queue.Queue()
-        self._decoder = IncrementalDecoder(loaded.tokenizer)
-        self._error: BaseException | None = None
-        self._hit_eos = False
-        self._prompt_ids = encode_prompt(loaded.tokenizer, prompt).to(loaded.model.device)
-        self._seed = seed
-        eos = loaded.model.generation_config.eos_token_id
-        eos = eos if eos is not None else loaded.tokenizer.eos_token_id
-        self._end_ids = set(eos) if isinstance(eos, list) else {eos}
-        self._thread = threading.Thread(target=self._generate, name="generate", daemon=True)
-        self._thread.start()
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self._prompt_ids.shape[1]
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    def _generate(self) -> None:
-        model, tokenizer = self._loaded.model, self._loaded.tokenizer
-        settings = self.reply.settings
-        eos = sorted(self._end_ids)
-        try:
-            with generation_lock(model), torch.inference_mode():
-                if self._seed is not None:
-                    torch.manual_seed(self._seed)
-                model.generate(
-                    input_ids=self._prompt_ids,
-                    attention_mask=torch.ones_like(self._prompt_ids),
-                    max_new_tokens=settings.max_new_tokens,
-                    eos_token_id=eos,
-                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
-                    streamer=_QueueStreamer(self._tokens),
-                    stopping_criteria=StoppingCriteriaList([_CancelCriterion(self._cancelled)]),
-                    **sampling_arguments(settings),
-                )
-        except BaseException as error:  # reported through the reply, never lost in the thread
-            self._error = error
-            self._tokens.put(_END)
-
-    def __iter__(self):
-        reply = self.reply
-        while True:
-            try:
-                # A short timeout keeps the loop responsive to KeyboardInterrupt in the consuming thread.
-                item = self._tokens.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if item is _END:
-                break
-            if reply.first_token_at is None:
-                reply.first_token_at = time.monotonic()
-            reply.tokens += len(item)
-            piece = self._decoder.add(item)
-            if piece:
-                reply.text += piece
-                yield piece
-        self._thread.join()
-        held_back = settle_reply(reply, self._decoder, self._end_ids, cancelled=self._cancelled.is_set(),
-                                 error=self._error)
-        if held_back:
-            yield held_back
-
-
 def _describe_generation_failure(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if "out of memory" in text.lower():
@@ -201,22 +104,22 @@ def _describe_generation_failure(error: BaseException) -> str:
 
 
 class LocalBackend:
-    """The transformers backend: a loaded model and tokenizer in this process."""
+    """The transformers backend: a loaded model and tokenizer in this process. One reply is a batch of one."""
 
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
         self.description = loaded.description
 
-    def stream(self, prompt: str, settings: SamplingSettings) -> LocalReplyStream:
-        return LocalReplyStream(self.loaded, prompt, settings, seed=settings.seed)
+    def stream(self, prompt: str, settings: SamplingSettings) -> "LocalReplyStream":
+        return LocalBatchGeneration(self.loaded, prompt, settings, 1).streams[0]
 
-    def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list["LocalBatchMemberStream"]:
+    def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list["LocalReplyStream"]:
         """k samples of one prompt in one batched generate() (the prompt is encoded and prefilled once); each
         stream ends on its own, cancel() on one stops that sample, cancelling all stops the generation."""
         return LocalBatchGeneration(self.loaded, prompt, settings, k).streams
 
 
-# -- several samples in one batched generation (best of k) ---------------------------------------------------------
+# -- generate() in a worker thread, fanned out to one stream per sample ---------------------------------------------
 
 class _FanOutStreamer(BaseStreamer):
     """Receives the (k,) token tensor of each step from generate() and hands token i to sink i; the first put() is
@@ -263,7 +166,7 @@ class LocalBatchGeneration:
         eos = loaded.model.generation_config.eos_token_id
         eos = eos if eos is not None else loaded.tokenizer.eos_token_id
         self.end_ids = set(eos) if isinstance(eos, list) else {eos}
-        self.streams = [LocalBatchMemberStream(self, index) for index in range(k)]
+        self.streams = [LocalReplyStream(self, index) for index in range(k)]
         self._thread = threading.Thread(target=self._generate, name="generate-batch", daemon=True)
         self._thread.start()
 
@@ -273,6 +176,12 @@ class LocalBatchGeneration:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+    def stream_settled(self) -> None:
+        """Called by each stream when its reply is final: once all are, wait for generate() to return, so no
+        generation thread outlives its streams (one still inside torch at interpreter exit aborts the process)."""
+        if all(stream.reply.finish_reason is not None for stream in self.streams):
+            self._thread.join(timeout=30)
 
     def _generate(self) -> None:
         model, tokenizer = self._loaded.model, self._loaded.tokenizer
@@ -299,7 +208,7 @@ class LocalBatchGeneration:
                 stream._tokens.put(_END)
 
 
-class LocalBatchMemberStream:
+class LocalReplyStream:
     """Sequence i of a batched generation, as a ReplyStream: it ends at its own end-of-text token (the padding
     generate() adds after it is ignored), at max_new_tokens, or on cancel(), which stops this row only."""
 
@@ -344,5 +253,6 @@ class LocalBatchMemberStream:
         if reply.finish_reason is None:
             error = self._batch.error if self._ended_by_generate else None
             held_back = settle_reply(reply, self._decoder, end_ids, cancelled=self._cancelled.is_set(), error=error)
+            self._batch.stream_settled()
             if held_back:
                 yield held_back
