@@ -10,7 +10,6 @@ import pytest
 
 import repl.best_of as best_of_module
 from repl.checker import CheckResult
-from repl.cli import eval as eval_cli
 from repl.cli import main as main_cli
 
 TESTS = Path(__file__).parent
@@ -66,7 +65,8 @@ def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, mon
 def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, tmp_path):
     problems, candidates = relu_only
     out = tmp_path / "r.json"
-    assert eval_cli.main([str(problems), "--candidates", str(candidates), "--samples", "1", "--json", str(out)]) == 0
+    arguments = ["eval", str(problems), "--candidates", str(candidates), "--samples", "1", "--json", str(out)]
+    assert main_cli.main(arguments) == 0
     assert [c["file"] for c in json.loads(out.read_text())["problems"][0]["candidates"]] == ["good.py"]
 
 
@@ -85,12 +85,12 @@ def test_bad_arguments_exit_2_with_one_line(relu_only, tmp_path, capsys, argumen
     foreign = tmp_path / "foreign.json"
     foreign.write_text("[1, 2]")
     argv = [a.format(problems=problems, candidates=candidates, foreign=foreign) for a in arguments]
-    assert eval_cli.main(argv) == 2
+    assert main_cli.main(["eval", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     problems, _ = relu_only
-    assert eval_cli.main([str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1
+    assert main_cli.main(["eval", str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1
     assert "no model directory" in capsys.readouterr().err

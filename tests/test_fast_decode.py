@@ -153,10 +153,10 @@ def test_models_other_than_llama_are_not_fast_decoded():
 
 
 def test_bench_runs_end_to_end_on_the_tiny_model(tmp_path):
-    from repl.cli.bench import main
+    from repl.cli.main import main
 
     out = tmp_path / "bench.json"
-    assert main(["--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32", "--new-tokens", "8",
+    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32", "--new-tokens", "8",
                  "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
                  "--json", str(out)]) == 0
     results = json.loads(out.read_text())

@@ -124,13 +124,7 @@ def results_table(results: dict):
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repl.cli.bench", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="hub id or directory of real weights (without --random-weights)")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # `python -m repl.cli.bench ARGS` is `python kernelllm.py bench ARGS`
+    from repl.cli.main import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["bench", *sys.argv[1:]]))

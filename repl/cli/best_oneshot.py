@@ -6,15 +6,9 @@ written (so it can be read and repaired), and stderr says what is wrong with it;
 finished candidates is written); 2 for a module that cannot be checked.
 """
 
-import sys
-
 from repl.best_of import BestOfRun, CheckOptions
-from repl.kernel_file import write_kernel_file
+from repl.cli.oneshot import say, write_kernel_output
 from repl.module_source import inspect_module_source
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_best_oneshot(engine, code: str, args) -> int:
@@ -89,19 +83,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
             f"{check_result.message if check_result else 'not checked'})")
     else:
         say(f"best: {summary}")
-    if args.out:
-        try:
-            written = write_kernel_file(args.out, best.kernel, force=args.force)
-        except FileExistsError:
-            say(f"error: {args.out} exists; add --force to overwrite it")
-            return 1
-        except OSError as error:
-            say(f"error: could not write {args.out}: {error.strerror or error}")
-            return 1
-        say(f"wrote {written}")
-    else:
-        sys.stdout.write(best.kernel)
-        sys.stdout.flush()
+    if not write_kernel_output(best.kernel, args):
+        return 1
     if interrupted:
         return 130
     return 0 if best.correct else 1

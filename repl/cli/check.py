@@ -108,16 +108,7 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repl.cli.check", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except KeyboardInterrupt:  # the worker was killed on the way out (sandbox.run_worker)
-        print("Interrupted.", file=sys.stderr)
-        return 130
+if __name__ == "__main__":  # `python -m repl.cli.check ARGS` is `python kernelllm.py check ARGS`
+    from repl.cli.main import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["check", *sys.argv[1:]]))

@@ -40,13 +40,6 @@ def add_parser(subparsers) -> None:
             action.default = argparse.SUPPRESS
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m repl.cli.eval", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_arguments(parser)
-    return parser
-
-
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from repl.cli.main import add_model_arguments, add_sampling_arguments
 
@@ -244,19 +237,7 @@ def summary_text(report) -> Text:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        return 130
-    except Exception as error:  # the last net: one line unless --debug
-        if args.debug:
-            raise
-        print(f"error: {type(error).__name__}: {error} (run with --debug for the traceback)", file=sys.stderr)
-        return 1
+if __name__ == "__main__":  # `python -m repl.cli.eval ARGS` is `python kernelllm.py eval ARGS`
+    from repl.cli.main import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["eval", *sys.argv[1:]]))

@@ -51,7 +51,7 @@ def run(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    standalone = argparse.ArgumentParser(prog="python -m repl.cli.log", description="Show the session log.")
-    add_arguments(standalone)
-    sys.exit(run(standalone.parse_args()))
+if __name__ == "__main__":  # `python -m repl.cli.log ARGS` is `python kernelllm.py log ARGS`
+    from repl.cli.main import main
+
+    sys.exit(main(["log", *sys.argv[1:]]))

@@ -73,17 +73,25 @@ def run_oneshot(engine, args) -> int:
         return 1
     if reply.finish_reason in (INTERRUPTED, TRUNCATED):
         say("warning: the reply was cut short; the kernel may be incomplete")
-    if args.out:
-        try:
-            written = write_kernel_file(args.out, kernel, force=args.force)
-        except FileExistsError:
-            say(f"error: {args.out} exists; add --force to overwrite it")
-            return 1
-        except OSError as error:
-            say(f"error: could not write {args.out}: {error.strerror or error}")
-            return 1
-        say(f"wrote {written}")
-    else:
+    if not write_kernel_output(kernel, args):
+        return 1
+    return 0 if reply.finish_reason != INTERRUPTED else 130
+
+
+def write_kernel_output(kernel: str, args) -> bool:
+    """The kernel to --out (never over an existing file without --force) or to stdout; False, with a message, when
+    it could not be written."""
+    if not args.out:
         sys.stdout.write(kernel)
         sys.stdout.flush()
-    return 0 if reply.finish_reason != INTERRUPTED else 130
+        return True
+    try:
+        written = write_kernel_file(args.out, kernel, force=args.force)
+    except FileExistsError:
+        say(f"error: {args.out} exists; add --force to overwrite it")
+        return False
+    except OSError as error:
+        say(f"error: could not write {args.out}: {error.strerror or error}")
+        return False
+    say(f"wrote {written}")
+    return True
