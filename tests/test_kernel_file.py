@@ -26,17 +26,12 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert os.listdir(tmp_path) == ["k.py"]
 
 
-def test_unwritable_directory_raises_oserror_and_keeps_nothing(tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        if os.access(locked, os.W_OK):
-            pytest.skip("running as a user who can write anywhere (root)")
-        with pytest.raises(OSError):
-            write_kernel_file(locked / "k.py", "x")
-    finally:
-        locked.chmod(0o700)
+def test_a_path_that_cannot_be_written_raises_oserror_and_leaves_nothing(tmp_path):
+    # A regular file where a directory should be: fails for every user, root included (unlike a read-only dir).
+    (tmp_path / "not_a_dir").write_text("x")
+    with pytest.raises(OSError):
+        write_kernel_file(tmp_path / "not_a_dir" / "k.py", "x")
+    assert os.listdir(tmp_path) == ["not_a_dir"]
 
 
 def test_full_disk_leaves_the_existing_file_untouched(tmp_path, monkeypatch):
