@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from repl.generation import Reply
+from repl.generation import Backend, Reply
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
@@ -344,7 +344,7 @@ def use_user_cache_dir() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
 
 
-class FastLocalBackend:
+class FastLocalBackend(Backend):
     """The local backend with fast decoding once warmed up; the plain generate() path before that and wherever
     the fast path cannot run (``reason`` says why, for the UI to show once).
 
@@ -355,6 +355,7 @@ class FastLocalBackend:
     def __init__(self, loaded: LoadedModel, *, compile: bool = True, max_seq_len: int = MAX_SEQ_LEN,
                  batch_sizes: tuple[int, ...] = BATCH_SIZES):
         self.loaded = loaded
+        self.device = loaded.device
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
         if self.reason is None and compile and not str(loaded.device).startswith("cuda"):
