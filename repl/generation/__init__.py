@@ -135,20 +135,20 @@ class SequentialStreams:
     """The default ``stream_many``: k streams, each started by its first iteration once the one before has ended.
 
     Each stream owns its ``reply`` from the start (callers hold on to it), and copies the backend's reply into it as
-    the backend's stream goes; a stream cancelled before its turn never starts."""
+    the backend's stream goes; a stream cancelled before its turn never starts, and the next may go on."""
 
     def __init__(self, backend: Backend, prompt: str, settings: SamplingSettings, k: int):
         self.streams = [_QueuedStream(backend, prompt, seeded(settings, i), self, i) for i in range(k)]
-        self._turn = 0
+        self._ended: set[int] = set()
         self._changed = threading.Condition()
 
     def wait_for_turn(self, index: int) -> None:
         with self._changed:
-            self._changed.wait_for(lambda: self._turn >= index)
+            self._changed.wait_for(lambda: all(earlier in self._ended for earlier in range(index)))
 
     def done(self, index: int) -> None:
         with self._changed:
-            self._turn = max(self._turn, index + 1)
+            self._ended.add(index)
             self._changed.notify_all()
 
 
@@ -167,6 +167,8 @@ class _QueuedStream:
             inner = self._inner
         if inner is not None:
             inner.cancel()
+        else:  # it will never start: the streams after it need not wait for its consumer
+            self._queue.done(self._index)
 
     def __iter__(self) -> Iterator[str]:
         try:
