@@ -337,9 +337,10 @@ class ScriptedServer(ThreadingHTTPServer):
     llama.cpp does (500 "Only one completion choice is allowed" for n>1); ``busy``: as a server that is overloaded
     for a moment. Each choice streams three pieces."""
 
-    def __init__(self, refuse_n: bool = False, busy: int = 0):
+    def __init__(self, refuse_n: bool = False, busy: int = 0, only_listed: bool = False):
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
         self.refuse_n = refuse_n
+        self.only_listed = only_listed  # answer 404 for a model it does not list, as vLLM does
         self.busy = busy  # answer this many completion requests 503 (asking for a retry 20 ms later) first
         self.requests: list[dict] = []
         self.authorizations: list[str | None] = []  # each completion request's Authorization header
@@ -362,6 +363,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         if n > 1 and self.server.refuse_n:
             error = {"error": {"code": 500, "message": "Only one completion choice is allowed", "type": "server_error"}}
             return self._send(500, "application/json", json.dumps(error))
+        if self.server.only_listed and body["model"] != "kernelllm":
+            error = {"object": "error", "message": f"The model `{body['model']}` does not exist.", "code": 404}
+            return self._send(404, "application/json", json.dumps(error))
         if len(self.server.requests) <= self.server.busy:
             error = {"error": {"code": 503, "message": "the engine is overloaded", "type": "server_error"}}
             return self._send(503, "application/json", json.dumps(error), {"retry-after-ms": "20"})
@@ -457,6 +461,17 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_no_authorization_without_one(
         with ServerBackend(server.url, model="kernelllm", api_key=key) as backend:
             list(backend.stream(PROMPT, SHORT))
     assert server.authorizations == ["Bearer sk-test", None]
+
+
+def test_a_model_the_server_refuses_gets_its_message_and_the_models_it_lists(scripted):
+    server = scripted(only_listed=True)
+    with ServerBackend(server.url, model="kernellm") as backend:
+        stream = backend.stream(PROMPT, SHORT)
+        list(stream)
+    message = stream.reply.error
+    assert stream.reply.finish_reason == FAILED and not stream.reply.transient and is_one_line(message)
+    assert message == ("the server answered 404 Not Found: The model `kernellm` does not exist.; "
+                       "it lists kernelllm, not 'kernellm' (choose with --server-model)")
 
 
 def test_a_named_model_the_listing_lacks_is_still_requested(scripted):

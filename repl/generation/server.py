@@ -277,10 +277,10 @@ class ServerBackend(Backend):
                     if len(choices.seen) > 1:
                         self.honours_n = True
         except openai.APIStatusError as error:
-            if not probing:  # e.g. llama.cpp: "Only one completion choice is allowed"
+            if not probing:
                 choices.fail(await self._explain_status(error))
                 return
-            refused_n = True
+            refused_n = True  # e.g. llama.cpp: "Only one completion choice is allowed"
         except Exception as error:  # every failure ends every stream of the request, one line each
             choices.fail(describe_failure(error, self.base_url, self.timeout, answered))
             return
@@ -310,6 +310,8 @@ class ServerBackend(Backend):
             return failure
         if self.model in served:
             return failure
+        # The listing answered, so the URL is the API base: a 404 here is about the model.
+        failure = _status_failure(error, self.base_url, url_hint=False)
         listing = ", ".join(served) if served else "no models"
         return GenerationError(f"{failure}; it lists {listing}, not {self.model!r} (choose with --server-model)",
                                failure.transient)
@@ -419,13 +421,13 @@ def describe_failure(error: Exception, base_url: str, timeout: float, answered: 
     return GenerationError(f"the request to {base_url} failed: {one_line(error, 200, with_type=True)}")
 
 
-def _status_failure(error: openai.APIStatusError, base_url: str) -> GenerationError:
+def _status_failure(error: openai.APIStatusError, base_url: str, url_hint: bool = True) -> GenerationError:
     response, code = error.response, error.status_code
     detail = _error_detail(error.body) if error.body else ""
     message = f"the server answered {code} {response.reason_phrase}" + (f": {detail}" if detail else "")
     if code in (401, 403):
         message += " (check --api-key / $OPENAI_API_KEY)"
-    elif code == 404:
+    elif code == 404 and url_hint:
         message += f" for {response.request.url} (is {base_url} the API base, e.g. http://HOST:8000/v1?)"
     return GenerationError(message, transient=code in TRANSIENT_STATUSES)
 
