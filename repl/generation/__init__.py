@@ -13,6 +13,7 @@ best-of-k, ``eval`` and the Python API use any of them alike and never ask a bac
 
 import dataclasses
 import threading
+from abc import ABC, abstractmethod
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
@@ -87,17 +88,17 @@ class ReplyStream(Protocol):
         """Stop generating as soon as possible; iteration then ends with ``reply.finish_reason == INTERRUPTED``."""
 
 
-class Backend:
+class Backend(ABC):
     """A way to generate: subclass it, set ``description`` and implement ``stream``; the rest has defaults."""
 
     description: str = "a generation backend"  # one line for the toolbar and :model, e.g. "KernelLLM on cuda (bf16)"
     device: str | None = None  # where this process runs the model ("cuda:0", "cpu"); None when it runs elsewhere
     reason: str | None = None  # why the backend runs below its best (e.g. fast decoding off), shown once; or None
 
+    @abstractmethod
     def stream(self, prompt: str, settings: SamplingSettings) -> ReplyStream:
         """Start generating a reply to the raw prompt (no chat template). GenerationError (one line) when it cannot
         start; failures after that end the reply as FAILED."""
-        raise NotImplementedError
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list[ReplyStream]:
         """k replies to one prompt, with seeds seed, seed+1, ... when a seed is set. Each stream may be consumed in
