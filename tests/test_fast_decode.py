@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from repl.generation import FINISHED, INTERRUPTED, TRUNCATED
-from repl.generation.fast_decode import FastDecoder, FastLocalBackend, FastReplyStream, sample, unsupported_reason
+from repl.generation.fast_decode import FastLocalBackend, FastReplyStream
+from repl.generation.llama_math import unsupported_reason
+from repl.generation.static_decoder import FastDecoder, sample
 from repl.generation.local import LocalReplyStream, encode_prompt
 from repl.generation.model_loading import load_model
 from repl.prompt import build_prompt
@@ -41,11 +43,7 @@ def generate_ids(model, prompt_ids, new_tokens):
 
 def fast_ids(decoder: FastDecoder, prompt_ids, settings, rows, new_tokens):
     steps = []
-    batch = decoder.batch_for(rows)
-    try:
-        decoder.generate(batch, prompt_ids, settings, rows, new_tokens, lambda tokens: steps.append(tokens) or True)
-    finally:
-        batch.lock.release()
+    assert decoder.decode(prompt_ids, settings, rows, new_tokens, lambda tokens: steps.append(tokens) or True)
     return [list(row) for row in zip(*steps)]
 
 
@@ -134,7 +132,7 @@ def test_without_cuda_the_plain_path_serves_and_says_why(random_model):
 
 def test_until_the_warm_up_ends_streams_use_the_plain_path(random_model, monkeypatch):
     release = threading.Event()
-    monkeypatch.setattr(FastDecoder, "prepare", lambda self, size: release.wait(30))
+    monkeypatch.setattr(FastDecoder, "prepare", lambda self, size, tier: release.wait(30))
     backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024)
     stream = backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4))
     release.set()
