@@ -53,6 +53,7 @@ class BenchOptions:
     startup: bool = True
     plain: bool = True
     profile_steps: int = 0  # >0 (CUDA): profile this many decode steps of the fast path
+    attention: str | None = None  # the fast path's attention: None (its default), "triton" or "torch"
 
 
 def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda message: None,
@@ -104,9 +105,9 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     first_tier, later_tiers = ("graphs", ("compiled",)) if cuda else ("eager", ())
     report(f"fast path: warm-up of the {first_tier} tier")
     fast = FastLocalBackend(loaded, compile=cuda, max_seq_len=options.max_seq_len, batch_sizes=batch_sizes,
-                            tiers=(first_tier,))
+                            tiers=(first_tier,), attention=options.attention)
     fast.wait_until_ready()
-    results["fast"] = {"state": fast.state, "reason": fast.reason, "serving_after_s": fast.serving_after_s,
+    results["fast"] = {"attention": fast.decoder.attention if fast.decoder else None, "state": fast.state, "reason": fast.reason, "serving_after_s": fast.serving_after_s,
                        "warm_up_s": {first_tier: fast.warm_up_seconds.get(first_tier, {})}, "tiers": {}}
     if fast.warm_up_errors:
         import traceback

@@ -100,12 +100,14 @@ class FastLocalBackend:
     and wherever the fast path cannot run (``reason`` says why, for the UI to show once).
 
     ``compile=False`` runs the fast path's code eagerly (no compile, no graphs), on any device: for tests and CPU
-    benchmarks. ``tiers`` overrides the warm-up's tiers (default: graphs, then compiled; eager without compile).
+    benchmarks. ``tiers`` overrides the warm-up's tiers (default: graphs, then compiled; eager without compile);
+    ``attention`` the decoder's attention ("triton" on CUDA, "torch" elsewhere).
     ``state``: warming up -> ready (a tier serves) ; or off / failed with a ``reason``.
     """
 
     def __init__(self, loaded: LoadedModel, *, compile: bool = True, max_seq_len: int = MAX_SEQ_LEN,
-                 batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None):
+                 batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None,
+                 attention: str | None = None):
         self.loaded = loaded
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
@@ -129,7 +131,8 @@ class FastLocalBackend:
             return
         self.state = "warming up"
         self._created = time.monotonic()
-        self.decoder = FastDecoder(loaded.model, min(max_seq_len, loaded.model.config.max_position_embeddings))
+        self.decoder = FastDecoder(loaded.model, min(max_seq_len, loaded.model.config.max_position_embeddings),
+                                   attention=attention)
         threading.Thread(target=self._warm_up, args=(batch_sizes,), name="fast-decode-warm-up", daemon=True).start()
 
     @property

@@ -135,10 +135,12 @@ def attend_cache(q, k_cache, v_cache, position, attended: int):
 
 @dataclass(frozen=True)
 class Pieces:
-    """The three per-layer pieces a step calls: eager, or compiled by the decoder."""
+    """The per-layer pieces a step calls: eager, or compiled by the decoder; attention over the cache, in torch or
+    as Triton kernels (``decode_attention``)."""
     attention_input: object = attention_input
     layer_output: object = layer_output
     final_logits: object = final_logits
+    attend_cache: object = attend_cache
 
 
 EAGER = Pieces()
@@ -156,7 +158,7 @@ def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = N
         if length > 1:
             attention = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            attention = attend_cache(q, k_cache, v_cache, positions, attended or k_cache.shape[2])
+            attention = pieces.attend_cache(q, k_cache, v_cache, positions, attended or k_cache.shape[2])
         attention = attention.transpose(1, 2).reshape(batch, length, w.heads * w.head_dim)
         x = pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
     return pieces.final_logits(x, w.norm, w.lm_head, w.eps)

@@ -17,6 +17,8 @@ sampling draws from torch's global RNG, which a seed resets, and the buffers are
 from functools import partial
 from typing import Callable
 
+import dataclasses
+
 import torch
 
 from repl.generation.llama_math import EAGER, LlamaWeights, Pieces, attention_input, final_logits, forward, \
@@ -64,20 +66,28 @@ class DecodeBatch:
         self.steps: dict[bool, list[Callable[[], None]]] = {}  # greedy? -> one step per attention bucket
 
 
-def compile_pieces() -> Pieces:
+def compile_pieces(attend) -> Pieces:
     """The step's pieces under torch.compile. As gpt-fast: with coordinate descent tuning Inductor writes the batch-1
     matrix-vector products as Triton reductions fused with the norm before them and tunes their block sizes."""
     options = dict(fullgraph=True, dynamic=False, options={"coordinate_descent_tuning": True})
     return Pieces(attention_input=torch.compile(attention_input, **options),
                   layer_output=torch.compile(layer_output, **options),
-                  final_logits=torch.compile(final_logits, **options))
+                  final_logits=torch.compile(final_logits, **options), attend_cache=attend)
 
 
 class FastDecoder:
     """Prefill and decode a Llama model with static buffers; ``prepare(size, tier)`` makes (or upgrades) a batch."""
 
-    def __init__(self, model, max_seq_len: int = MAX_SEQ_LEN, bucket: int = BUCKET):
+    def __init__(self, model, max_seq_len: int = MAX_SEQ_LEN, bucket: int = BUCKET, attention: str | None = None):
         self.weights = LlamaWeights(model, max_seq_len)
+        # Attention over the cache: Triton kernels on CUDA ("triton"), else torch ops ("torch").
+        self.attention = attention or ("triton" if self.weights.embed.device.type == "cuda" else "torch")
+        if self.attention == "triton":
+            from repl.generation.decode_attention import decode_attention
+
+            self._eager = dataclasses.replace(EAGER, attend_cache=decode_attention)
+        else:
+            self._eager = EAGER
         self.max_seq_len = max_seq_len
         self.buckets = sorted({min(end, max_seq_len) for end in range(bucket, max_seq_len + bucket, bucket)})
         self.bucket = bucket
@@ -91,7 +101,7 @@ class FastDecoder:
         the capture itself waits for the running generation). From then on the batch serves at that tier."""
         if tier not in TIERS:
             raise ValueError(f"unknown tier {tier!r}")
-        pieces = self._compile_for(size) if tier == "compiled" else EAGER
+        pieces = self._compile_for(size) if tier == "compiled" else self._eager
         batch = self.batches.get(size) or DecodeBatch(self.weights, size, self.max_seq_len)
         pool = torch.cuda.graph_pool_handle() if tier != "eager" else None
         with self.lock, torch.no_grad():
@@ -108,7 +118,7 @@ class FastDecoder:
         """Compile the pieces for batches of ``size`` on scratch inputs of the real shapes (one layer's cache), so
         that compiling and tuning never touch the buffers a generation is using."""
         if self._compiled is None:
-            self._compiled = compile_pieces()
+            self._compiled = compile_pieces(self._eager.attend_cache)
         w, pieces = self.weights, self._compiled
         device, dtype = w.embed.device, w.embed.dtype
         layer = w.layers[0]
@@ -169,7 +179,7 @@ class FastDecoder:
                 if not eager_fallback:
                     return False
                 batch = DecodeBatch(self.weights, rows, self.max_seq_len)
-                batch.steps = {g: [partial(self._step, batch, g, attended, EAGER) for attended in self.buckets]
+                batch.steps = {g: [partial(self._step, batch, g, attended, self._eager) for attended in self.buckets]
                                for g in (False, True)}
                 batch.tier = "eager"
             self._generate(batch, prompt_ids, settings, rows, max_new_tokens, emit)
