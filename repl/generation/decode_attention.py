@@ -65,19 +65,17 @@ def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
 def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr,
                     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
                     SPLITS: tl.constexpr):
-    row_head = tl.program_id(0)
-    b = row_head // KV_HEADS
-    kv_head = row_head % KV_HEADS
+    head_row = tl.program_id(0)  # (batch row * KV_HEADS + key/value head) * GROUP + query head in the group
+    row_head = head_row // GROUP
+    r = head_row % GROUP
     splits = tl.arange(0, SPLITS)
     dims = tl.arange(0, DIM)
-    for r in tl.static_range(GROUP):
-        slot = (row_head * SPLITS + splits) * GROUP_PAD + r
-        best = tl.load(max_ptr + slot)
-        weight = tl.exp(best - tl.max(best, 0))  # empty slices (after the position) weigh exp(-inf) = 0
-        acc = tl.load(out_ptr + slot[:, None] * DIM + dims[None, :])
-        value = tl.sum(acc * weight[:, None], 0) / tl.sum(tl.load(sum_ptr + slot) * weight, 0)
-        head = kv_head * GROUP + r
-        tl.store(result_ptr + (b * KV_HEADS * GROUP + head) * DIM + dims, value.to(result_ptr.dtype.element_ty))
+    slot = (row_head * SPLITS + splits) * GROUP_PAD + r
+    best = tl.load(max_ptr + slot)
+    weight = tl.exp(best - tl.max(best, 0))  # empty slices (after the position) weigh exp(-inf) = 0
+    acc = tl.load(out_ptr + slot[:, None] * DIM + dims[None, :])
+    value = tl.sum(acc * weight[:, None], 0) / tl.sum(tl.load(sum_ptr + slot) * weight, 0)
+    tl.store(result_ptr + head_row * DIM + dims, value.to(result_ptr.dtype.element_ty))
 
 
 def decode_attention(q, k_cache, v_cache, position, attended: int):
@@ -99,6 +97,6 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), chunk, dim ** -0.5,
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
         IEEE=q.dtype == torch.float32)
-    _combine_slices[(batch * kv_heads,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group,
+    _combine_slices[(batch * heads,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group,
                                          GROUP_PAD=group_pad, DIM=dim, SPLITS=SPLITS)
     return result
