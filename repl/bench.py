@@ -107,7 +107,8 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     fast = FastLocalBackend(loaded, compile=cuda, max_seq_len=options.max_seq_len, batch_sizes=batch_sizes,
                             tiers=(first_tier,), attention=options.attention)
     fast.wait_until_ready()
-    results["fast"] = {"attention": fast.decoder.attention if fast.decoder else None, "state": fast.state, "reason": fast.reason, "serving_after_s": fast.serving_after_s,
+    results["fast"] = {"attention": fast.decoder.attention if fast.decoder else None, "state": fast.state,
+                       "reason": fast.reason, "serving_after_s": fast.serving_after_s,
                        "warm_up_s": {first_tier: fast.warm_up_seconds.get(first_tier, {})}, "tiers": {}}
     if fast.warm_up_errors:
         import traceback

@@ -254,12 +254,13 @@ def test_bench_runs_end_to_end_on_the_tiny_model(tmp_path):
     from repl.cli.main import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32", "--new-tokens", "8",
-                 "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
+    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32",
+                 "--new-tokens", "8", "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
                  "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     for path in ["plain.tokens_per_s", "plain.k_tokens_per_s", "plain.ttft_ms", "fast.tokens_per_s",
-                 "fast.k_tokens_per_s", "fast.ttft_ms", "fast.warm_up_s", "greedy.identical_prefix",
+                 "fast.k_tokens_per_s", "fast.ttft_ms", "fast.warm_up_s", "fast.serving_after_s",
+                 "greedy.identical_prefix",
                  "startup.seconds", "render.overhead_percent", "meta.torch"]:
         section, key = path.split(".")
         assert results[section][key] is not None, path

@@ -125,13 +125,14 @@ class FastDecoder:
         hidden = w.embed.shape[1]
         cache = (size, w.kv_heads, self.max_seq_len, w.head_dim)
         position = torch.zeros(1, dtype=torch.long, device=device)
+        scratch = torch.Generator(device).manual_seed(0)  # the global RNG belongs to the running generation
         with torch.no_grad():
-            x = torch.randn((size, 1, hidden), dtype=dtype, device=device)
+            x = torch.randn((size, 1, hidden), dtype=dtype, device=device, generator=scratch)
             k_cache, v_cache = torch.zeros(cache, dtype=dtype, device=device), torch.zeros(cache, dtype=dtype,
                                                                                           device=device)
             pieces.attention_input(x, layer.attn_norm, layer.qkv, w.cos[position], w.sin[position], k_cache, v_cache,
                                    position, w.heads, w.kv_heads, w.eps)
-            attention = torch.randn((size, 1, w.heads * w.head_dim), dtype=dtype, device=device)
+            attention = torch.randn((size, 1, w.heads * w.head_dim), dtype=dtype, device=device, generator=scratch)
             pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
             pieces.final_logits(x, w.norm, w.lm_head, w.eps)
         return pieces
