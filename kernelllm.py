@@ -33,7 +33,7 @@ class KernelLLM:
         self.model_name = model_name
         self._engine = Engine(EngineOptions(model=model_name, device=device, dtype=dtype), SamplingSettings(seed=seed))
         backend = self._engine.backend()  # raises GenerationError with a one-line reason when loading fails
-        self.device = getattr(getattr(backend, "loaded", None), "device", device)
+        self.device = backend.device or device
 
     def _settings(self, temperature: float, top_p: float, max_new_tokens: int) -> SamplingSettings:
         return SamplingSettings(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,

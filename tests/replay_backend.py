@@ -3,7 +3,7 @@ interface, so session behaviour can be tested without a model. Used only inside 
 
 import time
 
-from repl.generation import FINISHED, INTERRUPTED, Reply
+from repl.generation import FINISHED, INTERRUPTED, Backend, Reply
 
 
 class ReplayStream:
@@ -33,8 +33,9 @@ class ReplayStream:
         self.reply.finish_reason = INTERRUPTED if self._cancelled else FINISHED
 
 
-class ReplayBackend:
-    """Each stream() replays the next prepared reply, split into pieces of a few characters."""
+class ReplayBackend(Backend):
+    """Each stream() replays the next prepared reply, split into pieces of a few characters; stream_many is the
+    contract's default (one reply after another)."""
 
     description = "replay backend (test double)"
 

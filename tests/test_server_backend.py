@@ -2,9 +2,10 @@
 serving the tiny test models. No HTTP is mocked here.
 
 Test setup around ``transformers serve`` (its source: transformers/cli/serving/):
-- its GET /v1/models lists the models of the Hugging Face cache (``scan_cache_dir``), not a directory it was given,
-  and the backend only uses a model the server lists; so the tiny models are placed in a private cache
-  (models--kernelllm-tests--NAME/snapshots/REV, files linked) and served by hub id, offline;
+- its GET /v1/models lists the models of the Hugging Face cache (``scan_cache_dir``), not a directory it was given
+  (and answers 500 when that cache does not exist); to test the listing, the tiny models are placed in a private
+  cache (models--kernelllm-tests--NAME/snapshots/REV, files linked) and served by hub id, offline; one test serves a
+  directory, as the README's offline route does;
 - the random tiny model emits end-of-text after a few dozen tokens; the tests that cancel, stall or kill a stream need
   one that goes on, so its copy here ("endless") has a generation config that names no end token;
 - it ignores ``n`` (it streams choice 0 only), which is what the K-requests fallback is for.
@@ -22,11 +23,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx2
+import urllib.error
+import urllib.request
+
 import pytest
 
 from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, GenerationError
-from repl.generation.server import ServerBackend, ServerError, completion_request, retry_transient, server_backend_from
+from repl.generation.server import ServerBackend, completion_request, server_backend_from
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
 from tiny_models import PREPARED_REPLY, RELU_MODULE
@@ -54,34 +57,39 @@ def transformers_command() -> str:
     return found
 
 
+def linked_model(directory: Path, target: Path, endless: bool = False) -> Path:
+    """A model directory whose files link to ``directory``'s; ``endless``: its generation config names no end token."""
+    target.mkdir(parents=True)
+    for file in Path(directory).iterdir():
+        (target / file.name).symlink_to(file.resolve())
+    if endless:
+        config = json.loads((target / "generation_config.json").read_text())
+        (target / "generation_config.json").unlink()
+        (target / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": None}))
+    return target
+
+
 def hub_cache(root: Path, models: dict[str, Path], endless: set[str] = frozenset()) -> Path:
     """A Hugging Face cache holding each model directory under a hub id (files linked, not copied)."""
     for name, directory in models.items():
         repo = root / ("models--" + name.replace("/", "--"))
         revision = "0" * 40
-        snapshot = repo / "snapshots" / revision
-        snapshot.mkdir(parents=True)
-        for file in Path(directory).iterdir():
-            (snapshot / file.name).symlink_to(file.resolve())
+        linked_model(directory, repo / "snapshots" / revision, endless=name in endless)
         (repo / "refs").mkdir()
         (repo / "refs" / "main").write_text(revision)
-        if name in endless:
-            config = json.loads((snapshot / "generation_config.json").read_text())
-            (snapshot / "generation_config.json").unlink()
-            (snapshot / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": None}))
     return root
 
 
 class Server:
-    """``transformers serve`` on a free port, in its own process group; ready once GET /v1/models answers."""
+    """``transformers serve`` on a free port, in its own process group; ready once GET /health answers."""
 
-    def __init__(self, cache: Path, log: Path, force_model: str | None = None):
+    def __init__(self, cache: Path, log: Path, force_model: str | Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log
         env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
                "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
-        command = [transformers_command(), "serve", *([force_model] if force_model else []),
+        command = [transformers_command(), "serve", *([str(force_model)] if force_model else []),
                    "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning"]
         with open(log, "w") as sink:
             self.process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT,
@@ -93,9 +101,10 @@ class Server:
             if self.process.poll() is not None:
                 pytest.fail(f"transformers serve exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                if httpx2.get(f"{self.url}/models", timeout=2).status_code == 200:
-                    return
-            except httpx2.HTTPError:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)  # polling a child process's port: there is no event to await
         self.stop()
@@ -136,11 +145,14 @@ def backend(server):
         yield backend
 
 
-@pytest.fixture
-def lone_server(tmp_path, tiny_model_dir):
-    """A server of its own, for the test that stops it: one model, preloaded."""
-    running = Server(hub_cache(tmp_path / "hub", {ENDLESS: tiny_model_dir}, endless={ENDLESS}), tmp_path / "log",
-                     force_model=ENDLESS)
+@pytest.fixture(scope="module")
+def directory_server(tmp_path_factory, tiny_model_dir):
+    """The README's offline route, ``transformers serve LOCAL_DIR``, with no Hugging Face cache at all: a server of
+    its own serving the endless model's directory. The last test that uses it stops it."""
+    root = tmp_path_factory.mktemp("directory-served")
+    running = Server(root / "no-hf-cache", root / "server.log",
+                     force_model=linked_model(tiny_model_dir, root / "endless-model", endless=True))
+    running.model_dir = root / "endless-model"
     yield running
     running.stop()
 
@@ -232,13 +244,28 @@ def test_closing_the_backend_interrupts_what_is_in_flight(server):
 
 # -- failures: one line each, and the session goes on ----------------------------------------------------------------
 def test_a_wrong_model_name_is_one_line_listing_the_served_models(server):
+    # The named model is requested as given; the server's refusal is the error, with what it lists.
     with ServerBackend(server.url, model="facebook/KernelLLM") as backend:
-        with pytest.raises(GenerationError) as raised:
-            backend.stream(PROMPT, SHORT)
-    message = str(raised.value)
-    assert is_one_line(message)
+        stream = backend.stream(PROMPT, SHORT)
+        assert list(stream) == []
+    message = stream.reply.error
+    assert stream.reply.finish_reason == FAILED and is_one_line(message)
+    assert "the server answered 500" in message  # transformers serve cannot load it (offline)
     assert "'facebook/KernelLLM'" in message and ENDLESS in message and TRAINED in message
     assert "--server-model" in message
+
+
+def test_a_named_model_is_trusted_when_the_server_serves_a_directory_it_does_not_list(directory_server):
+    # `transformers serve LOCAL_DIR` answers /v1/models with 500 when the Hugging Face cache does not exist (and
+    # would list only the cache anyway); the completion request is made regardless.
+    with pytest.raises(urllib.error.HTTPError, match="500"):
+        urllib.request.urlopen(f"{directory_server.url}/models", timeout=30)
+    with ServerBackend(directory_server.url, model=str(directory_server.model_dir)) as backend:
+        stream = backend.stream(PROMPT, SHORT)
+        pieces = list(stream)
+    reply = stream.reply
+    assert reply.finish_reason == TRUNCATED and reply.error is None and reply.tokens == SHORT.max_new_tokens
+    assert pieces and "".join(pieces) == reply.text
 
 
 def test_with_several_served_models_and_none_named_it_asks_for_one(server):
@@ -258,7 +285,7 @@ def test_a_url_that_is_not_the_api_base_gets_the_404_and_a_hint(server):
 def test_a_server_that_is_not_running_is_reported_unreachable_at_once():
     started = time.monotonic()
     with ServerBackend(f"http://127.0.0.1:{free_port()}/v1") as backend:
-        with pytest.raises(ServerError, match="cannot reach the server.*connection refused") as raised:
+        with pytest.raises(GenerationError, match="cannot reach the server.*connection refused") as raised:
             backend.stream(PROMPT, SHORT)
     assert is_one_line(str(raised.value)) and raised.value.transient
     assert time.monotonic() - started < 5
@@ -275,7 +302,7 @@ def test_a_stalled_stream_ends_after_the_read_timeout_with_a_one_line_error(serv
     assert 2.5 < stalled_for < 15
     reply = stream.reply
     assert reply.finish_reason == FAILED and is_one_line(reply.error) and "stalled" in reply.error
-    assert stream.failure.transient
+    assert reply.transient and stream.failure.transient
     follow_up = backend.stream(PROMPT, SHORT)  # the server, running again, serves the next request
     list(follow_up)
     assert follow_up.reply.finish_reason == TRUNCATED
@@ -289,30 +316,33 @@ def test_a_failure_the_server_reports_inside_the_stream_is_one_line(backend):
     assert reply.finish_reason == FAILED and is_one_line(reply.error) and "max_new_tokens" in reply.error
 
 
-def test_a_server_stopped_mid_stream_ends_the_reply_with_a_one_line_error(lone_server):
-    with ServerBackend(lone_server.url) as backend:
-        assert backend.connect() == ENDLESS  # the only served model, chosen without --server-model
+def test_a_server_stopped_mid_stream_ends_the_reply_with_a_one_line_error(directory_server):
+    with ServerBackend(directory_server.url, model=str(directory_server.model_dir)) as backend:
         stream = backend.stream(PROMPT, LONG)
-        assert cancel_after(stream, pieces=2, cancel=lambda: lone_server.signal(signal.SIGKILL)) < 5
+        assert cancel_after(stream, pieces=2, cancel=lambda: directory_server.signal(signal.SIGKILL)) < 5
         reply = stream.reply
         assert reply.finish_reason == FAILED and is_one_line(reply.error) and reply.text
         assert "mid-reply" in reply.error or "before the reply was finished" in reply.error
-        lone_server.process.wait(timeout=10)
+        directory_server.process.wait(timeout=10)
         after = backend.stream(PROMPT, SHORT)  # the session goes on: the next reply fails with its own reason
         list(after)
         assert after.reply.finish_reason == FAILED and "cannot reach the server" in after.reply.error
+        assert after.reply.transient
 
 
 # -- n=K on servers that do not run here: vLLM honours it, llama.cpp refuses it ---------------------------------------
 class ScriptedServer(ThreadingHTTPServer):
     """A real HTTP server on 127.0.0.1 (not mocked HTTP) that answers /v1/completions as vLLM does for n=K (the K
     choices' chunks interleaved, told apart by ``index``, then a usage chunk and [DONE]) or, as ``refuse_n``, as
-    llama.cpp does (500 "Only one completion choice is allowed" for n>1). Each choice streams three pieces."""
+    llama.cpp does (500 "Only one completion choice is allowed" for n>1); ``busy``: as a server that is overloaded
+    for a moment. Each choice streams three pieces."""
 
-    def __init__(self, refuse_n: bool = False):
+    def __init__(self, refuse_n: bool = False, busy: int = 0):
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
         self.refuse_n = refuse_n
+        self.busy = busy  # answer this many completion requests 503 (asking for a retry 20 ms later) first
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # each completion request's Authorization header
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -327,10 +357,14 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)
+        self.server.authorizations.append(self.headers.get("Authorization"))
         n = body.get("n", 1)
         if n > 1 and self.server.refuse_n:
             error = {"error": {"code": 500, "message": "Only one completion choice is allowed", "type": "server_error"}}
             return self._send(500, "application/json", json.dumps(error))
+        if len(self.server.requests) <= self.server.busy:
+            error = {"error": {"code": 503, "message": "the engine is overloaded", "type": "server_error"}}
+            return self._send(503, "application/json", json.dumps(error), {"retry-after-ms": "20"})
         events = [{"choices": [{"index": i, "text": f"{i}.{step} ", "finish_reason": None}]}
                   for step in range(3) for i in range(n)]
         events += [{"choices": [{"index": i, "text": "", "finish_reason": "length" if i == 0 else "stop"}]}
@@ -338,8 +372,10 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         events.append({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3 * n, "total_tokens": 9}})
         self._send(200, "text/event-stream", "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
 
-    def _send(self, status: int, content_type: str, text: str):
+    def _send(self, status: int, content_type: str, text: str, headers: dict | None = None):
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(text.encode())))
         self.end_headers()
@@ -363,13 +399,14 @@ def scripted():
 def test_a_server_that_honours_n_gives_k_replies_from_one_request(scripted):
     server = scripted()
     with ServerBackend(server.url) as backend:
+        assert backend.connect() == "kernelllm"  # the only model listed, chosen without --server-model
         streams = backend.stream_many(PROMPT, SamplingSettings(seed=7), 3)
         texts = ["".join(stream) for stream in streams]
     assert texts == [f"{i}.0 {i}.1 {i}.2 " for i in range(3)]
     assert [stream.reply.finish_reason for stream in streams] == [TRUNCATED, FINISHED, FINISHED]
     assert [stream.reply.tokens for stream in streams] == [3, 3, 3]  # pieces: an n=K usage is the total
     assert backend.honours_n is True
-    assert [(request["n"], request["seed"]) for request in server.requests] == [(3, 7)]
+    assert [(request["model"], request["n"], request["seed"]) for request in server.requests] == [("kernelllm", 3, 7)]
 
 
 def test_a_server_that_refuses_n_gets_k_requests_with_consecutive_seeds(scripted):
@@ -396,39 +433,37 @@ def test_the_request_is_a_raw_completion_with_the_sampling_settings():
     assert body["stream"] is True
 
 
-def test_retry_transient_backs_off_exponentially_then_gives_up():
-    waits, calls = [], []
-
-    def flaky():
-        calls.append(1)
-        raise ServerError("busy", transient=True)
-
-    with pytest.raises(ServerError, match="busy"):
-        retry_transient(flaky, attempts=4, first_delay_s=1.0, sleep=waits.append)
-    assert len(calls) == 4 and len(waits) == 3
-    assert [1.0 * 2 ** i * 0.5 <= wait <= 1.0 * 2 ** i for i, wait in enumerate(waits)] == [True] * 3
+def test_a_busy_server_is_asked_again_until_it_takes_the_request(scripted):
+    server = scripted(busy=2)
+    with ServerBackend(server.url, max_retries=2) as backend:
+        stream = backend.stream(PROMPT, SHORT)
+        assert "".join(stream) == "0.0 0.1 0.2 "
+    assert stream.reply.finish_reason == TRUNCATED and len(server.requests) == 3
 
 
-def test_retry_transient_returns_the_first_success_and_raises_permanent_errors_at_once():
-    outcomes = [ServerError("dropped", transient=True), "reply"]
-
-    def run():
-        outcome = outcomes.pop(0)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    assert retry_transient(run, sleep=lambda _: None) == "reply"
-    outcomes[:] = [ServerError("wrong model", transient=False), "never reached"]
-    with pytest.raises(ServerError, match="wrong model"):
-        retry_transient(run, sleep=lambda _: None)
-    assert outcomes == ["never reached"]
+def test_a_server_busy_beyond_the_retries_fails_the_reply_with_its_message_marked_transient(scripted):
+    server = scripted(busy=10)
+    with ServerBackend(server.url, max_retries=2) as backend:
+        stream = backend.stream(PROMPT, SHORT)
+        list(stream)
+    reply = stream.reply
+    assert reply.finish_reason == FAILED and reply.transient and len(server.requests) == 3
+    assert is_one_line(reply.error) and "503" in reply.error and "the engine is overloaded" in reply.error
 
 
-def test_generate_retries_an_unreachable_server_then_returns_a_failed_reply():
-    with ServerBackend(f"http://127.0.0.1:{free_port()}/v1", model="m") as backend:
-        reply = backend.generate(PROMPT, SHORT, attempts=2, first_delay_s=0.01)
-    assert reply.finish_reason == FAILED and "cannot reach the server" in reply.error
+def test_the_api_key_is_sent_as_a_bearer_token_and_no_authorization_without_one(scripted):
+    server = scripted()
+    for key in ("sk-test", None):
+        with ServerBackend(server.url, model="kernelllm", api_key=key) as backend:
+            list(backend.stream(PROMPT, SHORT))
+    assert server.authorizations == ["Bearer sk-test", None]
+
+
+def test_a_named_model_the_listing_lacks_is_still_requested(scripted):
+    server = scripted()  # lists only "kernelllm", answers any model
+    with ServerBackend(server.url, model="not-listed") as backend:
+        assert "".join(backend.stream(PROMPT, SHORT)) == "0.0 0.1 0.2 "
+    assert [request["model"] for request in server.requests] == ["not-listed"]
 
 
 def test_the_command_line_values_pick_the_server_the_model_and_the_key(monkeypatch):

@@ -1,11 +1,18 @@
-"""What every generation backend shares: a streamed reply that can be cancelled.
+"""The generation contract: everything a backend is and everything a caller may ask of it, on one page.
 
-A backend turns a prompt into a ``ReplyStream``: iterating it yields text pieces as they are generated, ``cancel()``
-(safe from any thread) stops generation promptly, and ``reply`` holds the text, token count and timing so far and the
-final state once iteration ends. The local transformers backend and the OpenAI-compatible server backend both
-implement it, so the REPL, the one-shot command line, ``eval`` and the Python API use any of them alike.
+A backend turns a raw prompt into a ``ReplyStream``: iterating it yields text pieces as they are generated,
+``cancel()`` (safe from any thread) stops generation promptly, and ``reply`` holds the text, token count and timing so
+far and the final state once iteration ends. A failure ends the reply as ``FAILED`` with a one-line ``reply.error``
+(and ``reply.transient`` when trying again may succeed), or raises ``GenerationError`` when the reply cannot start.
+
+To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
+(``stream_many`` samples one reply after another, ``close`` does nothing). The local transformers backend, its fast
+decode path and the OpenAI-compatible server backend are all written this way, so the REPL, the one-shot command line,
+best-of-k, ``eval`` and the Python API use any of them alike and never ask a backend what else it happens to have.
 """
 
+import dataclasses
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
@@ -19,6 +26,17 @@ INTERRUPTED = "interrupted"  # cancelled by the user
 FAILED = "error"  # the backend failed; Reply.error says why
 
 
+class GenerationError(Exception):
+    """A backend could not start or finish a reply; the message is one line, fit for the user.
+
+    ``transient``: trying again may succeed (a busy, restarting or unreachable server, a dropped or stalled stream);
+    a wrong model name, a refused request or a local failure is not."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
 @dataclass
 class Reply:
     model: str
@@ -27,6 +45,7 @@ class Reply:
     tokens: int = 0
     finish_reason: str | None = None  # None while streaming
     error: str | None = None  # one-line message when finish_reason == FAILED
+    transient: bool = False  # a FAILED reply that trying again may turn out fine (GenerationError.transient)
     started_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -51,6 +70,12 @@ class Reply:
         decode_time = (self.finished_at or time.monotonic()) - self.first_token_at
         return (self.tokens - 1) / decode_time if decode_time > 0 else None
 
+    def fail(self, error: GenerationError) -> None:
+        """End the reply as FAILED with the error's one line and its ``transient`` flag."""
+        self.error, self.transient = str(error), error.transient
+        self.finished_at = time.monotonic()
+        self.finish_reason = FAILED  # last: it marks the reply done
+
 
 class ReplyStream(Protocol):
     reply: Reply
@@ -62,12 +87,111 @@ class ReplyStream(Protocol):
         """Stop generating as soon as possible; iteration then ends with ``reply.finish_reason == INTERRUPTED``."""
 
 
-class Backend(Protocol):
-    description: str  # e.g. "facebook/KernelLLM on cuda (bfloat16)"
+class Backend:
+    """A way to generate: subclass it, set ``description`` and implement ``stream``; the rest has defaults."""
+
+    description: str = "a generation backend"  # one line for the toolbar and :model, e.g. "KernelLLM on cuda (bf16)"
+    device: str | None = None  # where this process runs the model ("cuda:0", "cpu"); None when it runs elsewhere
+    reason: str | None = None  # why the backend runs below its best (e.g. fast decoding off), shown once; or None
 
     def stream(self, prompt: str, settings: SamplingSettings) -> ReplyStream:
-        """Start generating a reply to the raw prompt (no chat template)."""
+        """Start generating a reply to the raw prompt (no chat template). GenerationError (one line) when it cannot
+        start; failures after that end the reply as FAILED."""
+        raise NotImplementedError
+
+    def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list[ReplyStream]:
+        """k replies to one prompt, with seeds seed, seed+1, ... when a seed is set. Each stream may be consumed in
+        its own thread. This default samples them one after another (each starts once the one before has ended);
+        a backend that can share the work (one batched generate, one n=K request) overrides it."""
+        check_many(settings, k)
+        return SequentialStreams(self, prompt, settings, k).streams
+
+    def close(self) -> None:
+        """Stop what is in flight and free what the backend holds (connections, threads); the default holds none."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-class GenerationError(Exception):
-    """A backend could not start or finish; the message is one line, fit for the user."""
+def check_many(settings: SamplingSettings, k: int) -> None:
+    """ValueError for a ``stream_many`` that cannot give k different replies."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    if settings.greedy and k > 1:
+        raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+
+
+def seeded(settings: SamplingSettings, offset: int) -> SamplingSettings:
+    """Settings for the offset-th of several replies sampled separately: seed, seed+1, ... so that they differ."""
+    if settings.seed is None or offset == 0:
+        return settings
+    return dataclasses.replace(settings, seed=settings.seed + offset)
+
+
+class SequentialStreams:
+    """The default ``stream_many``: k streams, each started by its first iteration once the one before has ended.
+
+    Each stream owns its ``reply`` from the start (callers hold on to it), and copies the backend's reply into it as
+    the backend's stream goes; a stream cancelled before its turn never starts, and the next may go on."""
+
+    def __init__(self, backend: Backend, prompt: str, settings: SamplingSettings, k: int):
+        self.streams = [_QueuedStream(backend, prompt, seeded(settings, i), self, i) for i in range(k)]
+        self._ended: set[int] = set()
+        self._changed = threading.Condition()
+
+    def wait_for_turn(self, index: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: all(earlier in self._ended for earlier in range(index)))
+
+    def done(self, index: int) -> None:
+        with self._changed:
+            self._ended.add(index)
+            self._changed.notify_all()
+
+
+class _QueuedStream:
+    def __init__(self, backend: Backend, prompt: str, settings: SamplingSettings, queue: SequentialStreams,
+                 index: int):
+        self.reply = Reply(model=backend.description, settings=settings)
+        self._backend, self._prompt, self._queue, self._index = backend, prompt, queue, index
+        self._inner: ReplyStream | None = None
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled.set()
+            inner = self._inner
+        if inner is not None:
+            inner.cancel()
+        else:  # it will never start: the streams after it need not wait for its consumer
+            self._queue.done(self._index)
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            self._queue.wait_for_turn(self._index)
+            with self._lock:
+                if not self._cancelled.is_set():
+                    self._inner = self._backend.stream(self._prompt, self.reply.settings)
+            if self._inner is None:
+                self.reply.finished_at, self.reply.finish_reason = time.monotonic(), INTERRUPTED
+                return
+            self.reply.started_at = self._inner.reply.started_at
+            for piece in self._inner:
+                self._copy(done=False)
+                yield piece
+            self._copy(done=True)
+        except GenerationError as error:
+            self.reply.fail(error)
+        finally:
+            self._queue.done(self._index)
+
+    def _copy(self, done: bool) -> None:
+        source = self._inner.reply
+        for name in ("model", "text", "tokens", "error", "transient", "first_token_at", "finished_at"):
+            setattr(self.reply, name, getattr(source, name))
+        if done:
+            self.reply.finish_reason = source.finish_reason or FINISHED

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from repl.errors import one_line
-from repl.generation import Reply
+from repl.generation import Backend, Reply
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
@@ -95,7 +95,7 @@ def use_user_cache_dir() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
 
 
-class FastLocalBackend:
+class FastLocalBackend(Backend):
     """The local backend with fast decoding as soon as a tier of it is warm; the plain generate() path before that
     and wherever the fast path cannot run (``reason`` says why, for the UI to show once).
 
@@ -109,6 +109,7 @@ class FastLocalBackend:
                  batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None,
                  attention: str | None = None):
         self.loaded = loaded
+        self.device = loaded.device
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
         if self.reason is None and compile and not str(loaded.device).startswith("cuda"):

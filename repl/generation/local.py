@@ -13,7 +13,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Reply
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
 
@@ -103,12 +103,13 @@ def _describe_generation_failure(error: BaseException) -> str:
     return f"generation failed: {type(error).__name__}: {text}"
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """The transformers backend: a loaded model and tokenizer in this process. One reply is a batch of one."""
 
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
         self.description = loaded.description
+        self.device = loaded.device
 
     def stream(self, prompt: str, settings: SamplingSettings) -> "LocalReplyStream":
         return LocalBatchGeneration(self.loaded, prompt, settings, 1).streams[0]

@@ -4,10 +4,12 @@ Only the legacy ``/v1/completions`` endpoint is used, with the raw trained promp
 completion prompt, and a chat endpoint would wrap it in the Llama-3 chat template. The prompt text carries no BOS; the
 server's tokenizer adds the one BOS, as the local backend's does.
 
-All HTTP runs on one asyncio event loop per backend, in a daemon thread (httpx2's AsyncClient). A reply's request is a
-task on that loop, so ``cancel()`` from any thread cancels the task, which closes the connection at once (and the
-server stops generating), and many requests in flight cost no threads. Text pieces reach the consuming thread through
-a queue, as in the local backend.
+The requests go through the ``openai`` client (``AsyncOpenAI``): it streams the server-sent events, applies the timeouts
+and retries a request the server did not take, with backoff (``MAX_RETRIES``, the one retry policy); its typed errors
+become the one-line messages users see. The client runs on one asyncio event loop per backend, in a daemon thread. A
+reply's request is a task on that loop, so ``cancel()`` from any thread cancels the task, which closes the connection
+at once (and the server stops generating), and many requests in flight cost no threads. Text pieces reach the
+consuming thread through a queue, as in the local backend.
 
 Token counts: for a single-choice request, ``usage.completion_tokens`` when the server sends usage (vLLM, SGLang,
 ollama and ``transformers serve`` do, asked with ``stream_options.include_usage``), less the end-of-text token the
@@ -16,39 +18,32 @@ pieces streamed: one per token on most servers, a little less where a server mer
 """
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 import os
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
 from urllib.parse import urlsplit
 
-import httpx2
+import openai
 
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, GenerationError, Reply
+from repl.errors import one_line
+from repl.generation import (FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, GenerationError, Reply, check_many,
+                             seeded)
 from repl.settings import SamplingSettings
 
 # The longest silence tolerated from the server: before the first token (queueing and prefill on a busy server) and
 # between tokens. Longer means a stalled stream, which is closed and reported.
 DEFAULT_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10.0
+# The one retry policy. A request the server did not take (unreachable, no answer in time, 408/409/429/5xx) is sent
+# again by the openai client up to MAX_RETRIES times, after about 0.5 s, 1 s, 2 s (doubling with jitter, at most 8 s;
+# the server's Retry-After wins). A reply that fails once it streams is not sent again: it ends FAILED, with
+# ``reply.transient`` set when sampling it again may succeed.
+MAX_RETRIES = 3
 # Answers worth trying again: the server is busy, restarting or failing for a moment.
-TRANSIENT_STATUSES = {408, 425, 429, 500, 502, 503, 504}
-
-T = TypeVar("T")
-
-
-class ServerError(GenerationError):
-    """A failure of the server or of the connection (one line); ``transient`` when trying again may succeed."""
-
-    def __init__(self, message: str, transient: bool = False):
-        super().__init__(message)
-        self.transient = transient
+TRANSIENT_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def server_backend_from(values) -> "ServerBackend | None":
@@ -65,7 +60,8 @@ def server_backend_from(values) -> "ServerBackend | None":
 
 
 def completion_request(model: str, prompt: str, settings: SamplingSettings, n: int = 1) -> dict:
-    """The /v1/completions body: the raw prompt and the sampling settings, streamed, with usage at the end.
+    """The arguments of ``completions.create``: the raw prompt and the sampling settings, streamed, with usage at
+    the end.
 
     Only fields of OpenAI's completions schema: ``transformers serve`` refuses any other (422), so no ``top_k``.
     vLLM and SGLang do not apply top-k unless asked; llama.cpp and ollama default to top-k 40 (see docs/server.md)."""
@@ -79,22 +75,15 @@ def completion_request(model: str, prompt: str, settings: SamplingSettings, n: i
     return body
 
 
-def seeded(settings: SamplingSettings, offset: int) -> SamplingSettings:
-    """Settings for the offset-th of several separate requests: seed, seed+1, ... so they sample different replies."""
-    if settings.seed is None or offset == 0:
-        return settings
-    return dataclasses.replace(settings, seed=settings.seed + offset)
-
-
 class ServerReplyStream:
     """One reply streamed from the server. Iterate for text pieces; ``cancel()`` (any thread) stops it at once.
 
-    Its request runs on the backend's event loop and feeds it events through a queue; ``failure`` is the ServerError
-    behind a FAILED reply (``failure.transient`` says whether trying again may help)."""
+    Its request runs on the backend's event loop and feeds it events through a queue. ``failure`` is the
+    GenerationError behind a FAILED reply (``reply.error`` and ``reply.transient`` carry the same)."""
 
     def __init__(self, model: str, settings: SamplingSettings, on_cancel: Callable[[], None]):
         self.reply = Reply(model=model, settings=settings)
-        self.failure: ServerError | None = None
+        self.failure: GenerationError | None = None
         self.prompt_tokens: int | None = None  # from the server's usage, when it sends it
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = threading.Event()
@@ -114,7 +103,7 @@ class ServerReplyStream:
     def _piece(self, text: str) -> None:
         self._events.put(("text", text))
 
-    def _end(self, finish_reason: str, tokens: int | None = None, failure: ServerError | None = None) -> None:
+    def _end(self, finish_reason: str, tokens: int | None = None, failure: GenerationError | None = None) -> None:
         self._events.put(("end", finish_reason, tokens, failure))
 
     def __iter__(self):
@@ -139,24 +128,26 @@ class ServerReplyStream:
             else:
                 self._finish(*event[1:])
 
-    def _finish(self, finish_reason: str, tokens: int | None = None, failure: ServerError | None = None) -> None:
+    def _finish(self, finish_reason: str, tokens: int | None = None, failure: GenerationError | None = None) -> None:
         reply = self.reply
         if tokens is not None:
             reply.tokens = tokens
-        self.failure = failure
-        reply.error = str(failure) if failure else None
+        if failure is not None:
+            self.failure = failure
+            reply.fail(failure)
+            return
         reply.finished_at = time.monotonic()
         reply.finish_reason = finish_reason  # last: it marks the reply done
 
 
-class ServerBackend:
+class ServerBackend(Backend):
     """Generation by an OpenAI-compatible server at ``base_url`` (as OpenAI clients take it: http://host:8000/v1).
 
-    Nothing is sent until the first use; then ``connect()`` checks that the server answers and serves ``model``
-    (or picks the only model it serves). ``close()`` cancels what is in flight and ends the event loop."""
+    Nothing is sent until the first use. A ``model`` the user names is used as given; without one, ``connect()``
+    picks the only model the server lists at /v1/models. ``close()`` cancels what is in flight and ends the loop."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = MAX_RETRIES):
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"the server URL must be http(s)://HOST[:PORT]/v1, got {base_url!r}")
@@ -165,6 +156,7 @@ class ServerBackend:
         self.api_key = api_key
         self.timeout = timeout
         self.honours_n: bool | None = None  # whether n=K gives K choices; learnt from the first n=K request
+        self._named = model is not None  # named by the user: trusted, whatever /v1/models lists
         self._connected = False
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -172,12 +164,11 @@ class ServerBackend:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="server-http", daemon=True)
         self._thread.start()
-        self._client = httpx2.AsyncClient(
-            base_url=self.base_url + "/",
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-            timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
-            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=32),  # callers bound concurrency
-        )
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=api_key or "none",
+            timeout=openai.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)), max_retries=max_retries)
+        # The client insists on a key; without one, each request leaves the Authorization header out.
+        self._headers = None if api_key else {"Authorization": openai.omit}
 
     @property
     def description(self) -> str:
@@ -185,27 +176,23 @@ class ServerBackend:
 
     # -- the server's models ---------------------------------------------------------------------------------------
     def list_models(self) -> list[str]:
-        """The ids the server lists at GET /models; ServerError (one line) when it cannot be asked."""
-        payload = self._call(self._get_json("models", timeout=min(self.timeout, 30.0)))
-        entries = payload.get("data") if isinstance(payload, dict) else None
-        if not isinstance(entries, list):
-            raise ServerError(f"{self.base_url}/models did not list models; is {self.base_url} an OpenAI-compatible "
-                              "API base (e.g. http://HOST:8000/v1)?")
-        return [entry["id"] for entry in entries if isinstance(entry, dict) and "id" in entry]
+        """The ids the server lists at GET /models; GenerationError (one line) when it cannot be asked."""
+        return self._call(self._list_models())
 
     def connect(self) -> str:
-        """Check that the server answers and serves the model, choosing the only served model when none was named;
-        returns the model name. ServerError (one line) otherwise. Once it succeeded, returns at once."""
+        """The model to request: the one the user named, as given, or else the only one the server lists (asked
+        once). GenerationError (one line) when the server cannot be asked or lists none or several."""
         with self._lock:
             if not self._connected:
-                self.model = choose_model(self.base_url, self.model, self.list_models())
+                if not self._named:
+                    self.model = choose_model(self.base_url, self.list_models())
                 self._connected = True
             return self.model
 
     # -- generation ------------------------------------------------------------------------------------------------
     def stream(self, prompt: str, settings: SamplingSettings) -> ServerReplyStream:
-        """Start streaming a reply to the raw prompt; ServerError when the server cannot be reached or lacks the
-        model, later failures end the reply as FAILED with a one-line ``reply.error``."""
+        """Start streaming a reply to the raw prompt; GenerationError when no model is named and the server cannot
+        say which it serves; every later failure ends the reply as FAILED with a one-line ``reply.error``."""
         return self.stream_many(prompt, settings, 1)[0]
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list[ServerReplyStream]:
@@ -213,37 +200,13 @@ class ServerBackend:
         (with seed, seed+1, ... when a seed is set). The first n=K request finds out which: a server that ignores
         n (transformers serve, ollama) streams only choice 0, then the other K-1 are requested; one that refuses it
         (llama.cpp) answers an error, then all K are."""
-        if k < 1:
-            raise ValueError("k must be at least 1")
-        if settings.greedy and k > 1:
-            raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+        check_many(settings, k)
         if self._closed.is_set():
-            raise ServerError("the server backend is closed")
+            raise GenerationError("the server backend is closed")
         self.connect()
         if k == 1 or self.honours_n is False:
             return [self._start(prompt, seeded(settings, i), 1)[0] for i in range(k)]
         return self._start(prompt, settings, k)
-
-    def generate(self, prompt: str, settings: SamplingSettings, *, attempts: int = 4,
-                 first_delay_s: float = 1.0) -> Reply:
-        """The whole reply, trying again with exponential backoff after transient failures (unreachable server,
-        429/5xx, a dropped or stalled stream): for batch work such as eval. Returns a FAILED reply when the failure
-        is permanent (wrong model, 4xx) or outlasts the attempts; INTERRUPTED when the backend is closed meanwhile."""
-
-        def attempt() -> Reply:
-            if self._closed.is_set():
-                return _ended_reply(self.model, settings, INTERRUPTED)
-            stream = self.stream(prompt, settings)
-            for _ in stream:
-                pass
-            if stream.failure is not None:
-                raise stream.failure
-            return stream.reply
-
-        try:
-            return retry_transient(attempt, attempts=attempts, first_delay_s=first_delay_s, sleep=self._closed.wait)
-        except ServerError as error:
-            return _ended_reply(self.model, settings, FAILED, str(error))
 
     def close(self) -> None:
         """Cancel every reply in flight (they end INTERRUPTED), close the connections, end the event loop."""
@@ -257,12 +220,6 @@ class ServerBackend:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         self._loop.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # -- on the event loop -----------------------------------------------------------------------------------------
     def _call(self, coroutine):
@@ -287,50 +244,45 @@ class ServerBackend:
         for task in requests:
             task.cancel()
         await asyncio.gather(*requests, return_exceptions=True)  # each closes its connection
-        await self._client.aclose()
-        await self._loop.shutdown_asyncgens()  # httpx's line iterators left behind by a finished read
+        await self._client.close()
+        await self._loop.shutdown_asyncgens()
 
-    async def _get_json(self, path: str, timeout: float):
+    async def _list_models(self) -> list[str]:
+        """GET /models once (a listing is a question, not work worth retrying)."""
+        client = self._client.with_options(max_retries=0, timeout=min(self.timeout, 30.0))
         try:
-            response = await self._client.get(path, timeout=httpx2.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
-        except httpx2.HTTPError as error:
-            raise describe_transport_error(error, self.base_url, self.timeout) from None
-        if response.status_code >= 400:
-            raise status_error(response, self.base_url)
-        try:
-            return response.json()
-        except ValueError:
-            raise ServerError(f"{response.request.url} did not answer JSON; is {self.base_url} an OpenAI-compatible "
-                              "API base (e.g. http://HOST:8000/v1)?") from None
+            page = await client.models.list(extra_headers=self._headers)
+            return [entry.id for entry in page.data if isinstance(getattr(entry, "id", None), str)]
+        except openai.OpenAIError as error:
+            raise describe_failure(error, self.base_url, self.timeout) from None
+        except (ValueError, TypeError, AttributeError):  # an answer that is not a model list
+            raise GenerationError(f"{self.base_url}/models did not list models; is {self.base_url} an "
+                                  "OpenAI-compatible API base (e.g. http://HOST:8000/v1)?") from None
 
     async def _complete(self, prompt: str, settings: SamplingSettings, streams: list[ServerReplyStream]) -> None:
         """One streamed request with n=len(streams), feeding its streams; each stream gets exactly one end."""
         n = len(streams)
         choices = _Choices(streams)
+        # The first n=K request is a question (does the server honour n?): an error answer means no, not a retry.
+        probing = n > 1 and self.honours_n is None
+        client = self._client.with_options(max_retries=0) if probing else self._client
         refused_n = answered = False
         try:
-            body = completion_request(self.model, prompt, settings, n)
-            async with self._client.stream("POST", "completions", json=body) as response:
-                answered = True
-                if response.status_code >= 400:
-                    await response.aread()
-                    if n > 1 and self.honours_n is None:
-                        refused_n = True  # e.g. llama.cpp: "Only one completion choice is allowed"
-                    else:
-                        raise status_error(response, self.base_url)
-                else:
-                    async with contextlib.aclosing(_sse_data(response)) as events:
-                        async for data in events:
-                            if data.strip() == "[DONE]":
-                                break
-                            choices.take(_parse_chunk(data))
-                            if len(choices.seen) > 1:
-                                self.honours_n = True
-        except httpx2.HTTPError as error:
-            choices.fail(describe_transport_error(error, self.base_url, self.timeout, answered))
-            return
-        except ServerError as error:
-            choices.fail(error)
+            response = await client.completions.create(**completion_request(self.model, prompt, settings, n),
+                                                       extra_headers=self._headers)
+            answered = True
+            async with response:
+                async for chunk in response:
+                    choices.take(chunk)
+                    if len(choices.seen) > 1:
+                        self.honours_n = True
+        except openai.APIStatusError as error:
+            if not probing:  # e.g. llama.cpp: "Only one completion choice is allowed"
+                choices.fail(await self._explain_status(error))
+                return
+            refused_n = True
+        except Exception as error:  # every failure ends every stream of the request, one line each
+            choices.fail(describe_failure(error, self.base_url, self.timeout, answered))
             return
 
         if n == 1:
@@ -346,6 +298,22 @@ class ServerBackend:
                 choices.end(index, choices.finish.get(index))
         await asyncio.gather(*(self._complete(prompt, seeded(settings, i), [streams[i]]) for i in alone))
 
+    async def _explain_status(self, error: openai.APIStatusError) -> GenerationError:
+        """The refusal's own message; for a model the user named, with what the server lists when that is known and
+        lacks the model (a server may also serve what it does not list, so the listing alone decides nothing)."""
+        failure = describe_failure(error, self.base_url, self.timeout)
+        if not self._named:
+            return failure
+        try:
+            served = await self._list_models()
+        except GenerationError:
+            return failure
+        if self.model in served:
+            return failure
+        listing = ", ".join(served) if served else "no models"
+        return GenerationError(f"{failure}; it lists {listing}, not {self.model!r} (choose with --server-model)",
+                               failure.transient)
+
 
 class _Choices:
     """What one request has streamed, choice by choice (``index``), handed on to the choices' streams."""
@@ -355,25 +323,28 @@ class _Choices:
         self.seen: set[int] = set()
         self.ended: set[int] = set()
         self.finish: dict[int, str] = {}
-        self.usage: dict = {}
+        self.usage = None
 
-    def take(self, chunk: dict) -> None:
-        for choice in chunk.get("choices") or []:
-            index = choice.get("index", 0)
+    def take(self, chunk) -> None:
+        """One streamed ``Completion`` chunk (read leniently: servers leave out fields OpenAI always sends)."""
+        for choice in getattr(chunk, "choices", None) or []:
+            index = getattr(choice, "index", None) or 0
             if not isinstance(index, int) or not 0 <= index < len(self.streams) or index in self.ended:
                 continue
             self.seen.add(index)
-            if choice.get("text"):
-                self.streams[index]._piece(choice["text"])
-            if choice.get("finish_reason"):
-                self.finish[index] = choice["finish_reason"]
+            text = getattr(choice, "text", None)
+            if text:
+                self.streams[index]._piece(text)
+            finish_reason = getattr(choice, "finish_reason", None)
+            if finish_reason:
+                self.finish[index] = finish_reason
                 if len(self.streams) > 1:  # ends now; a single choice waits for the usage that follows
-                    self.end(index, self.finish[index])
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+                    self.end(index, finish_reason)
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
 
     def end(self, index: int, finish_reason: str | None, tokens: int | None = None,
-            failure: ServerError | None = None) -> None:
+            failure: GenerationError | None = None) -> None:
         self.ended.add(index)
         failure = failure or _unfinished(finish_reason)
         if failure is not None:
@@ -383,7 +354,8 @@ class _Choices:
 
     def end_single(self) -> None:
         """The end of a one-choice request, with the server's token count when it sent usage."""
-        tokens, prompt_tokens = self.usage.get("completion_tokens"), self.usage.get("prompt_tokens")
+        tokens = getattr(self.usage, "completion_tokens", None)
+        prompt_tokens = getattr(self.usage, "prompt_tokens", None)
         if isinstance(prompt_tokens, int):
             self.streams[0].prompt_tokens = prompt_tokens
         if not isinstance(tokens, int):
@@ -392,142 +364,96 @@ class _Choices:
             tokens = max(tokens - 1, 0)  # the servers count the end-of-text token; Reply.tokens does not
         self.end(0, self.finish.get(0), tokens)
 
-    def fail(self, failure: ServerError) -> None:
+    def fail(self, failure: GenerationError) -> None:
         for index in range(len(self.streams)):
             if index not in self.ended:
                 self.end(index, None, failure=failure)
 
 
-def _ended_reply(model: str | None, settings: SamplingSettings, finish_reason: str, error: str | None = None) -> Reply:
-    reply = Reply(model=model or "?", settings=settings, finish_reason=finish_reason, error=error)
-    reply.finished_at = time.monotonic()
-    return reply
-
-
-async def _sse_data(response):
-    """The data of each server-sent event: its ``data:`` lines, joined; a blank line ends an event."""
-    lines: list[str] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data:"):
-            lines.append(line[5:].removeprefix(" "))
-        elif not line and lines:
-            yield "\n".join(lines)
-            lines = []
-    if lines:
-        yield "\n".join(lines)
-
-
-def _unfinished(finish_reason: str | None) -> ServerError | None:
+def _unfinished(finish_reason: str | None) -> GenerationError | None:
     """Why a reply with this finish_reason is a failure; None for "stop" and "length"."""
     if finish_reason in ("stop", "length"):
         return None
     if finish_reason is None:
-        return ServerError("the server ended the stream before the reply was finished", transient=True)
-    return ServerError(f"the server ended the reply early (finish_reason {finish_reason!r})",
-                       transient=finish_reason == "abort")
-
-
-def _parse_chunk(data: str) -> dict:
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        raise ServerError(f"the server sent something other than JSON mid-stream: {_one_line(data, 100)!r}") from None
-    if not isinstance(chunk, dict):
-        raise ServerError(f"the server sent an unexpected event mid-stream: {_one_line(data, 100)!r}")
-    if chunk.get("error"):  # vLLM, SGLang and transformers serve report a failure inside the stream this way
-        raise ServerError(f"the server failed mid-reply: {_error_detail(chunk)}")
-    return chunk
+        return GenerationError("the server ended the stream before the reply was finished", transient=True)
+    return GenerationError(f"the server ended the reply early (finish_reason {finish_reason!r})",
+                           transient=finish_reason == "abort")
 
 
 # -- one-line messages -------------------------------------------------------------------------------------------------
-def choose_model(base_url: str, wanted: str | None, served: list[str]) -> str:
-    listing = ", ".join(served) if served else "none"
-    if wanted:
-        if wanted in served:
-            return wanted
-        raise ServerError(f"the server at {base_url} does not serve model {wanted!r}; it serves: {listing} "
-                          "(choose with --server-model)")
+def choose_model(base_url: str, served: list[str]) -> str:
+    """The model to use when the user named none: the only one the server lists."""
     if len(served) == 1:
         return served[0]
     if not served:
-        raise ServerError(f"the server at {base_url} lists no models; name the model with --server-model")
-    raise ServerError(f"the server at {base_url} serves several models: {listing}; choose one with --server-model")
+        raise GenerationError(f"the server at {base_url} lists no models; name the model with --server-model")
+    raise GenerationError(f"the server at {base_url} serves several models: {', '.join(served)}; "
+                          "choose one with --server-model")
 
 
-def describe_transport_error(error: httpx2.HTTPError, base_url: str, timeout: float,
-                             answered: bool = False) -> ServerError:
-    cause = _root_cause(error)
-    if isinstance(error, httpx2.ConnectTimeout):
-        return ServerError(f"cannot reach the server at {base_url}: connecting timed out", transient=True)
-    if isinstance(error, httpx2.ConnectError):
-        return ServerError(f"cannot reach the server at {base_url} ({cause}); is it running? "
-                           "(--server / $KERNELLLM_SERVER)", transient=True)
-    if isinstance(error, httpx2.ReadTimeout):
-        return ServerError(f"the server sent nothing for {timeout:g} s (stalled); the request was closed",
-                           transient=True)
-    if isinstance(error, (httpx2.RemoteProtocolError, httpx2.ReadError)):
-        if not answered:
-            return ServerError(f"the server at {base_url} closed the connection without answering ({cause})",
+def describe_failure(error: Exception, base_url: str, timeout: float, answered: bool = False) -> GenerationError:
+    """The one line for an error of the openai client (or a reply it could not parse); ``answered``: the server had
+    begun the reply."""
+    if isinstance(error, openai.APIStatusError):
+        return _status_failure(error, base_url)
+    if isinstance(error, openai.APITimeoutError):
+        if answered:
+            return GenerationError(f"the server sent nothing for {timeout:g} s (stalled); the request was closed",
+                                   transient=True)
+        return GenerationError(f"cannot reach the server at {base_url}: it did not answer in time", transient=True)
+    if isinstance(error, openai.APIConnectionError):
+        cause, reached = _root_cause(error)
+        if answered:
+            return GenerationError(f"the server closed the connection mid-reply ({cause}); the reply is incomplete",
+                                   transient=True)
+        if not reached:
+            return GenerationError(f"cannot reach the server at {base_url} ({cause}); is it running? "
+                                   "(--server / $KERNELLLM_SERVER)", transient=True)
+        return GenerationError(f"the server at {base_url} closed the connection without answering ({cause})",
                                transient=True)
-        return ServerError(f"the server closed the connection mid-reply ({cause}); the reply is incomplete",
-                           transient=True)
-    return ServerError(f"the request to {base_url} failed: {type(error).__name__}: {cause}", transient=True)
+    if isinstance(error, openai.APIError):  # an error event inside the stream (vLLM, SGLang, transformers serve)
+        detail = _error_detail(error.body) if error.body else one_line(error.message, 200)
+        return GenerationError(f"the server failed mid-reply: {detail}")
+    if isinstance(error, ValueError):
+        return GenerationError(f"the server sent something other than JSON mid-stream ({one_line(error, 100)})")
+    return GenerationError(f"the request to {base_url} failed: {one_line(error, 200, with_type=True)}")
 
 
-def status_error(response: httpx2.Response, base_url: str) -> ServerError:
-    code = response.status_code
-    try:
-        detail = _error_detail(response.json())
-    except ValueError:
-        detail = _one_line(response.text, 200)
+def _status_failure(error: openai.APIStatusError, base_url: str) -> GenerationError:
+    response, code = error.response, error.status_code
+    detail = _error_detail(error.body) if error.body else ""
     message = f"the server answered {code} {response.reason_phrase}" + (f": {detail}" if detail else "")
     if code in (401, 403):
         message += " (check --api-key / $OPENAI_API_KEY)"
     elif code == 404:
         message += f" for {response.request.url} (is {base_url} the API base, e.g. http://HOST:8000/v1?)"
-    return ServerError(message, transient=code in TRANSIENT_STATUSES)
+    return GenerationError(message, transient=code in TRANSIENT_STATUSES)
 
 
 def _error_detail(payload) -> str:
-    """The message in an error body, whichever server's shape: {"error": {"message"}}, {"error"}, {"detail"}."""
+    """The message in an error body, whichever server's shape: {"error": {"message"}}, {"error"}, {"detail"}, text."""
     if isinstance(payload, dict):
         for key in ("error", "detail", "message"):
             value = payload.get(key)
             if isinstance(value, dict):
                 value = value.get("message") or value
             if value:
-                return _one_line(value if isinstance(value, str) else json.dumps(value), 200)
-    return _one_line(json.dumps(payload), 200)
+                return one_line(value if isinstance(value, str) else json.dumps(value), 200)
+    return one_line(payload if isinstance(payload, str) else json.dumps(payload), 200)
 
 
-def _root_cause(error: BaseException) -> str:
-    """The deepest OS-level reason (``connection refused``, ``Name or service not known``) or the error's text."""
+def _root_cause(error: BaseException) -> tuple[str, bool]:
+    """(the deepest OS-level reason or the error's text, whether the connection was made): an OSError in the chain
+    (``connection refused``, ``Name or service not known``) means the server was never reached."""
     found, reason, seen = None, error, set()
     while reason is not None and id(reason) not in seen:
         seen.add(id(reason))
         if isinstance(reason, ConnectionRefusedError):
-            return "connection refused"
+            return "connection refused", False
         if isinstance(reason, OSError) and reason.strerror:
             found = reason.strerror
         reason = reason.__cause__ or reason.__context__
-    return found or _one_line(str(error) or type(error).__name__, 200)
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def retry_transient(run: Callable[[], T], *, attempts: int = 4, first_delay_s: float = 1.0,
-                    max_delay_s: float = 30.0, sleep: Callable[[float], object] = time.sleep) -> T:
-    """``run()``, called again while it raises a transient ServerError, at most ``attempts`` times in all, waiting
-    first_delay_s, twice that, ... (capped at max_delay_s, with jitter so that many clients do not retry in step).
-    The last error is raised when the attempts run out; a permanent error at once."""
-    for attempt in range(attempts):
-        try:
-            return run()
-        except ServerError as error:
-            if not error.transient or attempt == attempts - 1:
-                raise
-            sleep(min(max_delay_s, first_delay_s * 2 ** attempt) * random.uniform(0.5, 1.0))
-    raise ValueError("attempts must be at least 1")
+    if found is not None:
+        return found, False
+    inner = error.__cause__ or error
+    return one_line(inner, 200), True
