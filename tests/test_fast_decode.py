@@ -211,6 +211,19 @@ def test_a_warm_up_that_fails_before_compiling_ends_failed_and_the_plain_path_se
     assert isinstance(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4)), LocalReplyStream)
 
 
+def test_a_tier_that_fails_leaves_the_one_before_serving(random_model, monkeypatch):
+    def no_compiler(self, size):
+        raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(FastDecoder, "_compile_for", no_compiler)
+    backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024, batch_sizes=(1,),
+                               tiers=("eager", "compiled"))
+    assert backend.wait_until_ready(30) and backend.state == "ready" and backend.tier == {1: "eager"}
+    assert "no C compiler" in backend.reason and "already warm" in backend.reason
+    stream = backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4))
+    assert isinstance(stream, FastReplyStream) and "".join(stream) is not None and stream.reply.tokens > 0
+
+
 def test_a_seeded_reply_takes_the_fast_path_even_while_warming_up(random_model, monkeypatch):
     release = threading.Event()
     prepare = FastDecoder.prepare
