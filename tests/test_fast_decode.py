@@ -174,6 +174,14 @@ def test_stream_many_returns_k_replies_decoded_together(eager_backend):
     assert len(set(texts)) > 1  # independent samples, not one reply three times
 
 
+def test_more_rows_than_the_largest_batch_go_to_the_plain_path_seed_or_not(eager_backend):
+    for seed in (None, 3):
+        streams = eager_backend.stream_many("def relu(x):", SamplingSettings(max_new_tokens=3, seed=seed), 5)
+        assert all(isinstance(stream, LocalReplyStream) for stream in streams)
+        for stream in streams:
+            list(stream)
+
+
 def test_cancelling_one_of_k_streams_leaves_the_others_running(eager_backend):
     streams = eager_backend.stream_many("def relu(x):", SamplingSettings(max_new_tokens=60, seed=4), 2)
     streams[0].cancel()

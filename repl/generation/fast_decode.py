@@ -115,6 +115,7 @@ class FastLocalBackend(Backend):
         if self.reason is None and compile and not str(loaded.device).startswith("cuda"):
             self.reason = "no CUDA device: fast decoding needs CUDA graphs"
         self.tiers = tiers or (("graphs", "compiled") if compile else ("eager",))
+        self.batch_sizes = batch_sizes
         self.warm_up_seconds: dict[str, dict[int, float]] = {}  # tier -> batch size -> seconds (compile + capture)
         self.serving_after_s: float | None = None  # from this backend's creation until a fast batch served
         self.warm_up_errors: list[BaseException] = []  # kept for --debug and the benchmark
@@ -134,7 +135,7 @@ class FastLocalBackend(Backend):
         self._created = time.monotonic()
         self.decoder = FastDecoder(loaded.model, min(max_seq_len, loaded.model.config.max_position_embeddings),
                                    attention=attention)
-        threading.Thread(target=self._warm_up, args=(batch_sizes,), name="fast-decode-warm-up", daemon=True).start()
+        threading.Thread(target=self._warm_up, name="fast-decode-warm-up", daemon=True).start()
 
     @property
     def description(self) -> str:
@@ -146,11 +147,11 @@ class FastLocalBackend(Backend):
         """Batch size -> the tier it serves at now."""
         return {size: batch.tier for size, batch in (self.decoder.batches if self.decoder else {}).items()}
 
-    def _warm_up(self, batch_sizes) -> None:
+    def _warm_up(self) -> None:
         try:
             use_user_cache_dir()
             for tier in self.tiers:
-                for size in batch_sizes:
+                for size in self.batch_sizes:
                     started = time.monotonic()
                     try:
                         self.decoder.prepare(size, tier)
@@ -197,12 +198,14 @@ class FastLocalBackend(Backend):
 
     def _stream(self, prompt: str, settings: SamplingSettings, k: int) -> list | None:
         """Fast streams, or None where the plain path serves. Without a seed: the fast path once a batch of at least
-        k rows serves. With a seed: the fast path wherever it can serve at all (not off, not failed, the reply fits
-        the cache), after the warm-up has ended, so that the same seed always meets the same tier."""
+        k rows serves. With a seed: the fast path wherever it can serve at all (not off, not failed, k rows within
+        the warmed batch sizes, the reply fits the cache), after the warm-up has ended, so that the same seed always
+        meets the same tier."""
         if self.decoder is None or self.state == "failed":
             return None
-        seeded = settings.seed is not None
-        if not seeded and self.decoder.batch_for(k) is None:
+        if settings.seed is None and self.decoder.batch_for(k) is None:
+            return None
+        if k > max(self.batch_sizes):  # more rows than any batch the warm-up makes: the plain path, seed or not
             return None
         prompt_ids = encode_prompt(self.loaded.tokenizer, prompt)
         if not self.decoder.fits(prompt_ids.shape[1], settings.max_new_tokens):
