@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from repl.generation import FINISHED, INTERRUPTED, TRUNCATED
-from repl.generation.fast_decode import FastDecoder, FastLocalBackend, FastReplyStream, sample, unsupported_reason
+from repl.generation.fast_decode import FastLocalBackend, FastReplyStream
+from repl.generation.llama_math import unsupported_reason
+from repl.generation.static_decoder import FastDecoder, sample
 from repl.generation.local import LocalReplyStream, encode_prompt
 from repl.generation.model_loading import load_model
 from repl.prompt import build_prompt
@@ -41,11 +43,7 @@ def generate_ids(model, prompt_ids, new_tokens):
 
 def fast_ids(decoder: FastDecoder, prompt_ids, settings, rows, new_tokens):
     steps = []
-    batch = decoder.batch_for(rows)
-    try:
-        decoder.generate(batch, prompt_ids, settings, rows, new_tokens, lambda tokens: steps.append(tokens) or True)
-    finally:
-        batch.lock.release()
+    assert decoder.decode(prompt_ids, settings, rows, new_tokens, lambda tokens: steps.append(tokens) or True)
     return [list(row) for row in zip(*steps)]
 
 
@@ -79,18 +77,78 @@ def test_a_tiny_top_p_samples_the_greedy_tokens(random_model, eager_backend):
     assert fast_ids(eager_backend.decoder, prompt_ids, nucleus_of_one, 1, 32) == greedy
 
 
-def test_sampling_follows_transformers_temperature_and_top_p():
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+
+
+def warped_probabilities(logits, temperature, top_p):
+    """generate()'s sampling distribution: its own temperature and top-p warpers (top_k=0), then softmax."""
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-    logits = torch.tensor([[2.0, 1.5, 1.0, 0.2, -0.5, -3.0]])
-    warped = TopPLogitsWarper(0.8)(None, TemperatureLogitsWarper(0.7)(None, logits.clone()))
-    expected = warped.softmax(-1)[0]
+    rows = logits.float().reshape(-1, logits.shape[-1]).clone()
+    warped = TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, rows))
+    return warped.softmax(-1).reshape(logits.shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_follows_transformers_temperature_and_top_p(device):
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.2, -0.5, -3.0]], device=device)
+    expected = warped_probabilities(logits, 0.7, 0.8)[0]
     draws = 40_000
     torch.manual_seed(0)
-    tokens = sample(logits.expand(draws, -1), torch.full((draws, 1), 0.7), torch.full((draws, 1), 0.8))
+    tokens = sample(logits.expand(draws, -1), torch.full((draws, 1), 0.7, device=device),
+                    torch.full((draws, 1), 0.8, device=device))
     frequencies = torch.bincount(tokens[:, 0], minlength=6).float() / draws
     assert frequencies[expected == 0].sum() == 0  # nothing outside the nucleus
     assert torch.allclose(frequencies, expected, atol=0.01)
+
+
+def peaked_model(tiny_model_dir, device):
+    """The tiny model with its logits scaled up, so that a nucleus holds a few tokens (the random model's are flat)."""
+    loaded = load_model(str(tiny_model_dir), device=device, dtype="fp32")
+    loaded.model.lm_head.weight.data *= 20
+    return loaded
+
+
+def assert_fast_samples_follow_generate(loaded, backend, runs=100, rows=4, temperature=0.7, top_p=0.8):
+    """The first token (sampled after the prefill) and the second (sampled by the decode step) of ``runs`` x
+    ``rows`` fast-path samples against generate()'s distribution: nothing outside the nucleus, the frequencies of
+    the likely tokens within 4.5 standard deviations, and the rows independent of each other."""
+    model = loaded.model
+    prompt_ids = encode_prompt(loaded.tokenizer, "def relu(x):").to(loaded.device)
+    with torch.no_grad():
+        first_p = warped_probabilities(model(prompt_ids).logits[0, -1], temperature, top_p).cpu()
+    draws = []
+    for seed in range(runs):
+        steps = []
+        settings = SamplingSettings(temperature=temperature, top_p=top_p, max_new_tokens=2, seed=seed)
+        assert backend.decoder.decode(prompt_ids, settings, rows, 2, lambda tokens: steps.append(tokens) or True)
+        draws.append(list(zip(*steps)))  # rows x (first, second)
+    conditional = {}
+    for first in {row[0] for run in draws for row in run}:
+        ids = torch.cat([prompt_ids, torch.tensor([[first]], device=prompt_ids.device)], dim=1)
+        with torch.no_grad():
+            conditional[first] = warped_probabilities(model(ids).logits[0, -1], temperature, top_p).cpu()
+    samples = [row for run in draws for row in run]
+    assert all(first_p[first] > 0 and conditional[first][second] > 0 for first, second in samples)
+    expected_second = sum(conditional[first] for first, _ in samples)
+    for expected, observed in [(first_p * len(samples), torch.bincount(torch.tensor([f for f, _ in samples]),
+                                                                        minlength=first_p.numel())),
+                               (expected_second, torch.bincount(torch.tensor([s for _, s in samples]),
+                                                                minlength=first_p.numel()))]:
+        likely = expected >= 10
+        assert likely.sum() >= 3
+        spread = (expected[likely] * (1 - expected[likely] / len(samples))).sqrt()
+        assert ((observed[likely] - expected[likely]).abs() <= 4.5 * spread).all(), (observed[likely], expected[likely])
+    same = [run[i][0] == run[j][0] for run in draws for i in range(rows) for j in range(i + 1, rows)]
+    assert abs(sum(same) / len(same) - (first_p ** 2).sum().item()) < 0.08  # copies would give 1
+
+
+def test_fast_samples_follow_generates_distribution_with_independent_rows(tiny_model_dir):
+    loaded = peaked_model(tiny_model_dir, "cpu")
+    backend = FastLocalBackend(loaded, compile=False, max_seq_len=256, batch_sizes=(4,))
+    assert backend.wait_until_ready(30) and backend.state == "ready"
+    assert_fast_samples_follow_generate(loaded, backend)
 
 
 def test_the_same_seed_samples_the_same_reply(eager_backend):
@@ -116,6 +174,14 @@ def test_stream_many_returns_k_replies_decoded_together(eager_backend):
     assert len(set(texts)) > 1  # independent samples, not one reply three times
 
 
+def test_more_rows_than_the_largest_batch_go_to_the_plain_path_seed_or_not(eager_backend):
+    for seed in (None, 3):
+        streams = eager_backend.stream_many("def relu(x):", SamplingSettings(max_new_tokens=3, seed=seed), 5)
+        assert all(isinstance(stream, LocalReplyStream) for stream in streams)
+        for stream in streams:
+            list(stream)
+
+
 def test_cancelling_one_of_k_streams_leaves_the_others_running(eager_backend):
     streams = eager_backend.stream_many("def relu(x):", SamplingSettings(max_new_tokens=60, seed=4), 2)
     streams[0].cancel()
@@ -134,12 +200,65 @@ def test_without_cuda_the_plain_path_serves_and_says_why(random_model):
 
 def test_until_the_warm_up_ends_streams_use_the_plain_path(random_model, monkeypatch):
     release = threading.Event()
-    monkeypatch.setattr(FastDecoder, "prepare", lambda self, size: release.wait(30))
+    monkeypatch.setattr(FastDecoder, "prepare", lambda self, size, tier: release.wait(30))
     backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024)
     stream = backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4))
     release.set()
     assert isinstance(stream, LocalReplyStream) and backend.state in ("warming up", "ready")
     list(stream)
+
+
+def test_a_warm_up_that_fails_before_compiling_ends_failed_and_the_plain_path_serves(random_model, monkeypatch):
+    def no_cache_dir():
+        raise PermissionError("cache directory not writable")
+
+    monkeypatch.setattr("repl.generation.fast_decode.use_user_cache_dir", no_cache_dir)
+    backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024)
+    assert backend.wait_until_ready(30) and backend.state == "failed"
+    assert "not writable" in backend.reason and "plain" in backend.reason
+    assert isinstance(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4)), LocalReplyStream)
+
+
+def test_a_tier_that_fails_leaves_the_one_before_serving(random_model, monkeypatch):
+    def no_compiler(self, size):
+        raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(FastDecoder, "_compile_for", no_compiler)
+    backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024, batch_sizes=(1,),
+                               tiers=("eager", "compiled"))
+    assert backend.wait_until_ready(30) and backend.state == "ready" and backend.tier == {1: "eager"}
+    assert "no C compiler" in backend.reason and "already warm" in backend.reason
+    stream = backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4))
+    assert isinstance(stream, FastReplyStream) and "".join(stream) is not None and stream.reply.tokens > 0
+
+
+def test_a_seeded_reply_takes_the_fast_path_even_while_warming_up(random_model, monkeypatch):
+    release = threading.Event()
+    prepare = FastDecoder.prepare
+    monkeypatch.setattr(FastDecoder, "prepare", lambda self, size, tier: release.wait(30) and prepare(self, size, tier))
+    backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024, batch_sizes=(1,))
+    settings = SamplingSettings(max_new_tokens=12, seed=7)
+    during = backend.stream("def relu(x):", settings)
+    assert isinstance(during, FastReplyStream) and backend.state == "warming up"
+    assert isinstance(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=4)), LocalReplyStream)
+    release.set()
+    text = "".join(during)
+    assert backend.state == "ready" and text == "".join(backend.stream("def relu(x):", settings))
+
+
+def test_the_fast_path_waits_for_the_lock_the_plain_path_takes(random_model, eager_backend):
+    from repl.generation.local import generation_lock
+
+    prompt_ids = encode_prompt(random_model.tokenizer, "def relu(x):")
+    first_token = threading.Event()
+    emit = lambda tokens: first_token.set() or True
+    with generation_lock(random_model.model):  # as a plain generate() (which seeds the global RNG) holds it
+        worker = threading.Thread(target=eager_backend.decoder.decode,
+                                  args=(prompt_ids, SamplingSettings(max_new_tokens=4, seed=1), 1, 4, emit))
+        worker.start()
+        assert not first_token.wait(0.5)
+    assert first_token.wait(30)
+    worker.join(30)
 
 
 def test_models_other_than_llama_are_not_fast_decoded():
@@ -156,12 +275,13 @@ def test_bench_runs_end_to_end_on_the_tiny_model(tmp_path):
     from repl.cli.main import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32", "--new-tokens", "8",
-                 "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
+    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32",
+                 "--new-tokens", "8", "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
                  "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     for path in ["plain.tokens_per_s", "plain.k_tokens_per_s", "plain.ttft_ms", "fast.tokens_per_s",
-                 "fast.k_tokens_per_s", "fast.ttft_ms", "fast.warm_up_s", "greedy.identical_prefix",
+                 "fast.k_tokens_per_s", "fast.ttft_ms", "fast.warm_up_s", "fast.serving_after_s",
+                 "greedy.identical_prefix",
                  "startup.seconds", "render.overhead_percent", "meta.torch"]:
         section, key = path.split(".")
         assert results[section][key] is not None, path
@@ -195,3 +315,52 @@ def test_cuda_graph_sampling_is_reproducible_and_streams(tiny_model_dir):
     first_text = "".join(first)
     assert isinstance(first, FastReplyStream) and first.reply.tokens > 0
     assert "".join(backend.stream("def relu(x):", settings)) == first_text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tiers", [("graphs",), ("graphs", "compiled")], ids=["graphs", "compiled"])
+def test_cuda_fast_samples_follow_generates_distribution(tiny_model_dir, tiers):
+    loaded = peaked_model(tiny_model_dir, "cuda")
+    backend = FastLocalBackend(loaded, max_seq_len=256, batch_sizes=(4,), tiers=tiers)
+    assert backend.wait_until_ready(600) and backend.state == "ready", backend.reason
+    assert backend.tier == {4: tiers[-1]}
+    assert_fast_samples_follow_generate(loaded, backend)
+
+
+ATTENTION_CHECK = """
+import torch
+from repl.generation.decode_attention import decode_attention
+from repl.generation.llama_math import attend_cache
+torch.manual_seed(0)
+device, dtype = {device!r}, {dtype}
+for batch, heads, kv_heads, dim, length, position, attended in [
+        (1, 32, 8, 128, 1024, 300, 512), (2, 4, 2, 16, 256, 0, 256), (3, 4, 2, 16, 256, 255, 256)]:
+    q = torch.randn(batch, heads, 1, dim, device=device, dtype=dtype)
+    k_cache, v_cache = (torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2))
+    at = torch.tensor([position], device=device)
+    out = decode_attention(q, k_cache, v_cache, at, attended).double()
+    ref = attend_cache(q.double(), k_cache.double(), v_cache.double(), at, attended)
+    error = ((out - ref).norm() / ref.norm()).item()
+    assert error < {tolerance}, (batch, heads, position, error)
+print("ok")
+"""
+
+
+def test_triton_attention_matches_torch_attention_in_the_interpreter():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_triton_attention_matches_torch_attention(dtype, tolerance):
+    exec(ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
