@@ -13,16 +13,50 @@ import os
 import signal
 import threading
 
-from repl.checker.result import VERDICTS, CheckResult
+from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.checker.sandbox import WorkerOutcome, run_worker
 from repl.extract import extract_kernel_code
 
-__all__ = ["check_kernel", "CheckResult", "VERDICTS", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S"]
 
 # The whole check, reference and timing included. Generous: the interpreter is slow on the CPU, and on a GPU the
 # first Triton compile and torch.compile(reference) for the timing can each take tens of seconds.
 DEFAULT_TIMEOUT_S = 120.0
 OUTPUT_TAIL_CHARS = 4000
+
+
+class Checker:
+    """Checks kernels for one session or run: ``checker.check(reference_code, kernel_or_reply, ...)`` is
+    thread-safe, up to `jobs` checks run at once; ``close()`` (or ``with``) ends it."""
+
+    def __init__(self, device: str = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None):
+        if jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        _placement(device)  # unusable devices raise ValueError now, not at the first check
+        self.device = device
+        self.jobs = jobs
+        self._memory_limit_bytes = memory_limit_bytes
+        self._slots = threading.BoundedSemaphore(jobs)
+        self._closed = False
+
+    def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = 5, atol: float = 1e-2,
+              rtol: float = 1e-2, timeout: float | None = None,
+              cancel: threading.Event | None = None) -> CheckResult:
+        if self._closed:
+            raise RuntimeError("this Checker is closed")
+        with self._slots:
+            return check_kernel(reference_code, kernel_code_or_reply, device=self.device, trials=trials, atol=atol,
+                                rtol=rtol, timeout=timeout, cancel=cancel,
+                                memory_limit_bytes=self._memory_limit_bytes)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> "Checker":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 def check_kernel(
