@@ -112,6 +112,7 @@ class ProblemResult:
     pass_at: dict[str, float]
     best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager"}
     candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms"}]
+    note: str | None = field(default=None, compare=False)  # not in the file: why a problem was too large
 
     @classmethod
     def from_candidates(cls, name: str, candidates: list[Candidate]) -> "ProblemResult":
@@ -124,11 +125,12 @@ class ProblemResult:
             check = ranked[0].check
             best = {"candidate": _candidate_name(ranked[0]), "kernel_ms": check.kernel_ms,
                     "speedup_vs_eager": check.speedup_vs_eager}
+        too_large = next((c.check.message for c in candidates if c.verdict == Verdict.TOO_LARGE), None)
         return cls(
-            name=name, n=n, compiled=compiled, correct=correct,
+            name=name, n=n, compiled=compiled, correct=correct, note=too_large,
             pass_at={str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
             best=best,
-            candidates=[{"file": _candidate_name(c), "verdict": c.verdict,
+            candidates=[{"file": _candidate_name(c), "verdict": c.verdict and str(c.verdict),
                          "kernel_ms": c.check.kernel_ms if c.check else None} for c in candidates],
         )
 

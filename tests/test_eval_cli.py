@@ -111,3 +111,25 @@ def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     problems, _ = relu_only
     assert main_cli.main(["eval", str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1
     assert "no model directory" in capsys.readouterr().err
+
+
+def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeypatch, capsys, tmp_path):
+    problems, candidates = relu_only
+    shutil.copy(TESTS / "eval_problems" / "2_Add.py", problems)
+    (candidates / "2_Add").mkdir()
+    shutil.copy(TESTS / "eval_candidates" / "2_Add" / "good.py", candidates / "2_Add")
+    reason = "too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB); check it on a GPU"
+
+    def check(reference_code, reply_text, **options):
+        if "return a + b" in reference_code:
+            return CheckResult(verdict="too_large", message=reason)
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    use_stand_in_checker(monkeypatch, check)
+    out = tmp_path / "r.json"
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "skipped: too large for this device: 1 (2_Add); not in pass@k or fast_p" in captured.out
+    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
+    assert f"2_Add skipped: {reason}" in " ".join(captured.err.split())
+    assert json.loads(out.read_text())["summary"]["too_large"] == 1
