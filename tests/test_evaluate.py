@@ -162,7 +162,7 @@ def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
     assert report.totals["candidates"] == 5 and report.totals["correct"] == 3 and not report.interrupted
 
 
-def test_the_results_file_has_exactly_the_issues_keys(real_run):
+def test_the_results_file_has_exactly_the_documented_keys(real_run):
     _, out = real_run
     data = json.loads(out.read_text())
     assert set(data) == {"problems", "summary"}
