@@ -320,6 +320,8 @@ class BestOfRun:
         candidate.state = GENERATING
         with self._lock:
             self._streams.append(stream)
+        if self.cancelled:  # cancel() may have missed it
+            stream.cancel()
         self.on_progress(candidate)
         try:
             for _ in stream:

@@ -281,14 +281,11 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     code = sys.stdin.read()
-    path = Path("reference.py").resolve()
-    path.write_text(code, encoding="utf-8")
     module = types.ModuleType("kernelllm_sizing_reference")
-    module.__file__ = str(path)
     sys.modules[module.__name__] = module
     result: dict = {"reason": None, "size": None}
     try:
-        exec(compile(code, str(path), "exec"), module.__dict__)
+        exec(compile(code, "reference.py", "exec"), module.__dict__)
     except BaseException as error:
         result["size"] = asdict(ProblemSize(unsized=f"the module does not import: {one_line(error)}"))
         print(json.dumps(result), flush=True)
