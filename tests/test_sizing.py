@@ -8,7 +8,6 @@ import time
 import types
 from pathlib import Path
 
-import pytest
 
 from repl.checker.sizing import (ProblemSize, available_memory_bytes, format_bytes, measure_problem,
                                  problem_too_large, too_large_reason)
@@ -142,7 +141,8 @@ def test_inputs_beyond_the_machine_are_sized_without_being_allocated(tmp_path):
 
 def test_a_small_problem_is_not_flagged():
     size = measure_problem(module_from((TESTS / "eval_problems" / "1_ReLU.py").read_text()))
-    assert size.sized and (size.input_bytes, size.output_bytes) == (800, 800)
+    assert size.sized and size.input_bytes == 800
+    assert size.output_bytes is None  # not worth a forward on meta: it costs seconds the first time
     assert too_large_reason(size, on_cuda=False, memory_bytes=available_memory_bytes(False)) is None
 
 
@@ -150,7 +150,29 @@ def test_kernelbook_init_inputs_and_parameters_are_counted():
     size = measure_problem(module_from(KERNELBOOK_LINEAR))
     assert size.sized
     assert size.parameter_bytes == 1024 * 1024 * 4  # no bias: the keyword reached the constructor
-    assert size.input_bytes == 8 * 1024 * 4 and size.output_bytes == 8 * 1024 * 4
+    assert size.input_bytes == 8 * 1024 * 4
+
+
+def test_outputs_count_once_the_inputs_are_large():
+    module = module_from("""
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cat([x, x, x])
+
+def get_inputs():
+    return [torch.randn(1 << 27)]
+
+def get_init_inputs():
+    return []
+""")
+    size = measure_problem(module)
+    assert (size.input_bytes, size.output_bytes) == (2**29, 3 * 2**29)  # 512 MB in, 1.5 GB out
+    assert size.check_bytes() == 2 * (2**29 + 3 * 2**29)  # reference and candidate: inputs and outputs
+    assert "a check holds at least 4.3 GB" in too_large_reason(size, on_cuda=True, memory_bytes=4 * GB)
+    assert too_large_reason(size, on_cuda=True, memory_bytes=5 * GB) is None
 
 
 def test_a_module_sizing_cannot_run_is_never_called_too_large():

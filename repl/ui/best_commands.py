@@ -2,8 +2,8 @@
 registers them in the command table.
 
 They work on the ReplSession: ``session.module`` is what they sample for, ``session.candidates`` keeps the last
-:best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen one's Attempt, so :save, :run and :raw
-work on it as on any kernel).
+:best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen candidate's Attempt, so
+:save, :run and :raw work on it as on any kernel.
 """
 
 from rich.text import Text
