@@ -507,3 +507,13 @@ def test_a_permanent_backend_failure_is_not_retried(stand_in_checker):
     run = start_run(1, engine_for(backend))
     assert run.wait(30)
     assert len(backend.prompts) == 1
+
+
+def test_best_says_when_the_problem_is_too_large_to_check_here(tmp_path, monkeypatch):
+    reason = "too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB); check it on a GPU"
+    use_stand_in_checker(monkeypatch, lambda *args, **kwargs: CheckResult(verdict="too_large", message=reason))
+    session, console = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY)))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    text = " ".join(console.export_text(clear=False).split())
+    assert f"No candidate could be checked: {reason}" in text and "too large" in text

@@ -9,6 +9,7 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 from rich.text import Text
 
 from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool
+from repl.checker import Verdict
 from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.commands import CommandError, _options, command
@@ -165,6 +166,8 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
             why = "the fastest" if best.check.kernel_ms is not None else "the lowest error; nothing was timed"
             message = f"{len(correct)} of {len(ranked)} correct{kept}; candidate {best.index} ({why}) is current"
         session.console.print(f"{message}. :save writes it; :pick N or :show N for another.", style="ok")
+    elif best.verdict == Verdict.TOO_LARGE:
+        session.console.print(f"No candidate could be checked: {best.check.message}", style="warn")
     else:
         session.console.print(
             f"No candidate is correct{kept}. Candidate {best.index} (best-ranked) is current; :show N for the "
