@@ -4,10 +4,9 @@ KernelBench's current problems use inputs of several GB (19_ReLU: a 4096 x 39321
 CPU such a check runs for a minute and dies for lack of memory; under the Triton interpreter it would need hours.
 ``measure_problem`` calls the module's ``get_init_inputs()``, builds ``Model``, calls ``get_inputs()`` and (for
 inputs of 256 MB or more) runs one forward on PyTorch's *meta* device: shapes and dtypes propagate, no storage is
-allocated. Any explicit device
-(``.cuda()``, ``.to("cuda")``, ``device="cpu"``) is turned into ``meta`` while it runs. Code that needs real values
-(``.item()``, ``.numpy()``, ``nonzero``) cannot be sized: the result says so and ``too_large_reason`` never calls such
-a problem too large.
+allocated. Any explicit device (``.cuda()``, ``.to("cuda")``, ``device="cpu"``) is turned into ``meta`` while it
+runs. Code that needs real values (``.item()``, ``.numpy()``, ``nonzero``) cannot be sized: the result says so and
+``too_large_reason`` never calls such a problem too large.
 
 ``too_large_reason`` compares the size with what the check needs and the device has:
 - memory: the worker holds the inputs and the candidate's clones of them, two models' parameters and two outputs
@@ -16,9 +15,11 @@ a problem too large.
 - time, on the CPU interpreter only: the elements one forward reads and writes, times the default number of trials,
   against what the interpreter can stream within the check's default time limit. The rate is an upper bound
   (``INTERPRETER_ELEMENTS_PER_S``), so only problems that cannot finish are flagged. Measured on a 2-core x86 CI
-  machine (2026-11-23, Triton 3.9 interpreter, an elementwise ReLU kernel on 4M-16M float32 elements): 1.7 M
-  elements/s with BLOCK_SIZE 1024 (the block the model's code usually uses), 4-5 M/s with 4096, 10-20 M/s with
-  65536. The bound takes 50 M/s: 2.5x the best measured, for a faster machine.
+  machine shared with other jobs (2026-11-23, load average about 3, Triton 3.9 interpreter, an elementwise ReLU
+  kernel on 4M-16M float32 elements; at load 8 the rates were about 4x lower): 1.7 M elements/s with BLOCK_SIZE
+  1024 (the block the model's code usually uses), 4-5 M/s with 4096, 10-20 M/s with 65536
+  (``python -m repl.checker.sizing --interpreter-rate`` measures it again). The bound takes 50 M/s: 2.5x the best
+  measured, for a faster machine.
 
 ``problem_too_large(module_code, device)`` asks the same before anything is generated, from a short subprocess
 (``python -m repl.checker.sizing``), so the process that holds the model never imports the user's module.
@@ -286,14 +287,49 @@ def problem_too_large(module_code: str, device: str = "auto", timeout: float = S
         return None
 
 
+def measure_interpreter_rate(elements: int = 1 << 22, blocks: tuple[int, ...] = (1024, 4096, 65536)) -> dict:
+    """Elements per second the Triton interpreter runs an elementwise ReLU kernel at, per BLOCK_SIZE (how
+    INTERPRETER_ELEMENTS_PER_S was chosen; `python -m repl.checker.sizing --interpreter-rate` prints it)."""
+    import time
+
+    os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.where(x > 0, x, 0.0), mask=mask)
+
+    x = torch.randn(elements)
+    out = torch.empty_like(x)
+    rates = {}
+    for block in blocks:
+        relu_kernel[(1,)](x, out, block, BLOCK=block)  # the first launch of a block size sets the kernel up
+        started = time.perf_counter()
+        relu_kernel[(triton.cdiv(elements, block),)](x, out, elements, BLOCK=block)
+        rates[block] = elements / (time.perf_counter() - started)
+        assert torch.equal(out, torch.relu(x))
+    return rates
+
+
 def _main(argv: list[str]) -> int:
-    """`python -m repl.checker.sizing [--device D]`: the module on stdin; one JSON line {"reason", "size"} out."""
+    """`python -m repl.checker.sizing [--device D]`: the module on stdin; one JSON line {"reason", "size"} out.
+    With --interpreter-rate: the interpreter's measured rate per BLOCK_SIZE instead."""
     import argparse
     import types
 
     parser = argparse.ArgumentParser(prog="python -m repl.checker.sizing")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--interpreter-rate", action="store_true")
     args = parser.parse_args(argv)
+    if args.interpreter_rate:
+        for block, rate in measure_interpreter_rate().items():
+            print(f"BLOCK_SIZE {block:>6}: {rate / 1e6:6.1f} M elements/s")
+        return 0
     code = sys.stdin.read()
     module = types.ModuleType("kernelllm_sizing_reference")
     sys.modules[module.__name__] = module
