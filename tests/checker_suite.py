@@ -54,13 +54,16 @@ CASES = {
 }
 
 
-def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2)) -> dict:
-    """Every case checked, at_once at a time (each check is its own process), as {case name: CheckResult}."""
-    from repl.checker import check_kernel
+def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None) -> dict:
+    """Every case checked by one Checker with at_once judges (as eval does), as {case name: CheckResult}."""
+    from repl.checker import Checker
 
-    def check(case: Case):
-        reference, kernel = case.read()
-        return check_kernel(reference, kernel, device=device, **case.options)
+    cases = CASES if cases is None else cases
+    with Checker(device, jobs=at_once) as checker:
 
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
-        return dict(zip(CASES, pool.map(check, CASES.values())))
+        def check(case: Case):
+            reference, kernel = case.read()
+            return checker.check(reference, kernel, **case.options)
+
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            return dict(zip(cases, pool.map(check, cases.values())))
