@@ -60,7 +60,7 @@ def encode(value) -> tuple[object, bytes]:
             return item
         if isinstance(item, torch.Tensor):
             if type(item) not in (torch.Tensor, torch.nn.Parameter):
-                raise WireError(f"{where} is a {type(item).__name__}, a tensor subclass: only plain tensors cross")
+                raise WireError(f"{where} is a tensor subclass ({type(item).__name__}): only plain tensors cross")
             if item.layout != torch.strided:
                 raise WireError(f"{where} is a {item.layout} tensor: only dense tensors cross")
             name = str(item.dtype).removeprefix("torch.")
