@@ -35,11 +35,12 @@ class Checker:
 
     device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
     memory_limit_bytes: the candidate's address-space cap on the CPU path (default: half the machine's RAM).
+    spares: candidate processes each judge keeps starting ahead of need (default: judge.default_spares()).
     Raises ValueError for a device that cannot be used.
     """
 
     def __init__(self, device: str = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
-                 spares: int = 1):
+                 spares: int | None = None):
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         self.device = device

@@ -498,9 +498,9 @@ class CandidatePool:
         self.waiting: list[CandidateProcess] = [CandidateProcess(*self.arguments)]
 
     def take(self, deadline: float, cancel: threading.Event) -> CandidateProcess:
-        while True:
+        for attempt in (1, 2):  # a spare that died while waiting (the machine's OOM killer...) gets one successor
             candidate = self.waiting.pop(0) if self.waiting else CandidateProcess(*self.arguments)
-            if len(self.waiting) < self.spares:
+            while len(self.waiting) < self.spares:
                 self.waiting.append(CandidateProcess(*self.arguments))
             try:
                 candidate.wait_ready(deadline, cancel)
@@ -511,10 +511,11 @@ class CandidatePool:
                     raise Ended(Verdict.CANCELLED, "check cancelled before the candidate started")
                 raise Ended(Verdict.TIMEOUT, "no candidate process was ready in time")
             except (PeerGone, WireError) as error:
-                message = candidate.death_message()
+                message = f"the candidate process did not start: {error}; {candidate.death_message()}"
+                tail = candidate.output_tail()
                 candidate.kill()
-                raise Ended(Verdict.CRASH, f"the candidate process did not start: {error or message}",
-                            output_tail=candidate.output_tail())
+                if attempt == 2:
+                    raise Ended(Verdict.CRASH, message, output_tail=tail)
 
     def close(self) -> None:
         for candidate in self.waiting:
@@ -552,6 +553,13 @@ def _all_non_negative(inputs: list) -> bool:
     return bool(floating) and all(bool((x >= 0).all()) for x in floating)
 
 
+def default_spares() -> int:
+    """Candidate processes kept starting ahead of need. Starting one (importing torch and triton, and the CUDA
+    context) takes seconds, a check of a small kernel well under one: a stream of checks (eval) is only as fast as
+    spares are started, so a machine with cores to spare keeps several in flight (one per four cores, up to 4)."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
 # ---- the process ------------------------------------------------------------------------------------------------
 
 
@@ -561,14 +569,15 @@ def main() -> None:
     parser.add_argument("--replies", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--memory-limit", type=int, default=0)
-    parser.add_argument("--spares", type=int, default=1)
+    parser.add_argument("--spares", type=int, default=None)
     options = parser.parse_args()
     for fd in (options.requests, options.replies):
         os.set_inheritable(fd, False)
     channel = Channel(options.requests, options.replies)
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    spares = default_spares() if options.spares is None else options.spares
     try:
-        judge = Judge(options.device, options.memory_limit or None, cuda_visible, options.spares)
+        judge = Judge(options.device, options.memory_limit or None, cuda_visible, spares)
     except BaseException as error:
         channel.send({"failed": describe(error)})
         os._exit(1)

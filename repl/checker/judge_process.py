@@ -25,7 +25,8 @@ CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is 
 
 
 class JudgeProcess:
-    def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None, spares: int):
+    def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
+                 spares: int | None):
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
@@ -34,7 +35,9 @@ class JudgeProcess:
         if cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         argv = [sys.executable, "-m", "repl.checker.judge", "--requests", str(request_read), "--replies",
-                str(reply_write), "--device", device, "--spares", str(spares)]
+                str(reply_write), "--device", device]
+        if spares is not None:
+            argv += ["--spares", str(spares)]
         if memory_limit_bytes:
             argv += ["--memory-limit", str(memory_limit_bytes)]
         try:

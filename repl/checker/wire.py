@@ -157,9 +157,11 @@ class Channel:
             if fd is not None:
                 os.set_blocking(fd, False)
         self._write_lock = threading.Lock()
+        self._buffer = bytearray()
 
     def send(self, message: dict, blob: bytes = b"", *, deadline: float | None = None,
              cancel: threading.Event | None = None) -> None:
+        """Stopped midway leaves a partial frame behind: the peer can then only be stopped, as the judge does."""
         text = json.dumps(message).encode()
         if len(text) > MAX_JSON_BYTES:
             raise WireError(f"message too large ({len(text)} bytes of JSON)")
@@ -177,33 +179,35 @@ class Channel:
 
     def receive(self, *, max_blob: int, deadline: float | None = None,
                 cancel: threading.Event | None = None) -> tuple[dict, bytes]:
-        """The next frame as (message, blob). Raises WireError when it announces more than max_blob tensor bytes."""
-        json_length, blob_length = HEADER.unpack(self._read_exactly(HEADER.size, deadline, cancel))
+        """The next frame as (message, blob). Raises WireError when it announces more than max_blob tensor bytes.
+        Stopped leaves a partly read frame buffered: the next call goes on with it."""
+        self._fill(HEADER.size, deadline, cancel)
+        json_length, blob_length = HEADER.unpack(self._buffer[:HEADER.size])
         if json_length > MAX_JSON_BYTES:
             raise WireError(f"a message of {json_length} bytes of JSON, above the {MAX_JSON_BYTES} accepted")
         if blob_length > max_blob:
             raise WireError(f"{blob_length} bytes of tensors sent, above the {max_blob} accepted")
+        end = HEADER.size + json_length + blob_length
+        self._fill(end, deadline, cancel)
+        frame, self._buffer = self._buffer[:end], self._buffer[end:]
         try:
-            message = json.loads(self._read_exactly(json_length, deadline, cancel))
+            message = json.loads(bytes(frame[HEADER.size:HEADER.size + json_length]))
         except ValueError:
             raise WireError("a frame that is not JSON") from None
         if not isinstance(message, dict):
             raise WireError("a frame that is not a JSON object")
-        return message, self._read_exactly(blob_length, deadline, cancel)
+        return message, bytes(frame[HEADER.size + json_length:])
 
-    def _read_exactly(self, count: int, deadline, cancel) -> bytes:
-        parts, missing = [], count
-        while missing:
+    def _fill(self, count: int, deadline, cancel) -> None:
+        while len(self._buffer) < count:
             _wait_ready(self.read_fd, "r", deadline, cancel)
             try:
-                chunk = os.read(self.read_fd, min(missing, 1 << 20))
+                chunk = os.read(self.read_fd, max(count - len(self._buffer), 1 << 16))
             except BlockingIOError:
                 continue
             if not chunk:
                 raise PeerGone("end of stream")
-            parts.append(chunk)
-            missing -= len(chunk)
-        return b"".join(parts)
+            self._buffer += chunk
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
