@@ -49,8 +49,9 @@ class Candidate:
         import torch
 
         if not self.on_cuda:
-            from repl.checker.cuda_on_cpu import install_cuda_on_cpu
+            from repl.checker.cuda_on_cpu import enable_triton_interpreter, install_cuda_on_cpu
 
+            enable_triton_interpreter()  # before triton is imported: it reads the switch once
             install_cuda_on_cpu([KERNEL_PATH])
         import triton  # noqa: F401  (imported now, not on the clock of a check)
 

@@ -41,7 +41,6 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
                                       cuda_visible_devices=cuda_visible_devices, pass_fds=pass_fds, **popen_kwargs)
     prefix = sandbox.network_cut_prefix()
     env = sandbox.worker_environment(dict(os.environ), sandbox_dir, cuda_visible_devices)
-    env.update(popen_kwargs.pop("env", None) or {})
     process = subprocess.Popen([*prefix, *argv], pass_fds=pass_fds, cwd=sandbox_dir / "work", env=env,
                                start_new_session=True, **popen_kwargs)
     return process, [] if prefix else ["network not cut for the candidate (unshare not available here)"]

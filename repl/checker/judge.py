@@ -427,11 +427,10 @@ class CandidateProcess:
                 str(reply_write), "--device", device, "--sandbox", str(self.sandbox_dir)]
         if memory_limit:
             argv += ["--memory-limit", str(memory_limit)]
-        env = {"TRITON_INTERPRET": "1"} if device == "cpu" else {}
         try:
             self.process, self.notes = start_confined(
                 argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
-                pass_fds=(request_read, reply_write), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT)
         finally:
             os.close(request_read)
