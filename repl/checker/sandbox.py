@@ -92,6 +92,48 @@ def network_cut_prefix() -> tuple[str, ...]:
     return command if probe.returncode == 0 else ()
 
 
+# ---- the API the checker builds on (first version: today's isolation underneath) ----------------------------------
+
+
+def make_sandbox_dir() -> Path:
+    """A new private directory for one candidate process, with home/, tmp/ and work/ (its working directory)."""
+    sandbox_dir = Path(tempfile.mkdtemp(prefix="kernelllm-check-"))
+    for name in ("home", "tmp", "work"):
+        (sandbox_dir / name).mkdir()
+    return sandbox_dir
+
+
+def remove_sandbox_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visible_devices: str | None = None,
+                   pass_fds: tuple[int, ...] = (), **popen_kwargs) -> tuple[subprocess.Popen, list[str]]:
+    """Start argv confined, in its own session, with sandbox_dir/work as its working directory. Returns the process
+    and one-line notes naming the layers this OS could not apply. popen_kwargs go to subprocess.Popen (stdin,
+    stdout, stderr...); `env`, when given, is the base environment the allow-list filters (default os.environ)."""
+    base_env = popen_kwargs.pop("env", None)
+    env = worker_environment(dict(os.environ if base_env is None else base_env), Path(sandbox_dir),
+                             cuda_visible_devices)
+    prefix = network_cut_prefix()
+    notes = [] if prefix else ["network not cut (no user namespaces here)"]
+    popen_kwargs.setdefault("cwd", Path(sandbox_dir) / "work")
+    process = subprocess.Popen([*prefix, *argv], pass_fds=pass_fds, env=env, start_new_session=True, **popen_kwargs)
+    return process, notes
+
+
+def confine_self(sandbox_dir: str, *, memory_limit_bytes: int | None, gpu: bool) -> list[str]:
+    """Called inside the confined process before candidate code is imported; returns notes on what it could not
+    apply."""
+    return confine_worker(sandbox_dir, memory_limit_bytes)
+
+
+def kill_process_tree(process: subprocess.Popen) -> None:
+    """Kill the confined process and everything it started, and reap it."""
+    _kill_group(process)
+    process.wait()
+
+
 @dataclass
 class WorkerOutcome:
     messages: list[dict] = field(default_factory=list)  # what the worker reported, in order
