@@ -113,6 +113,10 @@ class Engine:
         """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained."""
         return self.stream_reply(build_prompt(module_code), settings)
 
+    def stream_kernels(self, module_code: str, k: int, settings: SamplingSettings | None = None) -> list[ReplyStream]:
+        """k Triton rewrites of one module sampled together (the backend's stream_many), prompted as stream_kernel."""
+        return self.backend().stream_many(build_prompt(module_code), self.next_settings(settings), k)
+
     # -- checking ----------------------------------------------------------------------------------------------
     def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None, **options):
         """Check the attempt's kernel against its module; stores and returns the result. The session keeps one
