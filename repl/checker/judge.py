@@ -88,6 +88,7 @@ class Judge:
 
             install_cuda_on_cpu([])  # KernelBench-style get_inputs() often ends in .cuda()
         self.device = torch.device("cuda" if self.on_cuda else "cpu")
+        self.memory_limit = memory_limit
         self.device_label = "cuda" if self.on_cuda else "cpu-interpreter"
         self.problems: OrderedDict[str, Problem] = OrderedDict()
         self.timer = None
@@ -159,12 +160,9 @@ class Judge:
             raise Ended(Verdict.TOO_LARGE, reason)
 
     def memory_bytes(self) -> int:
-        import torch
+        from repl.checker.sizing import available_memory_bytes
 
-        if self.on_cuda:
-            return torch.cuda.mem_get_info(self.device)[1]
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-        return available
+        return available_memory_bytes(self.on_cuda, self.memory_limit)
 
     def reference_failed(self, what: str, error: BaseException) -> Ended:
         return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
