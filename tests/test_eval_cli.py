@@ -133,3 +133,21 @@ def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeyp
     assert "pass@k  @1 0.500  @2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
     assert f"2_Add skipped: {reason}" in " ".join(captured.err.split())
     assert json.loads(out.read_text())["summary"]["too_large"] == 1
+
+
+BIG_RELU = (TESTS / "eval_problems" / "1_ReLU.py").read_text().replace("batch_size = 4\n", "batch_size = 4096\n") \
+    .replace("dim = 50\n", "dim = 393216\n")  # KernelBench's 19_ReLU today: 6.4 GB of input
+
+
+def test_a_kernelbench_size_problem_is_skipped_on_the_cpu_with_the_real_checker(relu_only, capsys):
+    problems, candidates = relu_only
+    (problems / "19_ReLU.py").write_text(BIG_RELU)
+    (candidates / "19_ReLU").mkdir()
+    shutil.copy(TESTS / "eval_candidates" / "1_ReLU" / "good.py", candidates / "19_ReLU")
+    arguments = ["eval", str(problems), "--candidates", str(candidates), "--device", "cpu", "--trials", "1"]
+    assert main_cli.main(arguments) == 0
+    captured = capsys.readouterr()
+    assert "skipped: too large for this device: 1 (19_ReLU); not in pass@k or fast_p" in captured.out
+    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # 1_ReLU alone
+    assert "19_ReLU skipped: too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB)" \
+        in " ".join(captured.err.split())
