@@ -192,4 +192,4 @@ def test_asking_before_generating_runs_the_module_in_a_subprocess():
     assert reason is not None and "float32[4096, 393216] (6.4 GB)" in reason
     assert problem_too_large((TESTS / "eval_problems" / "1_ReLU.py").read_text(), "cpu") is None
     assert problem_too_large("import sys\nsys.exit(3)\n", "cpu") is None  # a broken module: nothing to say
-    assert problem_too_large("while True:\n    pass\n", "cpu", timeout=5) is None  # a hang: no answer in time
+    assert problem_too_large("while True:\n    pass\n", "cpu", timeout=3) is None  # a hang: no answer in time
