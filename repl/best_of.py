@@ -55,8 +55,20 @@ class Candidate:
     check_finished_at: float | None = None
 
     @property
+    def module(self):
+        return self.attempt.module if self.attempt is not None else None
+
+    @property
     def reply(self):
         return self.attempt.reply if self.attempt is not None else None
+
+    @property
+    def log_id(self) -> int | None:
+        return self.attempt.log_id if self.attempt is not None else None
+
+    @log_id.setter
+    def log_id(self, value: int | None) -> None:
+        self.attempt.log_id = value
 
     @property
     def check(self) -> CheckResult | None:
@@ -218,21 +230,24 @@ class CheckPool:
 # -- the run -------------------------------------------------------------------------------------------------------
 
 class BestOfRun:
-    """k candidates for one module, generated with ``engine`` and each checked by ``pool`` once complete.
+    """k candidates for one module, generated with ``engine`` and each checked by ``pool`` once complete (without a
+    pool, the run makes its own from ``check`` and closes it at the end).
 
     ``start()`` returns at once; ``wait()`` blocks (``finished`` is a future of the candidates); ``cancel()`` stops
     generation and checks and keeps every finished candidate. After the run, ``candidates`` holds the finished ones
     (a check stopped by cancel has the verdict ``cancelled``); ``error`` is set when the run could not go on."""
 
-    def __init__(self, module_code: str, k: int, *, engine: Engine, pool: CheckPool,
-                 settings: SamplingSettings | None = None, until_correct: bool = False,
-                 on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None):
+    def __init__(self, module_code: str, k: int, *, engine: Engine, pool: CheckPool | None = None,
+                 check: CheckOptions | None = None, settings: SamplingSettings | None = None,
+                 until_correct: bool = False, on_progress: Callable[[Candidate], None] | None = None,
+                 source_name: str | None = None):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
         self.module_code = module_code
         self.k = k
         self.engine = engine
-        self.pool = pool
+        self._own_pool = pool is None
+        self.pool = pool or CheckPool(check)
         self.settings = settings
         self.until_correct = until_correct
         self.on_progress = on_progress or (lambda candidate: None)
@@ -246,9 +261,14 @@ class BestOfRun:
         self._lock = threading.Lock()
         self._streams: list[ReplyStream] = []  # streams still generating, for cancel
         self._checks: list[Future] = []
+        self._started = False
 
     # -- control -------------------------------------------------------------------------------------------------
     def start(self) -> "BestOfRun":
+        with self._lock:
+            if self._started:  # started already, or cancelled before it started
+                return self
+            self._started = True
         threading.Thread(target=self._run, name="best-of", daemon=True).start()
         return self
 
@@ -262,8 +282,12 @@ class BestOfRun:
         self.pool.cancel.set()
         with self._lock:
             streams = list(self._streams)
+            never_started, self._started = not self._started, True
         for stream in streams:
             stream.cancel()
+        if never_started:  # Ctrl-C before start(): nothing will run
+            self.candidates = []
+            self._end()
 
     @property
     def cancelled(self) -> bool:
@@ -312,6 +336,13 @@ class BestOfRun:
         # Keep what finished: candidates never started or stopped mid-generation are dropped.
         self.candidates = [c for c in self.candidates if c.reply is not None and c.state == DONE
                            and c.reply.finish_reason != INTERRUPTED]
+        self._end()
+
+    def _end(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+        if not self.generated.done():
+            self.generated.set_result(None)
         self.finished.set_result(self.candidates)
 
     def _read(self, candidate: Candidate, stream: ReplyStream, retries: int = TRANSIENT_RETRIES) -> Future | None:
@@ -365,12 +396,10 @@ class BestOfRun:
         self.cancel()
 
 
-def best_of(engine: Engine, module_code: str, k: int, *, check: CheckOptions | None = None,
-            **options) -> list[Candidate]:
+def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candidate]:
     """Sample k candidates, check them all, return them ranked (blocking; see BestOfRun for the options)."""
-    with CheckPool(check) as pool:
-        run = BestOfRun(module_code, k, engine=engine, pool=pool, **options).start()
-        run.wait()
+    run = BestOfRun(module_code, k, engine=engine, **options).start()
+    run.wait()
     if run.error is not None:
         raise run.error
     return run.ranked()

@@ -517,3 +517,10 @@ def test_best_says_when_the_problem_is_too_large_to_check_here(tmp_path, monkeyp
     session.handle(":best 2")
     text = " ".join(console.export_text(clear=False).split())
     assert f"No candidate could be checked: {reason}" in text and "too large" in text
+
+
+def test_a_run_cancelled_before_it_starts_ends_at_once(stand_in_checker):
+    backend = ReplayBackend(PREPARED_REPLY)
+    run = BestOfRun(RELU_MODULE, 2, engine=engine_for(backend))
+    run.cancel()
+    assert run.start().wait(5) and run.candidates == [] and backend.prompts == [] and not run.complete

@@ -6,7 +6,7 @@ written (so it can be read and repaired), and stderr says what is wrong with it;
 finished candidates is written); 2 for a module that cannot be checked.
 """
 
-from repl.best_of import BestOfRun, CheckOptions, CheckPool
+from repl.best_of import BestOfRun, CheckOptions
 from repl.cli.oneshot import say, write_kernel_output
 from repl.module_source import inspect_module_source
 
@@ -45,12 +45,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
             verdict = candidate.verdict or (candidate.reply.finish_reason if candidate.reply else "not started")
             say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
 
-    try:
-        pool = CheckPool(check)
-    except ValueError as error:  # a device the checker cannot use
-        say(f"error: {error}")
-        return 2
-    run = BestOfRun(code, k, engine=engine, pool=pool, on_progress=on_progress)
+    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress)
     interrupted = False
     try:
         run.start()
@@ -66,7 +61,6 @@ def run_best_oneshot(engine, code: str, args) -> int:
                 break
             except KeyboardInterrupt:
                 continue
-    pool.close()
     if run.error is not None:
         say(f"error: {run.error}")
         return 1

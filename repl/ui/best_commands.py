@@ -8,7 +8,7 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 
 from rich.text import Text
 
-from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool
+from repl.best_of import BestOfRun, Candidate, CheckOptions
 from repl.checker import Verdict
 from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
@@ -112,24 +112,22 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
     check = CheckOptions(device=options.get("device") or session.check_device, trials=options.get("trials", 5),
                          jobs=options.get("jobs", 1))
     try:
-        pool = CheckPool(check)
+        run = BestOfRun(session.module.code, k, engine=session.engine, check=check, until_correct=until_correct,
+                        source_name=session.source_name)
     except ValueError as error:  # a device the checker cannot use
         raise CommandError(one_line(error)) from None
     title = f"fix: up to {k} tries" if until_correct else f"best of {k}"
     interrupted = False
-    with pool:
-        run = BestOfRun(session.module.code, k, engine=session.engine, pool=pool, until_correct=until_correct,
-                        source_name=session.source_name)
-        with BestView(session.console, lambda: run.candidates, title=title,
-                      hint="Ctrl-C stops and keeps the finished candidates") as view:
-            try:
-                run.start()
-                while not run.wait(0.1):
-                    view.update()
-            except KeyboardInterrupt:
-                interrupted = True
-                run.cancel()
-                _wait_for(run, view)
+    with BestView(session.console, lambda: run.candidates, title=title,
+                  hint="Ctrl-C stops and keeps the finished candidates") as view:
+        try:
+            run.start()
+            while not run.wait(0.1):
+                view.update()
+        except KeyboardInterrupt:
+            interrupted = True
+            run.cancel()
+            _wait_for(run, view)
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
         session.console.print(one_line(run.error), style="bad")
     _conclude(session, run, interrupted, until_correct)
