@@ -11,6 +11,7 @@ from pathlib import Path
 from repl.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.kernel_file import write_kernel_file
+from repl.checker.sizing import problem_too_large
 from repl.module_source import inspect_module_source
 
 
@@ -33,6 +34,9 @@ def run_oneshot(engine, args) -> int:
         return 2
     if module.warning():
         say(f"warning: {module.warning()}")
+    too_large = problem_too_large(code, getattr(args, "check_device", None) or "auto") if module.runnable else None
+    if too_large:
+        say(f"warning: {too_large}")
     if args.samples is not None:
         from repl.cli.best_oneshot import run_best_oneshot
 
