@@ -545,3 +545,60 @@ def test_continue_opens_the_last_entry(log):
     session = FakeSession(log)
     continue_last(session)
     assert [entry.id for entry in session.opened] == [last]
+
+
+# -- sessions: :history shows this one first, --continue skips sessions still running elsewhere ----------------------
+
+SOFTMAX_MODULE = MODULE.replace("torch.relu(x)", "torch.softmax(x, dim=-1)")
+
+
+def test_entries_are_labelled_by_file_stem_or_by_the_operation_in_forward(log):
+    from repl.ui.history_commands import module_label
+
+    from_file = log.get(log_reply(log))
+    settings = SamplingSettings()
+    pasted_id = log.start_reply(log.record_module(SOFTMAX_MODULE), "m", settings)
+    log.finish_reply(pasted_id, Reply(model="m", settings=settings, text="", finish_reason=FINISHED))
+    assert module_label(from_file) == "relu"
+    assert module_label(log.get(pasted_id)) == "softmax"
+
+
+def test_history_shows_this_sessions_entries_first_and_all_with_all(home):
+    earlier = SessionLog.open()
+    first = log_reply(earlier)
+    earlier.close()
+    current = SessionLog.open()
+    mine = log_reply(current, code=SOFTMAX_MODULE)
+    session = FakeSession(current)
+
+    listing = session.run(":history")
+    assert listing.index("this session") < listing.index("earlier sessions")
+    assert listing.index(f"\n  {mine} ") < listing.index("earlier sessions") < listing.index(f"\n  {first} ")
+    assert [entry.id for entry in current.recent(5, session="this")] == [mine]
+    assert [entry.id for entry in current.recent(5, session="others")] == [first]
+
+    every = FakeSession(current).run(":history --all")
+    assert "this session" not in every and every.index(f"\n  {first} ") < every.index(f"\n  {mine} ")
+    current.close()
+
+
+def test_continue_skips_a_session_still_running_elsewhere_but_not_one_that_died(home):
+    finished = SessionLog.open()
+    mine = log_reply(finished)
+    finished.close()
+    running = SessionLog.open()  # another terminal's session, still open (its process, this one, is alive)
+    log_reply(running, code=SOFTMAX_MODULE)
+
+    starting = SessionLog.open()
+    session = FakeSession(starting)
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [mine]
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with sqlite3.connect(default_log_path()) as db:  # the other session's process was killed: its work is the last
+        db.execute("UPDATE sessions SET pid = ? WHERE id = ?", (int(dead.stdout), running.session_id))
+    session = FakeSession(starting)
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [starting.last().id] != [mine]
+    running.close()
+    starting.close()
