@@ -142,3 +142,15 @@ def test_log_says_when_the_data_directory_cannot_be_read(tmp_path):
     (tmp_path / "a-file").write_text("")
     result = kernelllm("log", env={"KERNELLLM_HOME": str(tmp_path / "a-file")})
     assert result.returncode == 1 and "cannot read the session log" in result.stderr and "empty" not in result.stderr
+
+
+def test_the_readme_test_command_keeps_the_installed_torch_and_ci_runs_exactly_it():
+    readme = (REPO / "README.md").read_text()
+    command = next(line for line in readme.split("Run the tests", 1)[1].splitlines() if line.startswith("pip install"))
+    assert "torch" not in command  # no pin: a GPU user's CUDA build stays
+    assert "torch==" not in (REPO / "requirements-dev.txt").read_text() + (REPO / "requirements.txt").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme  # how a CPU-only user avoids CUDA
+    extracted = subprocess.run(["bash", "-c", "awk '/^Run the tests/ {found = 1} found && /^pip install/ "
+                                              "{print; exit}' README.md"], capture_output=True, text=True, cwd=REPO)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert extracted.stdout.strip() == command and "awk '/^Run the tests/" in ci and 'eval "$command"' in ci
