@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from repl.errors import one_line
 from repl.extract import extract_kernel_code
 from repl.generation import INTERRUPTED, Reply
 from repl.paths import data_dir
@@ -446,7 +447,7 @@ def _now() -> str:
 
 
 def _reason(error: Exception) -> str:
-    message = str(error) or type(error).__name__
+    message = one_line(error)
     if "locked" in message or "busy" in message:
         return "the database is locked by another program"
     if "not a database" in message or "malformed" in message:

@@ -154,3 +154,36 @@ def test_the_readme_test_command_keeps_the_installed_torch_and_ci_runs_exactly_i
                                               "{print; exit}' README.md"], capture_output=True, text=True, cwd=REPO)
     ci = (REPO / ".ci" / "run").read_text()
     assert extracted.stdout.strip() == command and "awk '/^Run the tests/" in ci and 'eval "$command"' in ci
+
+
+def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp_path, monkeypatch, capsys):
+    """--samples K in-process, on a replaying backend, with a stand-in for the checker's worker."""
+    import argparse
+
+    import repl.best_of
+    from replay_backend import ReplayBackend
+    from repl.checker.result import CheckResult
+    from repl.cli.best_oneshot import run_best_oneshot
+    from repl.engine import Engine
+    from repl.session_log import SessionLog
+    from tiny_models import PREPARED_REPLY
+
+    checks = []
+
+    def stand_in_check(reference, reply_text, **options):
+        checks.append(options)
+        correct = "tl.where" in reply_text
+        return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
+
+    monkeypatch.setattr(repl.best_of, "_check_kernel", stand_in_check)
+    monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path))
+    log = SessionLog.open(enabled=True, kind="samples")
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"))
+    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1)
+    assert run_best_oneshot(engine, RELU_MODULE, args, log) == 0
+    assert capsys.readouterr().out == PREPARED_KERNEL
+    assert [(options["device"], options["trials"]) for options in checks] == [("cpu", 2), ("cpu", 2)]
+    entries = log.recent(None)
+    assert sorted(entry.verdict for entry in entries) == ["correct", "mismatch"]
+    assert {entry.source_name for entry in entries} == {"relu"}
+    log.close()

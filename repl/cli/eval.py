@@ -144,11 +144,8 @@ def _load_engine(args, err):
     except ValueError as error:
         print(f"eval: error: {error}", file=sys.stderr)
         return None
-    engine.start_loading()
     with err.status("loading the model…") as status:
-        while not engine.wait_for_model(timeout=0.2):
-            status.update(f"model: {engine.model_state[1]}")
-    state, message = engine.model_state
+        state, message = engine.wait_until_loaded(lambda progress: status.update(f"model: {progress}"))
     if state == "failed":
         err.print(f"error: {message}", style="bad")
         return None

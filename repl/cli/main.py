@@ -7,6 +7,7 @@ import os
 import sys
 
 from repl.cli.options import Parser, check_options, debug_option, model_options, positive_int, sampling_options
+from repl.errors import one_line
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
 SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log", "repl.cli.bench"]
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             engine = engine_from(args)
         except ValueError as error:
-            parser.error(str(error))
+            parser.error(one_line(error))
         if args.file or not sys.stdin.isatty():
             from repl.cli.oneshot import run_oneshot
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # the last net: one line unless --debug
         if args.debug:
             raise
-        print(f"error: {type(error).__name__}: {error} (run with --debug for the traceback)", file=sys.stderr)
+        print(f"error: {one_line(error, with_type=True)} (run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 
@@ -117,7 +118,7 @@ def run_interactive(engine, args) -> int:
     console = make_console()
     log = SessionLog.open(enabled=False if args.no_log else None,
                           on_warning=lambda message: console.print(message, style="warn"))
-    session = ReplSession(engine, console, debug=args.debug, log=log)
+    session = ReplSession(engine, console, debug=args.debug, check_device=args.check_device, log=log)
     if args.continue_last:
         history_commands.continue_last(session)
     try:

@@ -80,7 +80,7 @@ class ReplSession:
                 command, arguments = commands.parse(text)
                 command.run(self, arguments)
             except commands.CommandError as error:
-                self.console.print(str(error), style="bad")
+                self.console.print(one_line(error), style="bad")
             return None
         return self.submit_module(text)
 
@@ -291,7 +291,7 @@ class ReplSession:
         try:
             self.engine.settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
-            raise commands.CommandError(str(error)) from None
+            raise commands.CommandError(one_line(error)) from None
         self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
 
     def switch_model(self, model: str) -> None:
