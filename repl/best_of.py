@@ -1,50 +1,82 @@
 """Best of k: sample k candidate kernels for one module, check each as soon as it is complete, rank them.
 
-The model card's workflow ("generate candidates, validate each on random inputs, keep the best"). Generation is one
-batched ``stream_many`` where the backend has it, else one stream after another; each finished candidate goes at once
-to a pool of check threads (every check is its own worker process), so checking overlaps the rest of the generation.
-Nothing here draws anything: progress reaches the UI through ``on_progress(candidate)``, called from worker threads
-whenever a candidate's tokens or state change, and the UI reads the candidates when it redraws.
+The model card's workflow ("generate candidates, validate each on random inputs, keep the best"), in three parts:
+- the sampler (``sample_streams``): generation only, through the engine, which builds the prompt. Where the backend
+  samples together (``stream_many``: one batched generation locally, one request for k on a server) all k streams
+  come at once; else one stream is started when the previous one has been read;
+- the checker's pool (``CheckPool``): ``Checker.check`` from a bounded thread pool, one future per candidate, so
+  checking overlaps the rest of the generation;
+- the ranking (``rank``): correct first, then the fastest, then the lowest error.
 
-    run = BestOfRun(module_code, 8, engine=engine).start()
-    run.wait()                  # or poll run.wait(0.1) and redraw; run.cancel() on Ctrl-C
-    best = run.ranked()[0]      # correct first, then fastest, then lowest error
+``BestOfRun`` ties them together for one module. Nothing here draws anything: progress reaches the UI through
+``on_progress(candidate)``, called from worker threads whenever a candidate's tokens or state change.
 
-``fix`` mode (``stop_at_first_correct``) samples one try at a time, checks it, and samples again only if it failed.
+    with CheckPool(CheckOptions(device="cpu")) as pool:
+        run = BestOfRun(module_code, 8, engine=engine, pool=pool).start()
+        run.wait()                  # or run.wait(0.1) between redraws; run.cancel() on Ctrl-C
+        best = run.ranked()[0]
+
+``until_correct`` (the REPL's :fix) samples one try at a time, checks it, and samples again only if it failed.
 """
 
 import math
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
+from repl.checker import Checker, CheckResult, Verdict
 from repl.engine import Attempt, Engine
-from repl.extract import extract_kernel_code
-from repl.generation import FAILED, INTERRUPTED, Reply
+from repl.generation import FAILED, INTERRUPTED, ReplyStream
 from repl.module_source import inspect_module_source
-from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
 
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
 WAITING, GENERATING, QUEUED, CHECKING, DONE = "waiting", "generating", "queued", "checking", "done"
 
+# A candidate whose generation failed transiently (a server that dropped the connection, answered 5xx or stalled) is
+# sampled again, up to this many times, waiting 1 s, 2 s, 4 s... first: eval runs unattended for hours.
+TRANSIENT_RETRIES = 3
 
-@dataclass
-class Candidate(Attempt):
-    """One sampled kernel: an Attempt (module, reply, kernel, check) with its number and progress."""
 
-    index: int = 0  # 1-based and stable: the number :pick and :show use
+@dataclass(eq=False)
+class Candidate:
+    """One sampled (or given) kernel: its stable number, its progress, and once generation starts the Attempt (module,
+    reply, check) that :save, :run and :raw work on."""
+
+    index: int  # 1-based and stable: the number :pick and :show use
+    attempt: Attempt | None = None
     state: str = WAITING
     name: str | None = None  # the file it came from (eval --candidates)
     check_started_at: float | None = None
     check_finished_at: float | None = None
 
     @property
+    def module(self):
+        return self.attempt.module if self.attempt is not None else None
+
+    @property
+    def reply(self):
+        return self.attempt.reply if self.attempt is not None else None
+
+    @property
+    def log_id(self) -> int | None:
+        return self.attempt.log_id if self.attempt is not None else None
+
+    @log_id.setter
+    def log_id(self, value: int | None) -> None:
+        self.attempt.log_id = value
+
+    @property
+    def check(self) -> CheckResult | None:
+        return self.attempt.check if self.attempt is not None else None
+
+    @property
     def kernel(self) -> str | None:
-        return extract_kernel_code(self.reply.text) if self.reply is not None else None
+        return self.attempt.kernel if self.attempt is not None else None
 
     @property
     def verdict(self) -> str | None:
@@ -67,10 +99,7 @@ class Candidate(Attempt):
         return (end or time.monotonic()) - self.reply.started_at
 
 
-# A candidate whose generation failed transiently (a server that dropped the connection, answered 5xx or stalled) is
-# sampled again, up to this many times, waiting 1 s, 2 s, 4 s... first: eval runs unattended for hours.
-TRANSIENT_RETRIES = 3
-
+# -- ranking -------------------------------------------------------------------------------------------------------
 
 def rank_key(candidate: Candidate):
     """Correct first; then the fastest kernel (no timing last); then the lowest max error; then the checked ones;
@@ -86,6 +115,28 @@ def rank_key(candidate: Candidate):
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=rank_key)
+
+
+# -- sampling ------------------------------------------------------------------------------------------------------
+
+def samples_together(engine: Engine, k: int) -> bool:
+    """Whether the engine's backend samples k replies together (one batched generation, one request for k)."""
+    return k > 1 and hasattr(engine.backend(), "stream_many")
+
+
+def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingSettings | None = None, *,
+                   together: bool = False) -> Iterator[ReplyStream]:
+    """k reply streams for one module, prompted by the engine. `together` (see samples_together): all k at once;
+    else one at a time, each started when the caller asks for the next (once it has read the previous one)."""
+    settings = settings or engine.settings
+    if settings.greedy and k > 1:
+        raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
+                         "set a temperature above 0 (e.g. :set temperature 1.0)")
+    if together:
+        yield from engine.stream_kernels(module_code, k, settings)
+        return
+    for _ in range(k):
+        yield engine.stream_kernel(module_code, settings)
 
 
 # -- checking ------------------------------------------------------------------------------------------------------
@@ -120,265 +171,229 @@ def _visible_gpus() -> int:
 
 
 class CheckPool:
-    """A few threads that check candidates, each in its own checker worker process; every thread holds one device
-    slot for the length of a check."""
+    """The checker's pool: up to `jobs` checks at once, each ``Checker.check`` (its own worker process) run from a
+    thread of a bounded pool; a check slot holds one device for the length of a check. ValueError at once for a
+    device the checker cannot use."""
 
-    def __init__(self, options: CheckOptions, cancel: threading.Event | None = None):
+    def __init__(self, options: CheckOptions | None = None, cancel: threading.Event | None = None):
+        self.options = options = options or CheckOptions()
         if options.jobs < 1:
             raise ValueError("jobs must be at least 1")
-        self.options = options
         self.cancel = cancel or threading.Event()
-        self._slots: queue.Queue = queue.Queue()
-        for device in check_devices(options.device, options.jobs):
+        devices = check_devices(options.device, options.jobs)
+        self._checkers = {device: Checker(device, jobs=devices.count(device)) for device in dict.fromkeys(devices)}
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for device in devices:
             self._slots.put(device)
         self._executor = ThreadPoolExecutor(max_workers=options.jobs, thread_name_prefix="check")
 
-    def submit(self, candidate: Candidate, on_started: Callable, on_done: Callable) -> None:
-        """Check the candidate; on_started(candidate) when a slot is free, on_done(candidate, error) at the end."""
-        self._executor.submit(self._run, candidate, on_started, on_done)
+    def submit(self, reference_code: str, candidate: Candidate,
+               on_progress: Callable[[Candidate], None] = lambda candidate: None) -> Future:
+        """Queue the candidate's check; the future ends with the candidate checked (its state DONE), or with the
+        error that kept the check from running. A check that had not started when `cancel` was set is
+        ``cancelled`` without a worker."""
+        candidate.state = QUEUED
+        on_progress(candidate)
+        return self._executor.submit(self._check, reference_code, candidate, on_progress)
 
-    def _run(self, candidate: Candidate, on_started: Callable, on_done: Callable) -> None:
+    def _check(self, reference_code: str, candidate: Candidate, on_progress) -> Candidate:
         device = self._slots.get()
-        error = None
         try:
-            on_started(candidate)
-            options = self.options
-            candidate.check = _check_kernel(candidate.module.code, candidate.reply.text, device=device,
-                                          trials=options.trials, atol=options.atol, rtol=options.rtol,
-                                          timeout=options.timeout, cancel=self.cancel)
-        except BaseException as failure:  # a check that cannot run (bad device, ...) ends the run, with its reason
-            error = failure
+            candidate.state, candidate.check_started_at = CHECKING, time.monotonic()
+            on_progress(candidate)
+            if self.cancel.is_set():
+                result = CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started")
+            else:
+                options = self.options
+                result = self._checkers[device].check(reference_code, candidate.reply.text, trials=options.trials,
+                                                      atol=options.atol, rtol=options.rtol,
+                                                      timeout=options.timeout, cancel=self.cancel)
+            candidate.attempt.check = result
         finally:
             self._slots.put(device)
-        on_done(candidate, error)
+            candidate.state, candidate.check_finished_at = DONE, time.monotonic()
+            on_progress(candidate)
+        return candidate
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self._executor.shutdown(wait=True)
+        for checker in self._checkers.values():
+            checker.close()
 
+    def __enter__(self) -> "CheckPool":
+        return self
 
-def _check_kernel(*args, **kwargs):
-    from repl.checker import check_kernel  # imported on first use: the REPL starts without it
-
-    return check_kernel(*args, **kwargs)
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 # -- the run -------------------------------------------------------------------------------------------------------
 
 class BestOfRun:
-    """k candidates for one module: generated with ``engine`` (or given as finished ``replies``), each checked once
-    complete. ``start()`` returns at once; ``wait()`` blocks; ``cancel()`` (or setting ``cancel``) stops generation
-    and checks and keeps every finished candidate. After the run, ``candidates`` holds the finished ones (a check
-    stopped by cancel has the verdict ``cancelled``); ``error`` is set when the run could not go on."""
+    """k candidates for one module, generated with ``engine`` and each checked by ``pool`` once complete (without a
+    pool, the run makes its own from ``check`` and closes it at the end).
 
-    def __init__(self, module_code: str, k: int, *, engine: Engine | None = None,
-                 replies: list[tuple[str, Reply]] | None = None, settings: SamplingSettings | None = None,
-                 stop_at_first_correct: bool = False, batched: bool = True, check: CheckOptions | None = None,
-                 pool: CheckPool | None = None, cancel: threading.Event | None = None,
-                 on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None):
-        if replies is None and engine is None:
-            raise ValueError("BestOfRun needs an engine to generate with, or finished replies")
-        k = len(replies) if replies is not None else k
-        if k < 1 and replies is None:
+    ``start()`` returns at once; ``wait()`` blocks (``finished`` is a future of the candidates); ``cancel()`` stops
+    generation and checks and keeps every finished candidate. After the run, ``candidates`` holds the finished ones
+    (a check stopped by cancel has the verdict ``cancelled``); ``error`` is set when the run could not go on."""
+
+    def __init__(self, module_code: str, k: int, *, engine: Engine, pool: CheckPool | None = None,
+                 check: CheckOptions | None = None, settings: SamplingSettings | None = None,
+                 until_correct: bool = False, on_progress: Callable[[Candidate], None] | None = None,
+                 source_name: str | None = None):
+        if k < 1:
             raise ValueError("the number of candidates must be at least 1")
         self.module_code = module_code
         self.k = k
         self.engine = engine
-        self.settings = settings
-        self.stop_at_first_correct = stop_at_first_correct
-        self.batched = batched and not stop_at_first_correct
-        self.cancel_event = cancel or threading.Event()
         self._own_pool = pool is None
-        self.pool = pool or CheckPool(check or CheckOptions(), self.cancel_event)
+        self.pool = pool or CheckPool(check)
+        self.settings = settings
+        self.until_correct = until_correct
         self.on_progress = on_progress or (lambda candidate: None)
+        self.source_name = source_name
         self.error: BaseException | None = None
-        module = inspect_module_source(module_code)
-        self.candidates = [Candidate(module=module, reply=None, source_name=source_name, index=number)
-                           for number in range(1, k + 1)]
-        self._replies = replies
+        self.candidates = [Candidate(index=number) for number in range(1, k + 1)]
+        self.generated: Future = Future()  # generation has ended (checks may still run)
+        self.finished: Future = Future()  # generation and every check have ended; its result is self.candidates
+        self._module = inspect_module_source(module_code)
+        self._cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._streams: list = []  # streams still generating, for cancel
-        self._launched = False
-        self._pending_checks = 0
-        self._found_correct = threading.Event()
-        self._checked = threading.Condition()
-        self._generated = threading.Event()
-        self._done = threading.Event()
+        self._streams: list[ReplyStream] = []  # streams still generating, for cancel
+        self._checks: list[Future] = []
+        self._started = False
 
     # -- control -------------------------------------------------------------------------------------------------
     def start(self) -> "BestOfRun":
-        threading.Thread(target=self._generate_all, name="best-of-generate", daemon=True).start()
+        with self._lock:
+            if self._started:  # started already, or cancelled before it started
+                return self
+            self._started = True
+        threading.Thread(target=self._run, name="best-of", daemon=True).start()
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once generation and every check have ended."""
-        return self._done.wait(timeout)
-
-    def wait_generated(self, timeout: float | None = None) -> bool:
-        """True once generation has ended (checks may still run)."""
-        return self._generated.wait(timeout)
+        wait_for_futures([self.finished], timeout)
+        return self.finished.done()
 
     def cancel(self) -> None:
-        self.cancel_event.set()
-        self._stop_streams()
+        self._cancelled.set()
+        self.pool.cancel.set()
         with self._lock:
-            launched = self._launched
-        if not launched:  # cancelled before its thread ran (Ctrl-C during start()): nothing will run
-            self._generated.set()
-            self._finish_if_done()
+            streams = list(self._streams)
+            never_started, self._started = not self._started, True
+        for stream in streams:
+            stream.cancel()
+        if never_started:  # Ctrl-C before start(): nothing will run
+            self.candidates = []
+            self._end()
 
     @property
     def cancelled(self) -> bool:
-        return self.cancel_event.is_set()
+        return self._cancelled.is_set() or self.pool.cancel.is_set()
 
     @property
     def complete(self) -> bool:
         """Ended with all k candidates generated and checked to a verdict (none stopped by cancel or an error)."""
-        return (self._done.is_set() and self.error is None and len(self.candidates) == self.k
-                and all(c.verdict not in (None, "cancelled") for c in self.candidates))
+        return (self.finished.done() and self.error is None and len(self.candidates) == self.k
+                and all(c.verdict not in (None, Verdict.CANCELLED) for c in self.candidates))
 
     def ranked(self) -> list[Candidate]:
         return rank(self.candidates)
 
-    # -- generation ----------------------------------------------------------------------------------------------
-    def _generate_all(self) -> None:
-        with self._lock:
-            if self._done.is_set():
-                return
-            self._launched = True
-        threading.Thread(target=self._watch_cancel, name="best-of-cancel", daemon=True).start()
+    # -- the work ------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
         try:
-            if self._replies is not None:
-                for candidate, (name, reply) in zip(self.candidates, self._replies):
-                    candidate.name, candidate.reply = name, reply
-                    self._submit_check(candidate)
-            else:
-                backend = self._backend = self.engine.backend()
-                prompt = self._prompt = build_prompt(self.module_code)
-                settings = self._sampling = self.settings or self.engine.settings
-                if settings.greedy and len(self.candidates) > 1:
-                    raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
-                                     "set a temperature above 0 (e.g. :set temperature 1.0)")
-                many = getattr(backend, "stream_many", None)
-                if self.batched and many is not None and len(self.candidates) > 1:
-                    self._generate_batched(many, prompt, settings)
-                else:
-                    for candidate in self.candidates:
-                        if self.cancelled or self._found_correct.is_set():
-                            break
-                        self._consume(candidate, backend.stream(prompt, self.engine.next_settings(settings)))
-                        if self.stop_at_first_correct:
-                            self._wait_checked(candidate)  # fix: the next try only if this one failed
+            together = not self.until_correct and samples_together(self.engine, self.k)
+            streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together)
+            readers = []
+            for candidate, stream in zip(self.candidates, streams):
+                if self.cancelled:
+                    stream.cancel()
+                if together:  # every stream at once, each read by its own thread
+                    readers.append(threading.Thread(target=self._read, args=(candidate, stream), daemon=True,
+                                                    name=f"best-of-stream-{candidate.index}"))
+                    readers[-1].start()
+                    continue
+                check = self._read(candidate, stream)
+                if self.until_correct and check is not None:
+                    wait_for_futures([check])  # the next try only if this one failed
+                    if candidate.correct:
+                        break
+                if self.cancelled:
+                    break
+            for reader in readers:
+                reader.join()
         except BaseException as error:  # GenerationError and the like: reported by whoever waits for the run
-            self.error = error
-            self.cancel()
+            self._fail(error)
         finally:
-            self._generated.set()
-            self._finish_if_done()
+            self.generated.set_result(None)
+        wait_for_futures(self._checks)
+        for check in self._checks:
+            if check.exception() is not None:  # a check that could not run (no such GPU, ...)
+                self._fail(check.exception())
+        # Keep what finished: candidates never started or stopped mid-generation are dropped.
+        self.candidates = [c for c in self.candidates if c.reply is not None and c.state == DONE
+                           and c.reply.finish_reason != INTERRUPTED]
+        self._end()
 
-    def _generate_batched(self, stream_many, prompt: str, settings: SamplingSettings) -> None:
-        streams = stream_many(prompt, self.engine.next_settings(settings), len(self.candidates))
-        threads = [threading.Thread(target=self._consume, args=(candidate, stream), daemon=True,
-                                    name=f"best-of-stream-{candidate.index}")
-                   for candidate, stream in zip(self.candidates, streams)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    def _end(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+        if not self.generated.done():
+            self.generated.set_result(None)
+        self.finished.set_result(self.candidates)
 
-    def _consume(self, candidate: Candidate, stream, retries: int = TRANSIENT_RETRIES) -> None:
-        candidate.reply, candidate.state = stream.reply, GENERATING
+    def _read(self, candidate: Candidate, stream: ReplyStream, retries: int = TRANSIENT_RETRIES) -> Future | None:
+        """Read the stream to its end, then send the candidate to the pool; returns its check, None if none."""
+        candidate.attempt = Attempt(module=self._module, reply=stream.reply, source_name=self.source_name)
+        candidate.state = GENERATING
         with self._lock:
             self._streams.append(stream)
-        if self.cancelled:
+        if self.cancelled:  # cancel() may have missed it
             stream.cancel()
         self.on_progress(candidate)
         try:
             for _ in stream:
+                if self.cancelled:
+                    stream.cancel()
                 self.on_progress(candidate)
         except BaseException as error:  # a backend that broke mid-stream: the run ends with its reason
-            if self.error is None:
-                self.error = error
-            self.cancel()
-            return
+            self._fail(error)
+            return None
         finally:
             with self._lock:
                 self._streams.remove(stream)
         if stream.reply.finish_reason == INTERRUPTED:
             candidate.state = DONE  # unfinished: dropped from the candidates when the run ends
             self.on_progress(candidate)
-        elif self._retry_transient_failure(candidate, stream, retries):
-            return
-        else:
-            self._submit_check(candidate)
+            return None
+        retried = self._retry_transient_failure(candidate, stream, retries)
+        if retried is not None:
+            return retried
+        check = self.pool.submit(self.module_code, candidate, self.on_progress)
+        with self._lock:
+            self._checks.append(check)
+        return check
 
-    def _retry_transient_failure(self, candidate: Candidate, stream, retries: int) -> bool:
-        """Sample the candidate again after a transient backend failure; True when a retry took over."""
+    def _retry_transient_failure(self, candidate: Candidate, stream, retries: int) -> Future | None:
+        """Sample the candidate again after a transient backend failure; the retry's check when a retry took over."""
         failure = getattr(stream, "failure", None)
         if stream.reply.finish_reason != FAILED or not getattr(failure, "transient", False) or retries <= 0:
-            return False
-        delay = 2.0 ** (TRANSIENT_RETRIES - retries)
-        if self.cancel_event.wait(delay):  # waits, unless the run is cancelled meanwhile
-            return False
+            return None
+        if self._cancelled.wait(2.0 ** (TRANSIENT_RETRIES - retries)):  # waits, unless the run is cancelled
+            return None
         try:
-            retry = self._backend.stream(self._prompt, self.engine.next_settings(self._sampling))
+            retry = self.engine.stream_kernel(self.module_code, self.settings)
         except Exception:  # the server is still away: keep the failed reply as the candidate's verdict
-            return False
-        self._consume(candidate, retry, retries - 1)
-        return True
+            return None
+        return self._read(candidate, retry, retries - 1)
 
-    def _stop_streams(self) -> None:
-        with self._lock:
-            streams = list(self._streams)
-        for stream in streams:
-            stream.cancel()
-
-    def _watch_cancel(self) -> None:
-        while not self._done.is_set():
-            if self.cancel_event.wait(0.05):
-                self._stop_streams()
-                return
-
-    # -- checking ------------------------------------------------------------------------------------------------
-    def _wait_checked(self, candidate: Candidate) -> None:
-        with self._checked:
-            self._checked.wait_for(lambda: candidate.state not in (QUEUED, CHECKING))
-
-    def _submit_check(self, candidate: Candidate) -> None:
-        candidate.state = QUEUED
-        with self._lock:
-            self._pending_checks += 1
-        self.on_progress(candidate)
-        self.pool.submit(candidate, self._check_started, self._check_done)
-
-    def _check_started(self, candidate: Candidate) -> None:
-        candidate.state, candidate.check_started_at = CHECKING, time.monotonic()
-        self.on_progress(candidate)
-
-    def _check_done(self, candidate: Candidate, error: BaseException | None) -> None:
-        candidate.state, candidate.check_finished_at = DONE, time.monotonic()
-        if error is not None and self.error is None:
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
             self.error = error
-            self.cancel()
-        if candidate.correct and self.stop_at_first_correct:
-            self._found_correct.set()
-            self._stop_streams()
-        with self._lock:
-            self._pending_checks -= 1
-        with self._checked:
-            self._checked.notify_all()
-        self.on_progress(candidate)
-        self._finish_if_done()
-
-    def _finish_if_done(self) -> None:
-        with self._lock:
-            if not self._generated.is_set() or self._pending_checks or self._done.is_set():
-                return
-            # Keep what finished: candidates never started or stopped mid-generation are dropped.
-            self.candidates = [c for c in self.candidates
-                               if c.reply is not None and c.reply.finish_reason != INTERRUPTED and c.state == DONE]
-            self._done.set()
-        if self._own_pool:
-            threading.Thread(target=self.pool.shutdown, daemon=True).start()
+        self.cancel()
 
 
 def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candidate]:
@@ -393,4 +408,4 @@ def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candida
 def fix(engine: Engine, module_code: str, tries: int = 5, **options) -> list[Candidate]:
     """Sample one try after another until one is correct, up to `tries`; returns the tries ranked (the correct one
     first, if any)."""
-    return best_of(engine, module_code, tries, stop_at_first_correct=True, **options)
+    return best_of(engine, module_code, tries, until_correct=True, **options)

@@ -147,14 +147,34 @@ class Engine:
         """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained."""
         return self.stream_reply(build_prompt(module_code), settings)
 
+    def stream_kernels(self, module_code: str, k: int, settings: SamplingSettings | None = None) -> list[ReplyStream]:
+        """k Triton rewrites of one module sampled together (the backend's stream_many), prompted as stream_kernel."""
+        return self.backend().stream_many(build_prompt(module_code), self.next_settings(settings), k)
+
     # -- checking ----------------------------------------------------------------------------------------------
     def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None, **options):
-        """Check the attempt's kernel against its module in an isolated worker; stores and returns the result."""
-        from repl.checker import check_kernel
-
-        attempt.check = check_kernel(attempt.module.code, attempt.reply.text, device=device, cancel=cancel,
-                                     **options)
+        """Check the attempt's kernel against its module; stores and returns the result. The session keeps one
+        Checker per device (a warm judge, a candidate process started ahead), so the next :run starts at once."""
+        attempt.check = self.checker(device).check(attempt.module.code, attempt.reply.text, cancel=cancel,
+                                                   **options)
         return attempt.check
+
+    def checker(self, device: str = "auto"):
+        """The session's Checker for `device`, started on first use (ValueError for a device that cannot be used)."""
+        from repl.checker import Checker
+
+        with self._lock:
+            checkers = self.__dict__.setdefault("_checkers", {})
+            if device not in checkers:
+                checkers[device] = Checker(device)
+            return checkers[device]
+
+    def close_checkers(self) -> None:
+        """End the session's judges and their candidate processes (they also end when this process does)."""
+        with self._lock:
+            checkers = self.__dict__.pop("_checkers", {})
+        for checker in checkers.values():
+            checker.close()
 
 
 def local_model_problem(model: str) -> str | None:

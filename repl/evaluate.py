@@ -5,27 +5,34 @@ Definitions (docs/best-of-k.md):
 - pass@k, per problem with n candidates of which c are correct: the unbiased estimator 1 - C(n-c, k) / C(n, k)
   (Chen et al. 2021, as KernelBench uses it); overall: the mean over problems, for k from 1 to the smallest n.
 - fast_p (KernelBench): the fraction of problems whose kernel is correct and more than p times faster than the
-  PyTorch reference (eager); with several candidates per problem, the problem's best candidate counts. null when
-  no kernel was timed (timings need a GPU, and only correct kernels are timed).
+  PyTorch reference (eager); with several candidates per problem, the problem's best candidate counts. fast_0 is the
+  fraction with a correct kernel, timed or not; a correct kernel without a timing is untimed, never counted slow.
+  null when no kernel was timed (timings need a GPU, and only correct kernels are timed).
 - compiled: candidates that got as far as running (correct, mismatch, runtime_error, no_triton).
+- Problems too large for the check's device (verdict too_large) are reported apart and left out of pass@k and fast_p.
 
-The JSON file holds exactly the keys of issue 4; it is rewritten atomically after each finished problem, so an
-interrupted run loses at most the problems whose checks were in flight, and a rerun with the same file skips the
-finished ones.
+The JSON file is rewritten atomically after each finished problem, so an interrupted run loses at most the problems
+whose checks were in flight, and a rerun with the same file skips the finished ones (too-large ones are tried again:
+the rerun may have a larger device).
 """
 
 import json
 import math
 import os
 import re
-import tempfile
 import threading
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool, rank
+from repl.checker import Verdict
+from repl.engine import Attempt
 from repl.generation import FINISHED, Reply
+from repl.kernel_file import write_text_atomically
+from repl.module_source import inspect_module_source
 from repl.settings import SamplingSettings
 
 FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
@@ -105,6 +112,7 @@ class ProblemResult:
     pass_at: dict[str, float]
     best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager"}
     candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms"}]
+    note: str | None = field(default=None, compare=False)  # not in the file: why a problem was too large
 
     @classmethod
     def from_candidates(cls, name: str, candidates: list[Candidate]) -> "ProblemResult":
@@ -117,11 +125,12 @@ class ProblemResult:
             check = ranked[0].check
             best = {"candidate": _candidate_name(ranked[0]), "kernel_ms": check.kernel_ms,
                     "speedup_vs_eager": check.speedup_vs_eager}
+        too_large = next((c.check.message for c in candidates if c.verdict == Verdict.TOO_LARGE), None)
         return cls(
-            name=name, n=n, compiled=compiled, correct=correct,
+            name=name, n=n, compiled=compiled, correct=correct, note=too_large,
             pass_at={str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
             best=best,
-            candidates=[{"file": _candidate_name(c), "verdict": c.verdict,
+            candidates=[{"file": _candidate_name(c), "verdict": c.verdict and str(c.verdict),
                          "kernel_ms": c.check.kernel_ms if c.check else None} for c in candidates],
         )
 
@@ -148,38 +157,55 @@ class ProblemResult:
     def geomean_speedup(self) -> float | None:
         return geometric_mean(self.speedups)
 
+    @property
+    def too_large(self) -> bool:
+        """The problem did not fit the check's device: its candidates say nothing about the kernels."""
+        return any(c["verdict"] == Verdict.TOO_LARGE for c in self.candidates)
+
+    @property
+    def untimed(self) -> bool:
+        """Its best kernel is correct but has no timing (CPU interpreter, or timing failed)."""
+        return self.best is not None and not self.best.get("speedup_vs_eager")
+
 
 def _candidate_name(candidate: Candidate) -> str:
     return candidate.name or f"sample_{candidate.index}"
 
 
 def summarize(results: list[ProblemResult]) -> dict:
-    """The file's "summary": {"problems", "pass_at", "fast_p"}; pass@k for k up to the smallest n among problems
-    that have candidates (a problem with none counts as unsolved), fast_p null without timings."""
-    sizes = [result.n for result in results if result.n > 0]
+    """The file's "summary": {"problems", "too_large", "pass_at", "fast_p"}. Problems too large for the device are
+    counted apart and left out of the rest; pass@k for k up to the smallest n among problems that have candidates (a
+    problem with none counts as unsolved); fast_p null without timings, fast_0 the share of problems with a correct
+    kernel (timed or not)."""
+    counted = [result for result in results if not result.too_large]
+    sizes = [result.n for result in counted if result.n > 0]
     top_k = min(sizes) if sizes else 0
     pass_at = {}
     for k in range(1, top_k + 1):
-        pass_at[str(k)] = sum(result.pass_at.get(str(k), 0.0) for result in results) / len(results)
-    timed = any(c.get("kernel_ms") for result in results for c in result.candidates)
+        pass_at[str(k)] = sum(result.pass_at.get(str(k), 0.0) for result in counted) / len(counted)
+    timed = any(c.get("kernel_ms") for result in counted for c in result.candidates)
     fast_p = None
-    if timed and results:
+    if timed:
         fast_p = {}
         for key, threshold in FAST_P_THRESHOLDS.items():
-            fast = sum(1 for result in results
-                       if result.best and (result.best.get("speedup_vs_eager") or 0) > threshold)
-            fast_p[key] = fast / len(results)
-    return {"problems": len(results), "pass_at": pass_at, "fast_p": fast_p}
+            fast = sum(1 for result in counted if result.best is not None
+                       and (threshold == 0.0 or (result.best.get("speedup_vs_eager") or 0) > threshold))
+            fast_p[key] = fast / len(counted)
+    return {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at, "fast_p": fast_p}
 
 
 def overall_totals(results: list[ProblemResult]) -> dict:
-    """What the table shows beyond the file's summary: candidates, compiled, correct, solved, geomean speedup."""
+    """What the table shows beyond the file's summary: candidates, compiled, correct, solved, untimed (solved with no
+    timing, when others were timed), geomean speedup; over the problems that fit the device."""
+    counted = [result for result in results if not result.too_large]
     return {
-        "candidates": sum(result.n for result in results),
-        "compiled": sum(result.compiled for result in results),
-        "correct": sum(result.correct for result in results),
-        "solved": sum(1 for result in results if result.correct),
-        "geomean_speedup": geometric_mean([s for result in results for s in result.speedups]),
+        "candidates": sum(result.n for result in counted),
+        "compiled": sum(result.compiled for result in counted),
+        "correct": sum(result.correct for result in counted),
+        "solved": sum(1 for result in counted if result.correct),
+        "untimed": sum(1 for result in counted if result.untimed),
+        "too_large": [result.name for result in results if result.too_large],
+        "geomean_speedup": geometric_mean([s for result in counted for s in result.speedups]),
     }
 
 
@@ -203,22 +229,10 @@ def read_results(path: str | os.PathLike) -> list[ProblemResult]:
 
 
 def write_results(path: str | os.PathLike, results: list[ProblemResult]) -> None:
-    """Replace the file atomically (write a temporary file beside it, then rename)."""
-    path = Path(path)
+    """Replace the file atomically (the one atomic writer: a temporary file beside it, then a rename)."""
     ordered = sorted(results, key=lambda result: _natural_key(result.name))
     data = {"problems": [result.to_json_dict() for result in ordered], "summary": summarize(ordered)}
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_text_atomically(path, json.dumps(data, indent=2) + "\n", replace=True)
 
 
 # -- the evaluation ------------------------------------------------------------------------------------------------
@@ -244,28 +258,48 @@ class EvalReport:
     skipped: list[str] = field(default_factory=list)  # resumed from the file
 
 
+@dataclass(eq=False)
+class _ProblemRun:
+    """One problem in flight: `finished` ends with its candidates checked (or with the error that stopped them)."""
+
+    problem: Problem
+    finished: Future
+    run: BestOfRun | None = None  # when sampled with the model
+
+    @property
+    def complete(self) -> bool:
+        if self.run is not None:
+            return self.run.complete
+        return all(c.verdict not in (None, Verdict.CANCELLED) for c in self.finished.result())
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.run.error if self.run is not None else self.finished.exception()
+
+
 def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
              on_progress: Callable[[EvalProgress], None] | None = None) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
-    DIR/<problem>/ (at most `samples` of them, all when None). Checks of different problems run at once up to
-    check.jobs. `concurrency`: generation requests in flight at once (useful with a server); problems are sampled
-    concurrency // samples at a time (default: one at a time). Raises ResultsFileError (bad out_path) or the first
-    error that stopped a run."""
+    DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the checker's pool. Checks of
+    different problems run at once up to check.jobs. `concurrency`: generation requests in flight at once (useful
+    with a server); problems are sampled concurrency // samples at a time (default: one at a time). Raises
+    ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
+    run."""
     if (engine is None) == (candidates_dir is None):
         raise ValueError("evaluate needs either an engine or a candidates folder")
     check = check or CheckOptions()
     cancel = cancel or threading.Event()
     report = on_progress or (lambda progress: None)
-    results = {result.name: result for result in (read_results(out_path) if out_path else [])}
+    results = {result.name: result for result in (read_results(out_path) if out_path else [])
+               if not result.too_large}  # a rerun tries too-large problems again: the device may have changed
     skipped = [problem.name for problem in problems if problem.name in results]
     todo = [problem for problem in problems if problem.name not in results]
     progress = EvalProgress(problems_total=len(problems), problems_done=len(skipped), resumed=len(skipped))
     report(progress)
 
-    pool = CheckPool(check, cancel)
-    in_flight: list[tuple[Problem, BestOfRun]] = []
+    in_flight: list[_ProblemRun] = []
     problems_at_once = max(1, (concurrency or 1) // max(samples or 1, 1)) if candidates_dir is None else 1
 
     def on_candidate(candidate: Candidate) -> None:
@@ -273,52 +307,59 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
             progress.candidates_checked += 1
             report(progress)
 
+    def start(problem: Problem) -> _ProblemRun:
+        if candidates_dir is None:
+            run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, on_progress=on_candidate,
+                            source_name=problem.name).start()
+            return _ProblemRun(problem, run.finished, run)
+        module = inspect_module_source(problem.code)
+        candidates = [Candidate(index=number, name=path.name,
+                                attempt=Attempt(module=module, reply=_file_reply(path), source_name=problem.name))
+                      for number, path in enumerate(candidate_files(candidates_dir, problem.name, samples), 1)]
+        checks = [pool.submit(problem.code, candidate, on_candidate) for candidate in candidates]
+        return _ProblemRun(problem, _all_of(checks, candidates))
+
     def harvest(block: bool) -> None:
         """Record the problems whose checks have all ended; block: wait for at least one."""
-        while in_flight:
-            finished = [(problem, run) for problem, run in in_flight if run.wait(0)]
-            if not finished and block:
-                in_flight[0][1].wait(0.1)
-                continue
-            for problem, run in finished:
-                in_flight.remove((problem, run))
-                if run.error is not None:
-                    raise run.error
-                if not run.complete:
-                    continue  # cancelled mid-problem: not recorded, a rerun does it again
-                result = ProblemResult.from_candidates(problem.name, run.candidates)
-                results[problem.name] = result
-                if out_path:
-                    write_results(out_path, list(results.values()))
-                progress.problems_done += 1
-                progress.finished = result
-                report(progress)
-                progress.finished = None
-            return
+        if block and in_flight:
+            wait_for_futures([job.finished for job in in_flight], return_when=FIRST_COMPLETED)
+        for job in [job for job in in_flight if job.finished.done()]:
+            in_flight.remove(job)
+            if job.error is not None:
+                raise job.error
+            if not job.complete:
+                continue  # cancelled mid-problem: not recorded, a rerun does it again
+            result = ProblemResult.from_candidates(job.problem.name, job.finished.result())
+            results[job.problem.name] = result
+            if out_path:
+                write_results(out_path, list(results.values()))
+            progress.problems_done += 1
+            progress.finished = result
+            report(progress)
+            progress.finished = None
+
+    def generating() -> list[Future]:
+        return [job.run.generated for job in in_flight if job.run is not None and not job.run.generated.done()]
+
+    def stop_all() -> None:
+        cancel.set()
+        for job in in_flight:
+            if job.run is not None:
+                job.run.cancel()
 
     interrupted = False
+    pool = CheckPool(check, cancel)
     try:
         for problem in todo:
             if cancel.is_set():
                 break
             progress.current = problem.name
             report(progress)
-            if candidates_dir is not None:
-                files = candidate_files(candidates_dir, problem.name, samples)
-                run = BestOfRun(problem.code, 0, replies=[(path.name, _file_reply(path)) for path in files],
-                                pool=pool, cancel=cancel, on_progress=on_candidate, source_name=problem.name)
-            else:
-                run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, cancel=cancel,
-                                on_progress=on_candidate, source_name=problem.name)
-            in_flight.append((problem, run.start()))
-            while True:  # the next problem starts generating once fewer than problems_at_once are
-                generating = [run for _, run in in_flight if not run.wait_generated(0)]
-                if len(generating) < problems_at_once:
-                    break
-                generating[0].wait_generated(0.1)
+            in_flight.append(start(problem))
+            while len(generating()) >= problems_at_once:  # the next problem starts once fewer are generating
+                wait_for_futures(generating() + [job.finished for job in in_flight], return_when=FIRST_COMPLETED)
                 harvest(block=False)
-            # Keep the check queue fed but short: a problem is recorded only once all its checks are done.
-            while len(in_flight) > check.jobs:
+            while len(in_flight) > check.jobs:  # keep the check queue fed but short
                 harvest(block=True)
             harvest(block=False)
         while in_flight:
@@ -326,15 +367,14 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
     except KeyboardInterrupt:
         # Ctrl-C: stop generation and checks; problems whose checks had all ended are still recorded.
         interrupted = True
-        cancel.set()
-        _wait_uninterrupted(lambda: harvest(block=True))
+        stop_all()
+        _wait_uninterrupted(lambda: [harvest(block=True) for _ in list(in_flight)])
     except BaseException:
-        cancel.set()
-        for _, run in in_flight:
-            run.wait()
+        stop_all()
+        wait_for_futures([job.finished for job in in_flight])
         raise
     finally:
-        pool.shutdown()
+        pool.close()
     progress.current = None
     ordered = sorted(results.values(), key=lambda result: _natural_key(result.name))
     interrupted = interrupted or any(problem.name not in results for problem in problems)
@@ -342,7 +382,31 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
                       interrupted=interrupted, skipped=skipped)
 
 
-def _wait_uninterrupted(wait: Callable[[], None]) -> None:
+def _all_of(futures: list[Future], value) -> Future:
+    """A future that ends once all of `futures` have: with the first error among them, else with `value`."""
+    combined: Future = Future()
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        errors = [future.exception() for future in futures if future.exception() is not None]
+        if errors:
+            combined.set_exception(errors[0])
+        else:
+            combined.set_result(value)
+
+    if not futures:
+        combined.set_result(value)
+    for future in futures:
+        future.add_done_callback(one_done)
+    return combined
+
+
+def _wait_uninterrupted(wait: Callable[[], object]) -> None:
     """Run a wait to its end whatever further Ctrl-Cs arrive meanwhile (cancelled work ends within a second)."""
     while True:
         try:

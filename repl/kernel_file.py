@@ -26,6 +26,14 @@ def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -
         raise IsADirectoryError(f"{target} is a directory")
     if target.exists() and not force:
         raise FileExistsError(f"{target} exists; add --force to overwrite it")
+    return write_text_atomically(target, text, replace=force)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, *, replace: bool) -> Path:
+    """The one atomic writer: a temporary file beside the target, flushed to disk, then renamed over it (replace)
+    or linked to its name (not replace: FileExistsError if the name appeared meanwhile). Any failure leaves an
+    existing file untouched and no temporary file behind."""
+    target = Path(path).expanduser()
     directory = target.parent if str(target.parent) else Path(".")
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
@@ -34,7 +42,7 @@ def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, 0o644)
-        if force:
+        if replace:
             os.replace(temporary, target)
         else:
             # link() fails if the target appeared meanwhile: no silent overwrite even in a race.

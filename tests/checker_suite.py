@@ -51,16 +51,54 @@ CASES = {
     "unusable reference": Case("relu_triton.py", "broken_reference.py", "invalid_reference", "undefined_scale"),
     # Long enough for the worker to start and import the candidate on a busy machine; the forward then never ends.
     "infinite loop": Case("relu_hangs.py", RELU, "timeout", "no result within 15 s", options={"timeout": 15}),
+    "a valid kernel with a Markdown fence in a comment": Case("relu_fence_in_comment.py", RELU, "correct"),
+    "softmax whose outputs are all below atol": Case("softmax_triton.py", "softmax_reference.py", "correct"),
+    # A reference that hangs or kills the judge: the reference's fault, not the candidate's.
+    "reference that hangs": Case("relu_triton.py", "hanging_reference.py", "invalid_reference",
+                                 "did not finish within 10 s", options={"timeout": 10}),
+    "reference that crashes the judge": Case("relu_triton.py", "crashing_reference.py", "invalid_reference",
+                                             "crashed the judge"),
 }
 
+# Issue 10's "wrong kernels judged correct", one file each: every one must now get an honest verdict.
+ATTACKS = {
+    "patches the comparison functions at import": Case(
+        "attack_patches_comparison.py", RELU, "mismatch", "elements differ"),
+    "forges the result through reachable objects": Case("attack_forges_result.py", RELU, "mismatch"),
+    "zeroes the reference's weights": Case(
+        "attack_zeroes_reference_weights.py", "linear_reference.py", "mismatch", "elements differ"),
+    "launches a kernel that does nothing while torch computes": Case(
+        "attack_torch_computes.py", RELU, "no_triton", "Triton kernels did no work"),
+    "launches only at import time": Case(
+        "attack_launch_at_import.py", RELU, "no_triton", "launched no @triton.jit kernel in forward"),
+    "softmax of zeros where every probability is below atol": Case(
+        "attack_softmax_zeros.py", "softmax_reference.py", "mismatch", "elements differ"),
+    "integer output off by one": Case(
+        "attack_int_off_by_one.py", "int_add_reference.py", "mismatch", "int32 outputs must be equal"),
+    "complex output with its imaginary part dropped": Case(
+        "attack_complex_drops_imaginary.py", "complex_reference.py", "mismatch", "elements differ"),
+    "tensor subclass lying about subtraction": Case(
+        "attack_tensor_subclass.py", RELU, "mismatch", "is a tensor subclass (AlwaysClose): only plain tensors cross"),
+    "a .py whose docstring holds a fenced correct example": Case(
+        "attack_docstring_fence.py", RELU, "mismatch", "elements differ"),
+    "imports the reference from the working directory": Case(
+        "attack_imports_reference.py", RELU, "compile_error", "No module named 'reference'"),
+    "reads the trial seeds": Case("attack_reads_seeds.py", RELU, "mismatch", "elements differ"),
+    "floods the result pipe": Case("attack_floods_result_pipe.py", RELU, "mismatch", "output refused"),
+}
+CASES.update(ATTACKS)
 
-def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2)) -> dict:
-    """Every case checked, at_once at a time (each check is its own process), as {case name: CheckResult}."""
-    from repl.checker import check_kernel
 
-    def check(case: Case):
-        reference, kernel = case.read()
-        return check_kernel(reference, kernel, device=device, **case.options)
+def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None) -> dict:
+    """Every case checked by one Checker with at_once judges (as eval does), as {case name: CheckResult}."""
+    from repl.checker import Checker
 
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
-        return dict(zip(CASES, pool.map(check, CASES.values())))
+    cases = CASES if cases is None else cases
+    with Checker(device, jobs=at_once) as checker:
+
+        def check(case: Case):
+            reference, kernel = case.read()
+            return checker.check(reference, kernel, **case.options)
+
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            return dict(zip(cases, pool.map(check, cases.values())))

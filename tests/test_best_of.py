@@ -11,9 +11,9 @@ import time
 import pytest
 
 import repl.best_of as best_of_module
-from repl.best_of import DONE, BestOfRun, Candidate, CheckOptions, rank
+from repl.best_of import DONE, BestOfRun, Candidate, CheckOptions, CheckPool, rank
 from repl.checker import CheckResult
-from repl.engine import Engine, EngineOptions
+from repl.engine import Attempt, Engine, EngineOptions
 from repl.generation import INTERRUPTED, GenerationError, Reply
 from repl.generation.local import LocalBackend
 from repl.generation.model_loading import load_model
@@ -44,6 +44,23 @@ def fake_check(reference_code, reply_text, *, device, cancel, **options):
     return CheckResult(verdict="compile_error", message="no code")
 
 
+class StandInChecker:
+    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
+
+    def __init__(self, decide, device="auto", jobs=1):
+        self.decide, self.device = decide, device
+
+    def check(self, reference_code, kernel_or_reply, *, cancel=None, **options):
+        return self.decide(reference_code, kernel_or_reply, device=self.device, cancel=cancel, **options)
+
+    def close(self):
+        pass
+
+
+def use_stand_in_checker(monkeypatch, decide):
+    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
+
+
 @pytest.fixture
 def stand_in_checker(monkeypatch):
     calls = []
@@ -52,8 +69,13 @@ def stand_in_checker(monkeypatch):
         calls.append(kwargs["device"])
         return fake_check(*args, **kwargs)
 
-    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    use_stand_in_checker(monkeypatch, check)
     return calls
+
+
+def start_run(k, engine, check=None, **options):
+    """A BestOfRun for RELU_MODULE with a pool of its own."""
+    return BestOfRun(RELU_MODULE, k, engine=engine, pool=CheckPool(check), **options).start()
 
 
 class BatchReplayBackend(ReplayBackend):
@@ -115,8 +137,8 @@ def engine_for(backend, settings=SAMPLING):
 
 def candidate(index, verdict=None, kernel_ms=None, error=None):
     check = None if verdict is None else CheckResult(verdict=verdict, kernel_ms=kernel_ms, max_abs_error=error)
-    return Candidate(module=inspect_module_source(RELU_MODULE), reply=Reply("m", SAMPLING), index=index,
-                     check=check, state=DONE)
+    return Candidate(index, Attempt(module=inspect_module_source(RELU_MODULE), reply=Reply("m", SAMPLING),
+                                    check=check), state=DONE)
 
 
 def test_ranking_puts_correct_first_then_the_fastest_then_the_lowest_error():
@@ -129,8 +151,8 @@ def test_ranking_puts_correct_first_then_the_fastest_then_the_lowest_error():
 # -- the run -------------------------------------------------------------------------------------------------------
 
 def test_every_candidate_is_checked_and_the_correct_one_ranks_first_with_the_real_checker():
-    run = BestOfRun(RELU_MODULE, 3, engine=engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY, PROSE_REPLY)),
-                    check=CheckOptions(device="cpu", trials=1, jobs=2)).start()
+    run = start_run(3, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY, PROSE_REPLY)),
+                    CheckOptions(device="cpu", trials=1, jobs=2))
     assert run.wait(120) and run.error is None and run.complete
     verdicts = {c.index: c.verdict for c in run.candidates}
     assert verdicts == {1: "mismatch", 2: "correct", 3: "compile_error"}
@@ -147,7 +169,7 @@ def test_a_candidate_is_checked_while_the_next_one_is_still_generating(stand_in_
 
     # The second generation only ends once the first candidate's check has ended.
     backend = ScriptedBackend(replay(WRONG_REPLY), lambda s: GatedStream(PREPARED_REPLY, s, first_checked))
-    run = BestOfRun(RELU_MODULE, 2, engine=engine_for(backend), on_progress=on_progress).start()
+    run = start_run(2, engine_for(backend), on_progress=on_progress)
     assert run.wait(20) and run.error is None
     assert [c.verdict for c in run.candidates] == ["mismatch", "correct"]
     assert run.candidates[0].check_finished_at < run.candidates[1].reply.finished_at
@@ -155,7 +177,7 @@ def test_a_candidate_is_checked_while_the_next_one_is_still_generating(stand_in_
 
 def test_a_backend_with_stream_many_samples_all_candidates_in_one_batch(stand_in_checker):
     backend = BatchReplayBackend(PREPARED_REPLY, WRONG_REPLY)
-    run = BestOfRun(RELU_MODULE, 3, engine=engine_for(backend)).start()
+    run = start_run(3, engine_for(backend))
     assert run.wait(20) and run.error is None
     assert backend.batches == [3] and backend.prompts == []
     assert [c.verdict for c in run.candidates] == ["correct", "mismatch", "correct"]
@@ -165,8 +187,7 @@ def test_checks_spread_over_the_device_slots(stand_in_checker, monkeypatch):
     monkeypatch.setattr(best_of_module, "_visible_gpus", lambda: 2)
     assert best_of_module.check_devices("auto", 3) == ["cuda:0", "cuda:1", "cuda:0"]
     assert best_of_module.check_devices("cpu", 2) == ["cpu", "cpu"]
-    run = BestOfRun(RELU_MODULE, 4, engine=engine_for(BatchReplayBackend(PREPARED_REPLY)),
-                    check=CheckOptions(device="cuda", jobs=2)).start()
+    run = start_run(4, engine_for(BatchReplayBackend(PREPARED_REPLY)), CheckOptions(device="cuda", jobs=2))
     assert run.wait(20)
     assert sorted(stand_in_checker) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
 
@@ -181,10 +202,10 @@ def test_cancel_stops_generation_and_checks_and_keeps_the_finished_candidates(mo
             return CheckResult(verdict="cancelled", message="check cancelled")
         return fake_check(reference, reply_text, cancel=cancel, **options)
 
-    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    use_stand_in_checker(monkeypatch, check)
     backend = ScriptedBackend(replay(PREPARED_REPLY), replay(WRONG_REPLY),
                               lambda s: GatedStream(PREPARED_REPLY, s, threading.Event(), generating_third.set))
-    run = BestOfRun(RELU_MODULE, 4, engine=engine_for(backend), check=CheckOptions(jobs=2)).start()
+    run = start_run(4, engine_for(backend), CheckOptions(jobs=2))
     assert checking_second.wait(10) and generating_third.wait(10)
     run.cancel()
     assert run.wait(10)
@@ -335,14 +356,16 @@ def test_best_ranks_the_candidates_and_makes_the_correct_one_current_with_the_re
     session.module, session.source_name = inspect_module_source(RELU_MODULE), "19_ReLU"
     session.handle(":best 2 --device cpu --trials 1 --jobs 2")
     text = console.export_text(clear=False)
-    assert session.attempt.index == 2 and session.attempt.check.verdict == "correct"
+    assert session.attempt is session.candidates[0].attempt and session.attempt.check.verdict == "correct"
     assert [c.index for c in session.candidates] == [2, 1]
     assert "1 of 2 correct" in text and "mismatch" in text and "max error" in text
+    assert "candidate 2 (the lowest error; nothing was timed) is current" in " ".join(text.split())
+    assert "the fastest" not in text  # the CPU interpreter times nothing
     session.handle(":save")
     assert (tmp_path / "19_ReLU_triton.py").read_text().endswith(PREPARED_KERNEL)
     assert "# Checked: correct on cpu-interpreter" in (tmp_path / "19_ReLU_triton.py").read_text()
     session.handle(":pick 1")
-    assert session.attempt.index == 1
+    assert session.attempt is session.candidates[1].attempt and session.attempt.check.verdict == "mismatch"
     show_candidate(session, "1")
     assert "candidate 1" in console.export_text(clear=False) and "out = x\n" in console.export_text(clear=False)
     session.handle(":pick 9")
@@ -355,7 +378,8 @@ def test_fix_resamples_until_a_kernel_is_correct_with_the_real_checker(tmp_path,
     session.module = inspect_module_source(RELU_MODULE)
     session.handle(":fix --device cpu --trials 1")
     assert len(backend.prompts) == 2
-    assert session.attempt.index == 2 and session.attempt.check.correct
+    assert session.attempt is session.candidates[0].attempt and session.candidates[0].index == 2
+    assert session.attempt.check.correct
     assert "correct after 2 tries" in console.export_text(clear=False)
     session.handle(":fix")
     assert len(backend.prompts) == 2 and "already correct" in console.export_text(clear=False)
@@ -370,31 +394,30 @@ def test_best_and_fix_with_the_tiny_random_model_find_no_correct_kernel(tmp_path
     assert len(session.candidates) == 3 and not any(c.correct for c in session.candidates)
     assert "No candidate is correct" in console.export_text(clear=False)
     session.handle(":fix 2")
-    assert [c.index for c in session.candidates] == [1, 2] and session.attempt is session.candidates[0]
+    assert [c.index for c in session.candidates] == [1, 2] and session.attempt is session.candidates[0].attempt
 
 
-def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch, stand_in_checker):
+def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch):
     first_checked = threading.Event()
+
+    def check(reference_code, reply_text, **options):
+        result = fake_check(reference_code, reply_text, **options)
+        first_checked.set()  # the first candidate's verdict is in
+        return result
 
     def press_ctrl_c():
         assert first_checked.wait(10)
         _thread.interrupt_main()  # as if the user pressed Ctrl-C while the view waits
 
+    use_stand_in_checker(monkeypatch, check)
     backend = ScriptedBackend(replay(PREPARED_REPLY),
                               lambda s: GatedStream(WRONG_REPLY, s, threading.Event(), press_ctrl_c),
                               replay(WRONG_REPLY))
     session, console = make_session(tmp_path, monkeypatch, engine_for(backend))
     session.module = inspect_module_source(RELU_MODULE)
-    original = best_of_module.BestOfRun._check_done
-
-    def check_done(self, candidate, error):
-        original(self, candidate, error)
-        if candidate.index == 1:
-            first_checked.set()
-
-    monkeypatch.setattr(best_of_module.BestOfRun, "_check_done", check_done)
     session.handle(":best 3")
     assert [c.index for c in session.candidates] == [1] and session.attempt.check.correct
+    assert session.attempt is session.candidates[0].attempt
     assert len(backend.prompts) == 2  # the third was never started
     assert "stopped: kept the 1 finished" in console.export_text(clear=False)
 
@@ -473,7 +496,7 @@ class FailingStream(ReplayStream):
 def test_a_transient_backend_failure_is_sampled_again(stand_in_checker, monkeypatch):
     monkeypatch.setattr(best_of_module, "TRANSIENT_RETRIES", 1)  # one retry, after a 1 s wait
     backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=True), replay(PREPARED_REPLY))
-    run = BestOfRun(RELU_MODULE, 1, engine=engine_for(backend)).start()
+    run = start_run(1, engine_for(backend))
     assert run.wait(30)
     assert len(backend.prompts) == 2
     assert run.ranked()[0].verdict == "correct"
@@ -481,6 +504,23 @@ def test_a_transient_backend_failure_is_sampled_again(stand_in_checker, monkeypa
 
 def test_a_permanent_backend_failure_is_not_retried(stand_in_checker):
     backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=False), replay(PREPARED_REPLY))
-    run = BestOfRun(RELU_MODULE, 1, engine=engine_for(backend)).start()
+    run = start_run(1, engine_for(backend))
     assert run.wait(30)
     assert len(backend.prompts) == 1
+
+
+def test_best_says_when_the_problem_is_too_large_to_check_here(tmp_path, monkeypatch):
+    reason = "too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB); check it on a GPU"
+    use_stand_in_checker(monkeypatch, lambda *args, **kwargs: CheckResult(verdict="too_large", message=reason))
+    session, console = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY)))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    text = " ".join(console.export_text(clear=False).split())
+    assert f"No candidate could be checked: {reason}" in text and "too large" in text
+
+
+def test_a_run_cancelled_before_it_starts_ends_at_once(stand_in_checker):
+    backend = ReplayBackend(PREPARED_REPLY)
+    run = BestOfRun(RELU_MODULE, 2, engine=engine_for(backend))
+    run.cancel()
+    assert run.start().wait(5) and run.candidates == [] and backend.prompts == [] and not run.complete

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from checker_suite import CASES, CASES_DIR, check_all
-from repl.checker import VERDICTS, check_kernel
+from repl.checker import VERDICTS, Checker, check_kernel
 from repl.checker.sandbox import network_cut_prefix
 
 RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
@@ -50,7 +50,7 @@ def test_the_triton_kernels_that_ran_are_recorded(checked, name):
 
 
 def test_the_suite_covers_every_verdict():
-    covered = {case.verdict for case in CASES.values()} | {"timeout", "cancelled"}  # those two: tests below
+    covered = {case.verdict for case in CASES.values()} | {"timeout", "cancelled", "too_large"}  # tests below
     assert covered == set(VERDICTS)
 
 
@@ -63,6 +63,24 @@ def test_cpu_checks_run_under_the_interpreter_without_timings(checked):
             assert result.trials == 5
             assert (result.kernel_ms, result.eager_ms, result.compiled_ms, result.speedup_vs_eager) == (None,) * 4
             assert result.max_abs_error <= 1e-2
+
+
+def test_outputs_all_below_atol_are_compared_with_a_tolerance_that_tells_them_apart(checked):
+    honest, zeros = checked["softmax whose outputs are all below atol"], checked[
+        "softmax of zeros where every probability is below atol"]
+    assert honest.correct and zeros.verdict == "mismatch"
+    assert any("every reference magnitude is below atol=0.01" in note for note in honest.notes), honest.notes
+
+
+def test_a_correct_kernel_passes_the_trial_without_launches(checked):
+    # Every correct case's output went wrong when its launches were skipped; the one whose did not is no_triton.
+    assert checked["hand-written kernel (the prompt's style)"].correct
+    assert "did no work" in checked["launches a kernel that does nothing while torch computes"].message
+
+
+def test_a_reference_that_hangs_or_crashes_is_not_the_candidates_fault(checked):
+    for name in ("reference that hangs", "reference that crashes the judge", "unusable reference"):
+        assert not checked[name].verdict.kernels_fault, name
 
 
 def test_errors_are_measured_on_mismatch(checked):
@@ -84,7 +102,7 @@ def test_candidate_is_given_the_reference_weights(checked):
 def test_failures_carry_a_traceback_into_the_kernel_source(checked):
     traceback = checked["kernel launched with an argument missing"].traceback
     assert 'kernel.py", line' in traceback and "relu_kernel[" in traceback
-    assert "repl/checker/worker.py" not in traceback  # starts at the user's code
+    assert "repl/checker/candidate.py" not in traceback  # starts at the user's code
     assert 'reference.py", line' in checked["unusable reference"].traceback
 
 
@@ -92,8 +110,34 @@ def test_the_calling_process_never_imports_candidate_code_nor_gets_the_workers_p
     import torch
 
     assert not [name for name in sys.modules if name.startswith("kernelllm_")]
-    assert "repl.checker.worker" not in sys.modules
+    assert "repl.checker.candidate" not in sys.modules and "repl.checker.judge" not in sys.modules
     assert "cuda" not in vars(torch.Tensor) and "is_cuda" not in vars(torch.Tensor)  # cuda_on_cpu's stand-ins
+
+
+# ---- the judge, kept warm ---------------------------------------------------------------------------------------
+
+
+def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
+    kernel = (CASES_DIR / "relu_triton.py").read_text()
+    with Checker(device="cpu") as checker:
+        first = checker.check(RELU_REFERENCE, kernel)
+        judge = checker._idle[0].process.pid
+        second = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_identity.py").read_text())
+        third = checker.check(RELU_REFERENCE, kernel)
+        assert checker._idle[0].process.pid == judge
+    assert (first.verdict, second.verdict, third.verdict) == ("correct", "mismatch", "correct")
+    with pytest.raises(RuntimeError):
+        checker.check(RELU_REFERENCE, kernel)
+
+
+def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_allocating(tmp_path):
+    pytest.importorskip("repl.checker.sizing")
+    huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
+    with Checker(device="cpu") as checker:
+        checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())  # warm
+        result = checker.check(huge, (CASES_DIR / "relu_triton.py").read_text())
+    assert result.verdict == "too_large", result.message
+    assert result.elapsed_s < 2
 
 
 # ---- limits: time, cancel, memory -------------------------------------------------------------------------------

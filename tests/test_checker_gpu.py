@@ -1,5 +1,6 @@
-"""The checker on a GPU: the suite's verdicts under CUDA, timings, the too-fast warning, a poisoned CUDA context.
-Skipped on machines without CUDA; run on the GPU machine with `python -m pytest tests/test_checker_gpu.py -s`."""
+"""The checker on a GPU: the suite's verdicts under CUDA (the attack cases and the trial without launches
+included), timings, the too-fast warning, a poisoned CUDA context, a warm check. Skipped on machines without CUDA;
+run on the GPU machine with `python -m pytest tests/test_checker_gpu.py -s`."""
 
 import json
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from checker_suite import CASES, CASES_DIR, check_all
-from repl.checker import check_kernel
+from repl.checker import Checker, check_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -19,7 +20,7 @@ INDUCTOR_RELU = (CASES_DIR / "relu_inductor_style.py").read_text()
 def checked_on_gpu():
     # A few at a time: correct cases go on to timing, which other checks on the same GPU would disturb, but only
     # the verdicts are asserted here; the timing tests below run alone.
-    return check_all(device="cuda", at_once=4)
+    return check_all(device="cuda", at_once=2)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -63,3 +64,20 @@ def test_cuda_n_checks_on_that_gpu_as_its_device_0():
 def test_the_cpu_interpreter_is_still_available_on_a_gpu_machine():
     result = check_kernel(RELU_REFERENCE, INDUCTOR_RELU, device="cpu")
     assert (result.verdict, result.device) == ("correct", "cpu-interpreter")
+
+
+def test_a_warm_check_reuses_the_judge_and_a_ready_candidate():
+    with Checker(device="cuda") as checker:
+        cold = checker.check(RELU_REFERENCE, INDUCTOR_RELU)
+        judge = checker._idle[0].process.pid
+        warm = checker.check(RELU_REFERENCE, INDUCTOR_RELU)
+        assert checker._idle[0].process.pid == judge
+    print(f"\ncold {cold.elapsed_s} s, warm {warm.elapsed_s} s: {json.dumps(warm.to_json_dict())}")
+    assert (cold.verdict, warm.verdict) == ("correct", "correct"), warm.message
+    assert warm.kernel_ms > 0 and warm.eager_ms == cold.eager_ms  # the reference's timings are cached per problem
+    assert warm.elapsed_s < cold.elapsed_s
+
+
+def test_a_kernel_whose_launches_do_nothing_is_caught_by_the_trial_without_launches():
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "attack_torch_computes.py").read_text(), device="cuda")
+    assert result.verdict == "no_triton" and "did no work" in result.message, result.message

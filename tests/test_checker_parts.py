@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 
 from repl.checker.compare import compare_outputs
-from repl.checker.result import VERDICTS, CheckResult
+from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.checker.sandbox import is_secret_name, worker_environment
 from repl.ui.check_view import render_check_result
 
@@ -208,3 +208,12 @@ def test_report_shows_the_users_frames_of_a_traceback_and_hides_the_rest():
 @pytest.mark.parametrize("verdict", VERDICTS)
 def test_every_verdict_renders(verdict):
     assert verdict.replace("_", " ") in rendered(CheckResult(verdict=verdict, message="why"))
+
+
+def test_verdicts_are_strings_that_carry_their_style_and_whose_fault_they_are():
+    assert Verdict.CORRECT == "correct" and Verdict("too_large") is Verdict.TOO_LARGE
+    assert CheckResult(verdict="mismatch").verdict is Verdict.MISMATCH
+    assert json.loads(json.dumps(CheckResult(verdict="no_triton").to_json_dict()))["verdict"] == "no_triton"
+    assert Verdict.MISMATCH.kernels_fault and not Verdict.INVALID_REFERENCE.kernels_fault
+    assert not Verdict.TOO_LARGE.kernels_fault and not Verdict.CANCELLED.kernels_fault
+    assert {verdict.style for verdict in Verdict} >= {"bold green", "bold red"}

@@ -170,12 +170,19 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
 
     checks = []
 
-    def stand_in_check(reference, reply_text, **options):
-        checks.append(options)
-        correct = "tl.where" in reply_text
-        return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
+    class StandInChecker:  # the checker's API without a worker process
+        def __init__(self, device="auto", jobs=1):
+            self.device = device
 
-    monkeypatch.setattr(repl.best_of, "_check_kernel", stand_in_check)
+        def check(self, reference, reply_text, *, cancel=None, **options):
+            checks.append({"device": self.device, **options})
+            correct = "tl.where" in reply_text
+            return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(repl.best_of, "Checker", StandInChecker)
     monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path))
     log = SessionLog.open(enabled=True, kind="samples")
     engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"))

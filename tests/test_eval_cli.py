@@ -16,6 +16,23 @@ TESTS = Path(__file__).parent
 REPO = TESTS.parent
 
 
+class StandInChecker:
+    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
+
+    def __init__(self, decide, device="auto", jobs=1):
+        self.decide, self.device = decide, device
+
+    def check(self, reference_code, kernel_or_reply, **options):
+        return self.decide(reference_code, kernel_or_reply, device=self.device, **options)
+
+    def close(self):
+        pass
+
+
+def use_stand_in_checker(monkeypatch, decide):
+    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
+
+
 @pytest.fixture
 def relu_only(tmp_path):
     """The ReLU problem alone, with one good and one bad candidate."""
@@ -38,7 +55,7 @@ def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path)
     assert "1_ReLU" in result.stdout and "pass@1" in result.stdout and "pass@k  @1 0.500  @2 1.000" in result.stdout
     assert "1_ReLU  1/2 correct" in result.stderr  # the line printed as the problem finished
     data = json.loads(out.read_text())
-    assert data["summary"] == {"problems": 1, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None}
+    assert data["summary"] == {"problems": 1, "too_large": 0, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None}
     assert [c["verdict"] for c in data["problems"][0]["candidates"]] == ["correct", "mismatch"]
 
 
@@ -50,7 +67,7 @@ def stand_in_checker(monkeypatch):
         devices.append(device)
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    use_stand_in_checker(monkeypatch, check)
     return devices
 
 
@@ -94,3 +111,43 @@ def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     problems, _ = relu_only
     assert main_cli.main(["eval", str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1
     assert "no model directory" in capsys.readouterr().err
+
+
+def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeypatch, capsys, tmp_path):
+    problems, candidates = relu_only
+    shutil.copy(TESTS / "eval_problems" / "2_Add.py", problems)
+    (candidates / "2_Add").mkdir()
+    shutil.copy(TESTS / "eval_candidates" / "2_Add" / "good.py", candidates / "2_Add")
+    reason = "too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB); check it on a GPU"
+
+    def check(reference_code, reply_text, **options):
+        if "return a + b" in reference_code:
+            return CheckResult(verdict="too_large", message=reason)
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    use_stand_in_checker(monkeypatch, check)
+    out = tmp_path / "r.json"
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "skipped: too large for this device: 1 (2_Add); not in pass@k or fast_p" in captured.out
+    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
+    assert f"2_Add skipped: {reason}" in " ".join(captured.err.split())
+    assert json.loads(out.read_text())["summary"]["too_large"] == 1
+
+
+BIG_RELU = (TESTS / "eval_problems" / "1_ReLU.py").read_text().replace("batch_size = 4\n", "batch_size = 4096\n") \
+    .replace("dim = 50\n", "dim = 393216\n")  # KernelBench's 19_ReLU today: 6.4 GB of input
+
+
+def test_a_kernelbench_size_problem_is_skipped_on_the_cpu_with_the_real_checker(relu_only, capsys):
+    problems, candidates = relu_only
+    (problems / "19_ReLU.py").write_text(BIG_RELU)
+    (candidates / "19_ReLU").mkdir()
+    shutil.copy(TESTS / "eval_candidates" / "1_ReLU" / "good.py", candidates / "19_ReLU")
+    arguments = ["eval", str(problems), "--candidates", str(candidates), "--device", "cpu", "--trials", "1"]
+    assert main_cli.main(arguments) == 0
+    captured = capsys.readouterr()
+    assert "skipped: too large for this device: 1 (19_ReLU); not in pass@k or fast_p" in captured.out
+    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # 1_ReLU alone
+    assert "19_ReLU skipped: too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB)" \
+        in " ".join(captured.err.split())

@@ -12,14 +12,31 @@ import repl.best_of as best_of_module
 from repl.best_of import CheckOptions
 from repl.checker import CheckResult
 from repl.engine import Engine, EngineOptions
-from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, evaluate, find_problems, pass_at_k,
-                           read_results, summarize)
+from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, evaluate, find_problems,
+                           overall_totals, pass_at_k, read_results, summarize)
 from repl.settings import SamplingSettings
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
 CANDIDATES = TESTS / "eval_candidates"
 PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "candidates"}
+
+
+class StandInChecker:
+    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
+
+    def __init__(self, decide, device="auto", jobs=1):
+        self.decide, self.device = decide, device
+
+    def check(self, reference_code, kernel_or_reply, **options):
+        return self.decide(reference_code, kernel_or_reply, device=self.device, **options)
+
+    def close(self):
+        pass
+
+
+def use_stand_in_checker(monkeypatch, decide):
+    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
 
 
 # -- arithmetic ----------------------------------------------------------------------------------------------------
@@ -80,6 +97,29 @@ def test_fast_p_counts_problems_whose_best_kernel_is_correct_and_faster_than_p()
     assert results[1].geomean_speedup == pytest.approx((1.2 * 0.6) ** 0.5)
 
 
+def test_fast_0_is_the_correctness_rate_and_an_untimed_correct_kernel_is_not_slow():
+    results = [result("a", ["correct"], [0.5], best_speedup=2.4),
+               result("b", ["correct", "mismatch"]),  # correct, but its timing failed: untimed
+               result("c", ["mismatch"]),
+               result("d", ["correct"], [3.0], best_speedup=0.8)]
+    fast_p = summarize(results)["fast_p"]
+    assert fast_p["0"] == 3 / 4 == sum(r.correct > 0 for r in results) / len(results)
+    assert fast_p == {"0": 0.75, "1.0": 0.25, "1.5": 0.25, "2.0": 0.25}
+    assert overall_totals(results)["untimed"] == 1
+
+
+def test_problems_too_large_for_the_device_are_counted_apart():
+    results = [result("a", ["correct", "mismatch"], [0.5, None], best_speedup=2.4),
+               result("b", ["mismatch", "mismatch"]),
+               result("big", ["too_large", "too_large"])]
+    summary = summarize(results)
+    assert summary["problems"] == 2 and summary["too_large"] == 1
+    assert summary["pass_at"] == pytest.approx({"1": (0.5 + 0) / 2, "2": (1 + 0) / 2})
+    assert summary["fast_p"]["0"] == 0.5
+    totals = overall_totals(results)
+    assert totals["too_large"] == ["big"] and totals["candidates"] == 4
+
+
 # -- problems and candidates ---------------------------------------------------------------------------------------
 
 def test_problems_come_in_kernelbench_numeric_order(tmp_path):
@@ -122,11 +162,11 @@ def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
     assert report.totals["candidates"] == 5 and report.totals["correct"] == 3 and not report.interrupted
 
 
-def test_the_results_file_has_exactly_the_issues_keys(real_run):
+def test_the_results_file_has_exactly_the_documented_keys(real_run):
     _, out = real_run
     data = json.loads(out.read_text())
     assert set(data) == {"problems", "summary"}
-    assert set(data["summary"]) == {"problems", "pass_at", "fast_p"}
+    assert set(data["summary"]) == {"problems", "too_large", "pass_at", "fast_p"}
     for problem in data["problems"]:
         assert set(problem) == PROBLEM_KEYS
         assert all(set(c) == {"file", "verdict", "kernel_ms"} for c in problem["candidates"])
@@ -138,7 +178,7 @@ def test_a_rerun_with_the_same_file_checks_nothing_again(real_run, tmp_path, mon
     _, out = real_run
     copy = tmp_path / "results.json"
     shutil.copy(out, copy)
-    monkeypatch.setattr(best_of_module, "_check_kernel", lambda *a, **k: pytest.fail("checked again"))
+    use_stand_in_checker(monkeypatch, lambda *a, **k: pytest.fail("checked again"))
     report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=copy)
     assert report.skipped == ["1_ReLU", "2_Add", "3_Sigmoid"]
     assert json.loads(copy.read_text()) == json.loads(out.read_text())
@@ -157,7 +197,7 @@ def stand_in_checker(monkeypatch):
             verdict = "compile_error"
         return CheckResult(verdict=verdict)
 
-    monkeypatch.setattr(best_of_module, "_check_kernel", check)
+    use_stand_in_checker(monkeypatch, check)
     return checked
 
 
@@ -179,6 +219,28 @@ def test_an_interrupted_run_keeps_finished_problems_and_a_rerun_does_the_rest(tm
     assert [r.name for r in second.results] == ["1_ReLU", "2_Add", "3_Sigmoid"]
     sizes = {"1_ReLU": 3, "2_Add": 2, "3_Sigmoid": 0}
     assert len(stand_in_checker) - checks_before == 5 - sum(sizes[name] for name in written)
+
+
+def test_a_too_large_problem_is_skipped_and_tried_again_on_a_rerun(tmp_path, monkeypatch):
+    devices = []
+
+    def check(reference_code, reply_text, *, device, **options):
+        devices.append(device)
+        if "return a + b" in reference_code and device == "cpu":  # 2_Add stands for a problem beyond the CPU
+            return CheckResult(verdict="too_large", message="too large for the CPU interpreter: ...")
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text or "x + y" in reply_text else "mismatch")
+
+    use_stand_in_checker(monkeypatch, check)
+    out = tmp_path / "results.json"
+    first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cpu"))
+    assert first.summary["too_large"] == 1 and first.summary["problems"] == 2
+    assert first.totals["too_large"] == ["2_Add"] and first.totals["candidates"] == 3
+    relu = first.results[0]
+    assert set(first.summary["pass_at"]) == {"1", "2", "3"}  # up to ReLU's 3: 2_Add's 2 does not limit it
+    assert first.summary["pass_at"]["1"] == pytest.approx((relu.pass_at["1"] + 0) / 2)  # nor counts as unsolved
+    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cuda"))
+    assert second.skipped == ["1_ReLU", "3_Sigmoid"] and devices[-2:] == ["cuda", "cuda"]
+    assert second.summary["too_large"] == 0 and second.summary["problems"] == 3
 
 
 def test_a_file_that_is_not_an_eval_result_is_refused(tmp_path):

@@ -1,28 +1,128 @@
-"""Check a generated kernel against its reference: isolated, KernelBench-style correctness, and speed on a GPU.
+"""Check a generated kernel against its reference: confined, KernelBench-style correctness, and speed on a GPU.
 
-    from repl.checker import check_kernel
-    result = check_kernel(reference_code, reply_or_kernel_code)   # blocks; one fresh worker process per call
-    result.verdict, result.message, result.kernel_ms ...
+    from repl.checker import Checker, check_kernel
+    with Checker(device="auto") as checker:            # a judge process, kept alive; candidates started ahead
+        result = checker.check(reference_code, reply_or_kernel_code)
+    result = check_kernel(reference_code, reply_or_kernel_code)   # one-off: a Checker for one check
 
-Verdicts (`VERDICTS`): correct, mismatch, compile_error, runtime_error, timeout, crash, no_triton, invalid_reference,
-and cancelled (the caller set `cancel`; the worker was killed). This module never imports candidate code, torch or
-triton (torch only to answer device="cuda"): the worker does, in its sandbox (see sandbox.py and worker.py).
+Three processes, three levels of trust (docs/checker.md): this one (the REPL, the CLI, eval) never imports torch's
+kernels or candidate code; the judge (judge.py) runs only this project's code and the reference; each candidate runs
+alone in a confined process (candidate.py) and answers in plain data (wire.py).
 """
 
+import ast
+import itertools
 import os
-import signal
 import threading
+import time
 
-from repl.checker.result import VERDICTS, CheckResult
-from repl.checker.sandbox import WorkerOutcome, run_worker
+from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.extract import extract_kernel_code
 
-__all__ = ["check_kernel", "CheckResult", "VERDICTS", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "kernel_source"]
 
 # The whole check, reference and timing included. Generous: the interpreter is slow on the CPU, and on a GPU the
 # first Triton compile and torch.compile(reference) for the timing can each take tens of seconds.
 DEFAULT_TIMEOUT_S = 120.0
-OUTPUT_TAIL_CHARS = 4000
+JUDGE_START_S = 180.0  # importing torch on a loaded machine; the check's own clock starts when the judge has it
+GRACE_S = 3.0  # the judge enforces the timeout itself; past this, the caller stops waiting and kills it
+
+
+
+class Checker:
+    """Checks kernels for one session or run. ``check`` is thread-safe; up to `jobs` checks run at once, each in its
+    own judge. ``close()`` (or ``with``) ends the judges and their candidate processes.
+
+    device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
+    memory_limit_bytes: the candidate's address-space cap on the CPU path (default: half the machine's RAM).
+    spares: candidate processes each judge keeps starting ahead of need (default: judge.default_spares()).
+    Raises ValueError for a device that cannot be used.
+    """
+
+    def __init__(self, device: str = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
+                 spares: int | None = None):
+        if jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        self.device = device
+        self.jobs = jobs
+        self._device, self._cuda_visible = _placement(device)
+        self._options = (memory_limit_bytes, spares)
+        self._idle: list = []  # judge_process.JudgeProcess, ready for a check
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(jobs)
+        self._closed = False
+        self._ids = itertools.count(1)
+        self._idle.append(self._new_judge())  # starts now: a check finds it warm
+
+    def _new_judge(self):
+        from repl.checker.judge_process import JudgeProcess
+
+        return JudgeProcess(self._device, self._cuda_visible, *self._options)
+
+    def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = 5, atol: float = 1e-2,
+              rtol: float = 1e-2, timeout: float | None = None,
+              cancel: threading.Event | None = None) -> CheckResult:
+        """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
+        against `Model` in reference_code. timeout: seconds for the check (default DEFAULT_TIMEOUT_S). cancel: set
+        it from another thread to stop the check promptly; the verdict is then "cancelled"."""
+        if trials < 1:
+            raise ValueError("trials must be at least 1")
+        if self._closed:
+            raise RuntimeError("this Checker is closed")
+        if cancel is not None and cancel.is_set():
+            return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started",
+                               elapsed_s=0.0)
+        kernel_code = kernel_source(kernel_code_or_reply)
+        if kernel_code is None:
+            return CheckResult(verdict=Verdict.COMPILE_ERROR,
+                               message="no Python code defining ModelNew found in the kernel")
+        request = {"op": "check", "id": next(self._ids), "reference_code": reference_code,
+                   "kernel_code": kernel_code, "trials": trials, "atol": atol, "rtol": rtol,
+                   "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout}
+        started = time.monotonic()
+        with self._slots:
+            judge = self._take_judge()
+            try:
+                result = judge.check(request, cancel)
+            finally:
+                self._give_back(judge)
+        result.elapsed_s = round(time.monotonic() - started, 3)
+        return result
+
+    def _take_judge(self):
+        with self._lock:
+            judge = self._idle.pop() if self._idle else None
+        if judge is None or not judge.alive():
+            if judge is not None:
+                judge.close()
+            judge = self._new_judge()
+        return judge
+
+    def _give_back(self, judge) -> None:
+        with self._lock:
+            if self._closed or not judge.alive():
+                judge.close()
+            else:
+                self._idle.append(judge)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            judges, self._idle = self._idle, []
+        for judge in judges:
+            judge.close()
+
+    def __enter__(self) -> "Checker":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 def check_kernel(
@@ -37,83 +137,46 @@ def check_kernel(
     cancel: threading.Event | None = None,
     memory_limit_bytes: int | None = None,
 ) -> CheckResult:
-    """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
-    against `Model` in reference_code.
-
-    device: "auto" (CUDA when the worker sees a GPU, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
-    timeout: seconds for the whole check (default DEFAULT_TIMEOUT_S). cancel: set it from another thread to kill the
-    worker promptly; the result's verdict is then "cancelled" (or, when only the timing of a correct kernel was left,
-    "correct" without timings, with a note). memory_limit_bytes: address-space cap of the worker
-    on the CPU path (default: half the machine's RAM).
-    Raises ValueError for arguments that cannot be checked (unknown device, no such GPU, trials < 1).
-    """
+    """One check with a Checker of its own (see Checker.check); a session or a run should keep a Checker instead,
+    whose judge and candidate processes are warm. Raises ValueError for arguments that cannot be checked."""
     if trials < 1:
         raise ValueError("trials must be at least 1")
-    worker_device, cuda_visible_devices = _placement(device)
-    kernel_code = extract_kernel_code(kernel_code_or_reply)
-    if kernel_code is None:
-        return CheckResult(verdict="compile_error", message="no Python code defining ModelNew found in the kernel")
-
-    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
-    job = {
-        "reference_code": reference_code,
-        "kernel_code": kernel_code,
-        "device": worker_device,
-        "trials": trials,
-        "atol": atol,
-        "rtol": rtol,
-        "memory_limit_bytes": memory_limit_bytes,
-    }
-    outcome = run_worker(job, timeout=timeout, cancel=cancel, cuda_visible_devices=cuda_visible_devices)
-    result = _result_from(outcome, timeout)
-    result.elapsed_s = round(outcome.elapsed_s, 3)
-    if not outcome.network_cut:
-        result.notes.append("network not cut for the worker (unshare not available here)")
-    return result
+    _placement(device)
+    if cancel is not None and cancel.is_set():
+        return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started", elapsed_s=0.0)
+    if kernel_source(kernel_code_or_reply) is None:
+        return CheckResult(verdict=Verdict.COMPILE_ERROR, message="no Python code defining ModelNew found in the kernel")
+    with Checker(device, memory_limit_bytes=memory_limit_bytes, spares=0) as checker:
+        return checker.check(reference_code, kernel_code_or_reply, trials=trials, atol=atol, rtol=rtol,
+                             timeout=timeout, cancel=cancel)
 
 
-def _result_from(outcome: WorkerOutcome, timeout: float) -> CheckResult:
-    reported = [message["result"] for message in outcome.messages if isinstance(message.get("result"), dict)]
-    device = next((message.get("device") for message in outcome.messages if message.get("stage") == "started"), None)
-    if reported:
-        # The worker concluded; if it was stopped afterwards, that was while timing a correct kernel.
-        result = CheckResult.from_json_dict(reported[-1])
-        if outcome.stopped_for == "timeout":
-            result.notes.append(f"timing did not finish within {timeout:g} s")
-        elif outcome.stopped_for == "cancelled":
-            result.notes.append("timing cancelled")
-        return result
-    tail = outcome.output_tail[-OUTPUT_TAIL_CHARS:] or None
-    if outcome.stopped_for == "timeout":
-        message = f"no result within {timeout:g} s; the worker was killed"
-        return CheckResult(verdict="timeout", device=device, message=message, output_tail=tail)
-    if outcome.stopped_for == "cancelled":
-        message = "check cancelled; the worker was killed"
-        return CheckResult(verdict="cancelled", device=device, message=message, output_tail=tail)
-    return CheckResult(verdict="crash", device=device, message=_death_message(outcome), output_tail=tail)
-
-
-def _death_message(outcome: WorkerOutcome) -> str:
-    code = outcome.returncode
-    if code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-        hint = " (out of memory?)" if name == "SIGKILL" else ""
-        return f"worker died with {name}{hint}"
-    last_line = next((line.strip() for line in reversed(outcome.output_tail.splitlines()) if line.strip()), "")
-    message = f"worker exited with status {code} without reporting a result"
-    return f"{message}: {last_line[:200]}" if last_line else message
+def kernel_source(kernel_code_or_reply: str) -> str | None:
+    """The code to check. Python that parses and defines ModelNew at top level is a file, checked whole (a fenced
+    example in its docstring or a comment holding ``` changes nothing); anything else is a reply, whose last Python
+    block defining ModelNew is taken (repl.extract)."""
+    try:
+        tree = ast.parse(kernel_code_or_reply)
+    except (SyntaxError, ValueError):
+        return extract_kernel_code(kernel_code_or_reply)
+    if any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
+        return kernel_code_or_reply
+    return extract_kernel_code(kernel_code_or_reply)
 
 
 def _placement(device: str) -> tuple[str, str | None]:
-    """The worker's device ("auto", "cuda" or "cpu") and the CUDA_VISIBLE_DEVICES it gets (None: the caller's).
+    """The judge's device ("cuda" or "cpu") and the CUDA_VISIBLE_DEVICES it gets (None: the caller's).
 
-    cuda:N runs the worker with only GPU N visible, as its cuda:0: the model's Inductor-style code hard-codes
-    device 0 (torch.cuda.set_device(0), _DeviceGuard(0), get_raw_stream(0)).
+    cuda:N runs the judge and its candidates with only GPU N visible, as their cuda:0: the model's Inductor-style
+    code hard-codes device 0 (torch.cuda.set_device(0), _DeviceGuard(0), get_raw_stream(0)).
     """
-    if device in ("auto", "cpu", "cuda"):
-        if device == "cuda" and _visible_gpu_count() == 0:
+    if device == "cpu":
+        return "cpu", ""
+    if device in ("auto", "cuda"):
+        count = _visible_gpu_count()
+        if device == "cuda" and count == 0:
             raise ValueError("device cuda: no CUDA GPU is visible on this machine")
-        return device, "" if device == "cpu" else None
+        return ("cuda" if count else "cpu"), (None if count else "")
     index = device.removeprefix("cuda:")
     if device.startswith("cuda:") and index.isdigit():
         count = _visible_gpu_count()
@@ -126,6 +189,17 @@ def _placement(device: str) -> tuple[str, str | None]:
 
 
 def _visible_gpu_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """GPUs this process could use, without importing torch (4 s on some hosts): the NVIDIA driver's device files
+    (/dev/nvidiaN), narrowed by CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        nodes = [name for name in os.listdir("/dev") if name.startswith("nvidia") and name[6:].isdigit()]
+    except OSError:
+        nodes = []
+    if not nodes:
+        return 0
+    if visible:
+        return len([entry for entry in visible.split(",") if entry.strip()])
+    return len(nodes)

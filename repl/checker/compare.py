@@ -1,14 +1,19 @@
 """Compare a candidate's output with the reference's: type, shape, dtype, NaN/Inf, then allclose.
 
 The first problem found is reported as one line naming where it is (``output``, ``output[1]``, ...). Tuple and list
-outputs are compared element by element. Errors are measured in float64 over the positions where both are finite.
+outputs are compared element by element. Errors are measured in float64 (complex128 for complex outputs: real and
+imaginary parts both count) over the positions where both are finite.
+
+- Integer and boolean outputs must be equal: a tolerance would let an index or a count be off by one.
+- A floating output whose reference magnitudes are all below atol would match anything small (zeros for a softmax
+  over many classes): it is compared with atol lowered to rtol x its largest magnitude, and a note says so.
 
 max_rel_error is |candidate - reference| / |reference| over elements with |reference| > atol: below that the
 absolute tolerance governs (as in allclose) and a ratio would only measure noise around zero.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,6 +23,7 @@ class Comparison:
     problem: str | None = None  # one line; None when the outputs match
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
+    notes: list[str] = field(default_factory=list)  # how the comparison was adapted (near-zero outputs)
 
     @property
     def matches(self) -> bool:
@@ -66,8 +72,12 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
         return
     if candidate.numel() == 0:
         return
-    got = candidate.detach().to(device=reference.device, dtype=torch.float64)
-    expected = reference.detach().to(dtype=torch.float64)
+    if not (reference.is_floating_point() or reference.is_complex()):
+        _compare_exactly(candidate, reference, where, comparison)
+        return
+    wide = torch.complex128 if reference.is_complex() else torch.float64
+    got = candidate.detach().to(device=reference.device, dtype=wide)
+    expected = reference.detach().to(dtype=wide)
 
     got_finite, expected_finite = torch.isfinite(got), torch.isfinite(expected)
     unexpected = ~got_finite & expected_finite
@@ -86,6 +96,12 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
     finite = got_finite & expected_finite
     difference = (got - expected).abs()[finite]
     magnitude = expected.abs()[finite]
+    largest = magnitude.max().item() if magnitude.numel() else 0.0
+    if 0.0 < largest < atol:
+        lowered = rtol * largest
+        comparison.notes.append(f"{where}: every reference magnitude is below atol={atol:g} (largest {largest:.3g}): "
+                                f"compared with atol={lowered:.3g} instead")
+        atol = lowered
     if difference.numel():
         comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
         above_atol = magnitude > atol
@@ -98,6 +114,16 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
             f"{where}: {int(outside.sum())} of {candidate.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g} "
             f"(max abs error {difference.max().item():.3g})"
         )
+
+
+def _compare_exactly(candidate, reference, where, comparison: Comparison) -> None:
+    got = candidate.detach().to(device=reference.device)
+    unequal = got != reference
+    if unequal.any():
+        difference = (got.to(torch.float64) - reference.to(torch.float64)).abs()
+        comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
+        comparison.problem = (f"{where}: {int(unequal.sum())} of {candidate.numel()} elements differ "
+                              f"({_dtype_name(reference.dtype)} outputs must be equal)")
 
 
 def _count_non_finite(values: torch.Tensor, where: torch.Tensor) -> str:

@@ -1,26 +1,46 @@
-"""What a check concludes: one record that travels from the worker to the caller, and out as JSON."""
+"""What a check concludes: one record that travels from the judge to the caller, and out as JSON."""
 
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 
-# The issue's verdicts, plus `cancelled` for a check the caller stopped (Ctrl-C in the REPL) before it concluded.
-VERDICTS = (
-    "correct",
-    "mismatch",
-    "compile_error",
-    "runtime_error",
-    "timeout",
-    "crash",
-    "no_triton",
-    "invalid_reference",
-    "cancelled",
-)
+
+class Verdict(StrEnum):
+    """A check's conclusion. A `str` (``Verdict.CORRECT == "correct"``), so JSON and string comparisons keep working;
+    each member also carries how it is shown (a rich style) and whether it is the kernel's fault (False: the
+    reference, the machine or the caller stopped the check)."""
+
+    CORRECT = ("correct", "bold green", False)
+    MISMATCH = ("mismatch", "bold red", True)
+    COMPILE_ERROR = ("compile_error", "bold red", True)
+    RUNTIME_ERROR = ("runtime_error", "bold red", True)
+    TIMEOUT = ("timeout", "bold red", True)
+    CRASH = ("crash", "bold red", True)
+    NO_TRITON = ("no_triton", "bold yellow", True)  # no Triton launch, or launches that did no work
+    INVALID_REFERENCE = ("invalid_reference", "bold magenta", False)
+    TOO_LARGE = ("too_large", "bold magenta", False)  # the problem does not fit this device (issue: KernelBench sizes)
+    CANCELLED = ("cancelled", "dim", False)
+
+    def __new__(cls, value: str, style: str, kernels_fault: bool):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.style = style
+        member.kernels_fault = kernels_fault
+        return member
+
+    @property
+    def label(self) -> str:
+        """For people: ``invalid reference``."""
+        return self.value.replace("_", " ")
+
+
+VERDICTS = tuple(Verdict)
 
 
 @dataclass
 class CheckResult:
-    verdict: str
+    verdict: Verdict
     correct: bool = False
-    device: str | None = None  # "cuda" or "cpu-interpreter"; None when the worker never said
+    device: str | None = None  # "cuda" or "cpu-interpreter"; None when the check never got that far
     trials: int = 0  # trials whose outputs were compared
     max_abs_error: float | None = None
     max_rel_error: float | None = None
@@ -36,16 +56,20 @@ class CheckResult:
     suspicious: str | None = None  # one-line warning: too fast to be true, ...
     shape_specialised: bool = False  # the kernel hard-codes sizes (Inductor style): right only for these shapes
     notes: list[str] = field(default_factory=list)  # one-line facts worth knowing (weights copied, ...)
-    output_tail: str | None = None  # last lines the worker printed, kept when it died
+    output_tail: str | None = None  # last lines the candidate printed, kept when it died
     elapsed_s: float | None = None
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}")
-        self.correct = self.verdict == "correct"
+        try:
+            self.verdict = Verdict(self.verdict)
+        except ValueError:
+            raise ValueError(f"unknown verdict {self.verdict!r}") from None
+        self.correct = self.verdict is Verdict.CORRECT
 
     def to_json_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        return data
 
     @classmethod
     def from_json_dict(cls, data: dict) -> "CheckResult":

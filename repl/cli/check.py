@@ -1,8 +1,9 @@
 """`check REFERENCE KERNEL`: is this kernel right, and is it faster? One check in an isolated worker.
 
-Exit status: 0 correct; 1 not correct (any reason); 2 the reference is unusable or the arguments are wrong (a
-missing file, --device cuda without a GPU, ...), with a one-line message on stderr. With --json, stdout holds exactly
-one JSON object (CheckResult.to_json_dict()); without it, a short rich report.
+Exit status: 0 correct; 1 not correct (any reason); 2 the reference is unusable, the problem is too large for the
+device, or the arguments are wrong (a missing file, --device cuda without a GPU, ...), with a one-line message on
+stderr. With --json, stdout holds exactly one JSON object (CheckResult.to_json_dict()); without it, a short rich
+report.
 
 Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
 """
@@ -76,9 +77,12 @@ def run(args) -> int:
 
 
 def exit_status(verdict: str) -> int:
-    if verdict == "correct":
+    """0 correct; 2 when the problem, not the kernel, stopped the check (invalid_reference, too_large); else 1."""
+    from repl.checker import Verdict
+
+    if verdict == Verdict.CORRECT:
         return EXIT_CORRECT
-    if verdict == "invalid_reference":
+    if verdict in (Verdict.INVALID_REFERENCE, Verdict.TOO_LARGE):
         return EXIT_UNUSABLE
     return EXIT_NOT_CORRECT
 

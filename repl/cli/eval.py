@@ -1,9 +1,10 @@
 """`eval PROBLEMS_DIR`: check candidates for every KernelBench-format problem in a folder and report pass@k, fast_p
-and speedups (the batch side of issue 4; docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`.
+and speedups (docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`.
 
 Progress goes to stderr, the results table to stdout. Exit status: 0 when the evaluation ran (whatever the kernels
-did), 2 for bad arguments, 1 when the model could not be loaded or a check could not run, 130 after Ctrl-C (finished
-problems are in --json; rerun the same command to resume).
+did, and problems too large for the device included); 2 for bad arguments, a --json file that is not an eval
+results file, or a device the checker cannot use; 1 when the model could not be loaded or a generation or check
+failed; 130 after Ctrl-C (finished problems are in --json; rerun the same command to resume).
 """
 
 import argparse
@@ -158,6 +159,9 @@ def _format(value, digits: int = 3, suffix: str = "") -> str:
 
 
 def _problem_line(result) -> Text:
+    if result.too_large:
+        return Text.assemble(("– ", "warn"), (result.name, "accent"),
+                             f"  skipped: {result.note or 'too large for this device'}")
     style = "ok" if result.correct else "bad"
     line = Text.assemble(("✓ " if result.correct else "✗ ", style), (result.name, "accent"),
                          f"  {result.correct}/{result.n} correct, {result.compiled} compiled")
@@ -186,6 +190,9 @@ def results_table(report) -> Table:
         if timed:
             cells += [_format(best.get("kernel_ms")), _format(best.get("speedup_vs_eager"), 3, "x"),
                       _format(result.geomean_speedup, 3, "x")]
+        if result.too_large:
+            table.add_row(Text(result.name, style="hint"), Text("too large for this device", style="warn"))
+            continue
         table.add_row(Text(result.name, style="ok" if result.correct else ""), *cells)
     return table
 
@@ -197,8 +204,14 @@ def summary_text(report) -> Text:
                          f"candidates, {totals['compiled']} compiled, {totals['correct']} correct\n")
     if summary["pass_at"]:
         text.append("pass@k  " + "  ".join(f"@{k} {value:.3f}" for k, value in summary["pass_at"].items()) + "\n")
+    if totals["too_large"]:
+        names = ", ".join(totals["too_large"][:5]) + (" …" if len(totals["too_large"]) > 5 else "")
+        text.append(f"skipped: too large for this device: {len(totals['too_large'])} ({names}); not in pass@k or "
+                    "fast_p\n", style="warn")
     if summary["fast_p"] is not None:
-        text.append("fast_p  " + "  ".join(f"p={p} {value:.3f}" for p, value in summary["fast_p"].items()) + "\n")
+        text.append("fast_p  " + "  ".join(f"p={p} {value:.3f}" for p, value in summary["fast_p"].items()))
+        untimed = f" ({totals['untimed']} solved without a timing: in fast_0 only)" if totals["untimed"] else ""
+        text.append(untimed + "\n")
     else:
         text.append("fast_p  – (no kernel was timed: timing needs a GPU and a correct kernel)\n", style="hint")
     text.append(f"geomean speedup of correct candidates  {_format(totals['geomean_speedup'], 3, 'x')}")

@@ -13,6 +13,7 @@ from repl.errors import one_line
 from repl.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.kernel_file import write_kernel_file
+from repl.checker.sizing import problem_too_large
 from repl.module_source import inspect_module_source
 from repl.session_log import SessionLog
 
@@ -31,6 +32,9 @@ def run_oneshot(engine, args) -> int:
         return 2
     if module.warning():
         say(f"warning: {module.warning()}")
+    too_large = problem_too_large(code, getattr(args, "check_device", None) or "auto") if module.runnable else None
+    if too_large:
+        say(f"warning: {too_large}")
     problem = out_problem(args)
     if problem:  # before any generation: minutes of sampling must not end in a refusal
         say(f"error: {problem}")

@@ -2,13 +2,15 @@
 of commands.py.
 
 They work on the ReplSession: ``session.module`` is what they sample for, ``session.candidates`` keeps the last
-:best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen one (a Candidate is an
-Attempt, so :save, :run and :raw work on it as on any kernel).
+:best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen candidate's Attempt, so
+:save, :run and :raw work on it as on any kernel.
 """
 
 from rich.text import Text
 
 from repl.best_of import BestOfRun, Candidate, CheckOptions
+from repl.checker import Verdict
+from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.stream_view import print_kernel, status_line
@@ -21,7 +23,7 @@ def best_command(session, arguments):
     k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N]", None)
     if k < 2:
         raise CommandError(":best needs K >= 2 (:regen samples one)")
-    _run(session, k, options, stop_at_first_correct=False)
+    _run(session, k, options, until_correct=False)
 
 
 def fix_command(session, arguments):
@@ -35,7 +37,7 @@ def fix_command(session, arguments):
         session.console.print("The current kernel is already correct; :best K samples more to compare speed.",
                               style="hint")
         return
-    _run(session, tries, options, stop_at_first_correct=True)
+    _run(session, tries, options, until_correct=True)
 
 
 def pick_command(session, arguments):
@@ -43,7 +45,7 @@ def pick_command(session, arguments):
     if len(arguments) != 1:
         raise CommandError("usage: :pick N")
     candidate = _candidate(session, arguments[0])
-    session.attempt = candidate
+    session.attempt = candidate.attempt
     session.console.print(Text.assemble(f"Candidate {candidate.index} is now the current kernel (",
                                         verdict_text(candidate) if candidate.check else "not checked",
                                         "); :save writes it."))
@@ -93,7 +95,7 @@ def _candidate(session, word) -> Candidate:
     raise CommandError(f"no candidate {number}; the candidates are {numbers}")
 
 
-def _run(session, k: int, options: dict, stop_at_first_correct: bool) -> None:
+def _run(session, k: int, options: dict, until_correct: bool) -> None:
     if session.module is None:
         raise CommandError("no module yet: paste one or :load FILE")
     if not session.module.runnable:
@@ -105,9 +107,12 @@ def _run(session, k: int, options: dict, stop_at_first_correct: bool) -> None:
         return
     check = CheckOptions(device=options.get("device") or session.check_device, trials=options.get("trials", 5),
                          jobs=options.get("jobs", 1))
-    run = BestOfRun(session.module.code, k, engine=session.engine, check=check,
-                    stop_at_first_correct=stop_at_first_correct, source_name=session.source_name)
-    title = f"fix: up to {k} tries" if stop_at_first_correct else f"best of {k}"
+    try:
+        run = BestOfRun(session.module.code, k, engine=session.engine, check=check, until_correct=until_correct,
+                        source_name=session.source_name)
+    except ValueError as error:  # a device the checker cannot use
+        raise CommandError(one_line(error)) from None
+    title = f"fix: up to {k} tries" if until_correct else f"best of {k}"
     interrupted = False
     with BestView(session.console, lambda: run.candidates, title=title,
                   hint="Ctrl-C stops and keeps the finished candidates") as view:
@@ -120,8 +125,8 @@ def _run(session, k: int, options: dict, stop_at_first_correct: bool) -> None:
             run.cancel()
             _wait_for(run, view)
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
-        session.console.print(_one_line(run.error), style="bad")
-    _conclude(session, run, interrupted, stop_at_first_correct)
+        session.console.print(one_line(run.error), style="bad")
+    _conclude(session, run, interrupted, until_correct)
 
 
 def _wait_for(run: BestOfRun, view: BestView) -> None:
@@ -135,7 +140,7 @@ def _wait_for(run: BestOfRun, view: BestView) -> None:
             continue
 
 
-def _conclude(session, run: BestOfRun, interrupted: bool, stop_at_first_correct: bool) -> None:
+def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -> None:
     ranked = run.ranked()
     if not ranked:
         session.console.print("No candidate finished." if interrupted else "No candidate was produced.",
@@ -144,16 +149,19 @@ def _conclude(session, run: BestOfRun, interrupted: bool, stop_at_first_correct:
     _log_candidates(session, run.candidates)
     session.candidates = ranked
     best = ranked[0]
-    session.attempt = best
+    session.attempt = best.attempt
     session.console.print(ranking_table(ranked, current=best))
     correct = [c for c in ranked if c.correct]
     kept = f" (stopped: kept the {len(ranked)} finished)" if interrupted else ""
     if correct:
-        if stop_at_first_correct:
+        if until_correct:
             message = f"Candidate {best.index} is correct after {len(ranked)} tr{'y' if len(ranked) == 1 else 'ies'}"
         else:
-            message = f"{len(correct)} of {len(ranked)} correct{kept}; candidate {best.index} (the fastest) is current"
+            why = "the fastest" if best.check.kernel_ms is not None else "the lowest error; nothing was timed"
+            message = f"{len(correct)} of {len(ranked)} correct{kept}; candidate {best.index} ({why}) is current"
         session.console.print(f"{message}. :save writes it; :pick N or :show N for another.", style="ok")
+    elif best.verdict == Verdict.TOO_LARGE:
+        session.console.print(f"No candidate could be checked: {best.check.message}", style="warn")
     else:
         session.console.print(
             f"No candidate is correct{kept}. Candidate {best.index} (best-ranked) is current; :show N for the "
@@ -166,15 +174,11 @@ def _log_candidates(session, candidates: list[Candidate]) -> None:
     log = getattr(session, "log", None)
     if log is None or not candidates:
         return
-    module = candidates[0].module
+    module = candidates[0].attempt.module
     module_id = log.record_module(module.code, module.model_class, session.source_name)
     for candidate in candidates:
-        candidate.log_id = log.start_reply(module_id, candidate.reply.model, candidate.reply.settings)
-        log.finish_reply(candidate.log_id, candidate.reply)
-        if candidate.check is not None:
-            log.record_check(candidate.log_id, candidate.check)
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return text or type(error).__name__
+        attempt = candidate.attempt
+        attempt.log_id = log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
+        log.finish_reply(attempt.log_id, attempt.reply)
+        if attempt.check is not None:
+            log.record_check(attempt.log_id, attempt.check)

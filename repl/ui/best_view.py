@@ -16,14 +16,14 @@ from repl.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED
 from repl.ui.stream_view import MAX_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL
 
-VERDICT_STYLES = {"correct": "ok", "cancelled": "warn", "timeout": "warn"}
 STATE_STYLES = {GENERATING: "accent", QUEUED: "hint", CHECKING: "accent", WAITING: "hint", DONE: ""}
 
 
 def verdict_text(candidate: Candidate) -> Text:
     reply = candidate.reply
     if candidate.check is not None:
-        return Text(candidate.check.verdict, style=VERDICT_STYLES.get(candidate.check.verdict, "bad"))
+        verdict = candidate.check.verdict
+        return Text(verdict.label, style=verdict.style)
     if reply is not None and reply.finish_reason == FAILED:
         return Text("generation failed", style="bad")
     if reply is not None and reply.finish_reason == INTERRUPTED:

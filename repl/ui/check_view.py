@@ -11,18 +11,6 @@ from repl.checker.result import CheckResult
 
 TRACEBACK_LINES = 12
 
-_VERDICT_STYLE = {
-    "correct": "bold green",
-    "mismatch": "bold red",
-    "no_triton": "bold yellow",
-    "compile_error": "bold red",
-    "runtime_error": "bold red",
-    "timeout": "bold red",
-    "crash": "bold red",
-    "invalid_reference": "bold magenta",
-    "cancelled": "dim",
-}
-
 
 def render_check_result(result: CheckResult, *, full_traceback: bool = False):
     """The report: a two-column table, then the traceback (its first lines, or all of it with full_traceback) or,
@@ -30,7 +18,7 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False):
     table = Table(show_header=False, box=None, padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
     table.add_column()
-    table.add_row("verdict", Text(result.verdict.replace("_", " "), style=_VERDICT_STYLE.get(result.verdict, "bold")))
+    table.add_row("verdict", Text(result.verdict.label, style=result.verdict.style))
     if result.message:
         table.add_row("", Text(result.message))
     if result.device:

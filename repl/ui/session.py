@@ -13,6 +13,7 @@ from rich.text import Text
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
 from repl.generation import GenerationError
+from repl.checker.sizing import problem_too_large
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -123,6 +124,9 @@ class ReplSession:
         warning = module.warning()
         if warning:
             self.console.print(warning, style="warn")
+        too_large = problem_too_large(module.code, self.check_device) if module.runnable else None
+        if too_large:  # said before generating: the kernels could not be checked here
+            self.console.print(too_large, style="warn")
         self.module, self.source_name = module, source_name
         self.log.record_module(module.code, module.model_class, source_name)
         self.generate()

@@ -1,0 +1,136 @@
+"""How fast is a check? `python -m repl.checker.benchmark [--device auto|cpu|cuda] [--stream 20] [--json]`
+
+Measures, for small kernels (a ReLU and an add, each right or wrong):
+- cold: a one-off `check_kernel` (starts a judge and a candidate process, imports torch twice);
+- warm: `Checker.check` of the same problem again, as `:run` in a session that has checked before (median of 5);
+- stream: checks a minute for a run of different problems and kernels through one Checker, as `eval` does.
+Not a test: figures depend on the machine. docs/checker.md and docs/gpu-runs.md record them.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+GOALS = {"warm_s": {"cuda": 2.0, "cpu-interpreter": 3.0}, "checks_per_minute": {"cuda": 30.0}}
+
+RELU_REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(SIZE)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ADD_REFERENCE = RELU_REFERENCE.replace("torch.relu(x)", "x + y").replace("def forward(self, x)",
+                                                                        "def forward(self, x, y)").replace(
+    "[torch.randn(SIZE)]", "[torch.randn(SIZE), torch.randn(SIZE)]")
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def elementwise_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, EXPRESSION, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y=None):
+        x = x.contiguous()
+        y = x if y is None else y.contiguous()
+        out = torch.empty_like(x)
+        n_elements = x.numel()
+        elementwise_kernel[(triton.cdiv(n_elements, 1024),)](x, y, out, n_elements, BLOCK_SIZE=1024)
+        return out
+'''
+
+# (name, reference, kernel): right and wrong kernels for two problems, as a stream of eval candidates is.
+STREAM = [
+    ("relu, right", RELU_REFERENCE, KERNEL.replace("EXPRESSION", "tl.maximum(x, 0.0)")),
+    ("add, right", ADD_REFERENCE, KERNEL.replace("EXPRESSION", "x + y")),
+    ("relu, wrong", RELU_REFERENCE, KERNEL.replace("EXPRESSION", "x")),
+    ("add, wrong", ADD_REFERENCE, KERNEL.replace("EXPRESSION", "x - y")),
+]
+
+
+def sized(reference: str, device: str) -> str:
+    return reference.replace("SIZE", "4096" if device == "cpu-interpreter" else "1 << 20")
+
+
+def main(argv=None) -> int:
+    from repl.checker import Checker, _placement, check_kernel
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--stream", type=int, default=20, help="checks in the stream (default: 20)")
+    parser.add_argument("--json", action="store_true")
+    options = parser.parse_args(argv)
+
+    figures = {}
+    _, relu_reference, relu_kernel = STREAM[0]
+    started = time.monotonic()
+    device = "cuda" if _placement(options.device)[0] == "cuda" else "cpu-interpreter"
+    cold = check_kernel(sized(relu_reference, device), relu_kernel, device=options.device)
+    figures["cold_s"] = round(time.monotonic() - started, 2)
+    figures["device"] = device
+    figures["cold_verdict"] = str(cold.verdict)
+
+    with Checker(options.device) as checker:
+        reference = sized(relu_reference, device)
+        first = checker.check(reference, relu_kernel)  # the problem is cached, the judge warm
+        figures["first_in_session_s"] = first.elapsed_s
+        warm = []
+        for _ in range(5):
+            result = checker.check(reference, relu_kernel)
+            assert result.correct, result.message
+            warm.append(result.elapsed_s)
+        figures["warm_s"] = round(statistics.median(warm), 2)
+        figures["warm_runs_s"] = warm
+        figures["timed"] = {"kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms,
+                            "compiled_ms": result.compiled_ms}
+        started = time.monotonic()
+        verdicts = []
+        for index in range(options.stream):
+            name, reference, kernel = STREAM[index % len(STREAM)]
+            verdicts.append(str(checker.check(sized(reference, device), kernel).verdict))
+        minutes = (time.monotonic() - started) / 60
+        figures["checks_per_minute"] = round(options.stream / minutes, 1)
+        figures["stream_verdicts"] = {verdict: verdicts.count(verdict) for verdict in sorted(set(verdicts))}
+
+    goals = {key: table.get(device) for key, table in GOALS.items() if table.get(device) is not None}
+    if options.json:
+        print(json.dumps({"figures": figures, "goals": goals}))
+        return 0
+    print(f"device: {device}")
+    print(f"cold check (one-off check_kernel): {figures['cold_s']:.2f} s")
+    print(f"first check in a session: {figures['first_in_session_s']:.2f} s")
+    goal = f" (goal <= {goals['warm_s']:g} s)" if "warm_s" in goals else ""
+    print(f"warm check, median of 5: {figures['warm_s']:.2f} s{goal}")
+    goal = f" (goal >= {goals['checks_per_minute']:g})" if "checks_per_minute" in goals else ""
+    print(f"stream of {options.stream} checks: {figures['checks_per_minute']:.1f} checks/minute{goal} "
+          f"{figures['stream_verdicts']}")
+    if figures["timed"]["kernel_ms"] is not None:
+        print(f"timing: {figures['timed']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,625 @@
+"""The judge: a long-lived process (one per `Checker`) that runs only this project's code and the reference.
+
+It never imports candidate code. For each check it:
+1. loads the problem, or takes it from its cache (key: the reference's source): imports the reference in memory
+   (no file a candidate could find), sizes it (sizing.py: `too_large` before anything is allocated), builds
+   `Model` under seed 42, keeps its weights; on CUDA its eager and torch.compile timings are cached too;
+2. takes the candidate process started ahead of need (torch, Triton, the CUDA context ready; confined) and starts
+   the next one;
+3. sends the candidate its kernel, the init arguments and the reference's weights (plain data, wire.py);
+4. per trial: fresh inputs from a seed drawn from `secrets` (never sent, never reused), sent to the candidate; the
+   reference's outputs are computed here meanwhile, and compared with the plain bytes the candidate returns;
+5. one extra trial on fresh inputs with every Triton launch skipped: if the output is still right, the Triton
+   kernels did no work (`no_triton`);
+6. on CUDA, when correct: times the candidate (in its process) and cross-checks its figures with its own clock.
+
+Why reference outputs are not cached: inputs come from fresh secret seeds every check, so a cached output could only
+be replayed for inputs a candidate might learn; computing them costs one reference forward per trial, which is
+small next to building the model (cached) and timing eager/torch.compile (cached).
+
+It talks to the caller on two private pipes (fd numbers in argv): requests ``check``/``cancel``, answers ``stage``
+updates and one ``result`` per check. A reference that hangs or kills this process is reported by the caller as
+`invalid_reference` from the last stage it saw.
+"""
+
+import argparse
+import hashlib
+import os
+import queue
+import secrets
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from repl.checker.compare import compare_outputs
+from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
+from repl.checker.result import CheckResult, Verdict
+from repl.checker.wire import Channel, PeerGone, Stopped, WireError, decode, encode, encode_at
+
+MODEL_SEED = 42
+REFERENCE_PATH = "<reference>/reference.py"  # in memory only: linecache serves its lines to tracebacks
+SUSPICIOUS_SPEEDUP = 10.0
+CACHED_PROBLEMS = 4
+OUTPUT_TAIL_BYTES = 64 * 1024
+CANDIDATE_START_S = 120.0  # a fresh candidate process imports torch and triton: slow on a loaded machine
+OUTPUT_SLACK_BYTES = 1 << 20
+TIMER_TRUST = 0.5  # the candidate's timed span may be at most this much below the judge's wall clock
+
+
+class Ended(Exception):
+    """Ends a check with this verdict."""
+
+    def __init__(self, verdict: Verdict, message: str, traceback: str | None = None, output_tail: str | None = None):
+        super().__init__(message)
+        self.verdict, self.message, self.traceback, self.output_tail = verdict, message, traceback, output_tail
+
+
+# ---- the problem (reference side) ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    module: object
+    model: object
+    init_data: object  # encoded init inputs and weights, sent to every candidate
+    init_blob: bytes
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    timing_notes: list[str] = field(default_factory=list)
+    timed: bool = False
+
+
+class Judge:
+    def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None, spares: int):
+        # The first candidate process starts before this one imports torch: the two imports overlap.
+        self.pool = CandidatePool(device, memory_limit, cuda_visible_devices, spares)
+        import torch
+
+        self.on_cuda = device == "cuda"
+        if self.on_cuda and not torch.cuda.is_available():
+            raise RuntimeError(f"CUDA was requested but the judge sees no GPU "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        if not self.on_cuda:
+            from repl.checker.cuda_on_cpu import install_cuda_on_cpu
+
+            install_cuda_on_cpu([])  # KernelBench-style get_inputs() often ends in .cuda()
+        self.device = torch.device("cuda" if self.on_cuda else "cpu")
+        self.memory_limit = memory_limit
+        self.device_label = "cuda" if self.on_cuda else "cpu-interpreter"
+        self.problems: OrderedDict[str, Problem] = OrderedDict()
+        self.timer = None
+        if self.on_cuda:
+            from repl.checker.timing import CudaTimer
+
+            self.timer = CudaTimer(self.device)
+            self.flush_ms = self.timer.flush_ms()
+
+    # ---- 1: the problem ------------------------------------------------------------------------------------------
+
+    def problem(self, code: str) -> Problem:
+        key = hashlib.sha256(code.encode()).hexdigest()
+        if key in self.problems:
+            self.problems.move_to_end(key)
+            return self.problems[key]
+        problem = self.load_problem(code)
+        self.problems[key] = problem
+        while len(self.problems) > CACHED_PROBLEMS:
+            self.problems.popitem(last=False)
+        return problem
+
+    def load_problem(self, code: str) -> Problem:
+        import torch
+
+        try:
+            module = import_source(code, REFERENCE_PATH, write_file=False)
+        except BaseException as error:
+            raise self.reference_failed("reference does not import", error)
+        missing = [name for name in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, name)]
+        if missing:
+            raise Ended(Verdict.INVALID_REFERENCE, f"reference lacks {', '.join(missing)}")
+        self.size_up(module)
+        try:
+            init_inputs = list(module.get_init_inputs())
+            args, kwargs = init_arguments(init_inputs)
+            torch.manual_seed(MODEL_SEED)
+            model = module.Model(*args, **kwargs).to(self.device)
+        except BaseException as error:
+            raise self.reference_failed("reference Model cannot be built", error)
+        try:
+            weights = {name: value.detach() for name, value in model.state_dict().items()
+                       if isinstance(value, torch.Tensor)}
+            init_data, init_blob = encode({"init_inputs": init_inputs, "weights": weights})
+        except WireError as error:
+            raise Ended(Verdict.INVALID_REFERENCE, f"reference init inputs cannot be sent: {error}")
+        problem = Problem(module, model, init_data, init_blob)
+        try:
+            self.run_reference(problem, self.make_inputs(problem))
+        except Ended:
+            raise
+        except BaseException as error:
+            raise self.reference_failed("reference Model fails to run", error)
+        return problem
+
+    def size_up(self, module) -> None:
+        """Issue 14: a problem the device cannot hold (or the interpreter cannot run in time) ends here, before
+        anything is allocated."""
+        try:
+            from repl.checker.sizing import measure_problem, too_large_reason
+        except ImportError:
+            return
+        try:
+            size = measure_problem(module)
+        except BaseException as error:
+            raise self.reference_failed("reference cannot be sized", error)
+        reason = too_large_reason(size, on_cuda=self.on_cuda, memory_bytes=self.memory_bytes())
+        if reason:
+            raise Ended(Verdict.TOO_LARGE, reason)
+
+    def memory_bytes(self) -> int:
+        from repl.checker.sizing import available_memory_bytes
+
+        return available_memory_bytes(self.on_cuda, self.memory_limit)
+
+    def reference_failed(self, what: str, error: BaseException) -> Ended:
+        return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
+
+    def make_inputs(self, problem: Problem) -> list:
+        """Fresh inputs from a seed drawn here and forgotten: no candidate can predict or replay them."""
+        import torch
+
+        torch.manual_seed(secrets.randbits(63))
+        return list(to_device(list(problem.module.get_inputs()), self.device))
+
+    def run_reference(self, problem: Problem, inputs: list):
+        import torch
+
+        with torch.no_grad():
+            output = problem.model(*inputs)
+        if self.on_cuda:
+            torch.cuda.synchronize()
+        return output
+
+    # ---- the check ---------------------------------------------------------------------------------------------
+
+    def check(self, request: dict, cancel: threading.Event, stage) -> CheckResult:
+        run = CheckRun(self, request, cancel, stage)
+        try:
+            return run.conclude()
+        finally:
+            run.close()
+
+
+class CheckRun:
+    """One check, from the problem to the verdict."""
+
+    def __init__(self, judge: Judge, request: dict, cancel: threading.Event, stage):
+        self.judge, self.request, self.cancel, self.stage = judge, request, cancel, stage
+        self.deadline = time.monotonic() + float(request["timeout"])
+        self.candidate: CandidateProcess | None = None
+        self.notes: list[str] = []
+        self.trials = 0
+        self.max_abs = self.max_rel = None
+        self.launched: list[str] = []
+        self.shape_specialised = False
+        self.inputs_all_non_negative = True
+
+    def conclude(self) -> CheckResult:
+        try:
+            self.stage("reference")
+            problem = self.judge.problem(self.request["reference_code"])
+            self.stage("candidate")
+            self.load_candidate(problem)
+            self.run_trials(problem)
+            result = self.result(Verdict.CORRECT, f"matches the reference on {self.trials} trials")
+        except Ended as ended:
+            result = self.result(ended.verdict, ended.message, ended.traceback)
+            result.output_tail = ended.output_tail
+            return result
+        if self.judge.on_cuda:
+            self.measure_speed(problem, result)
+        else:
+            result.message += "; timing unavailable under the Triton interpreter"
+        return result
+
+    def load_candidate(self, problem: Problem) -> None:
+        self.candidate = self.judge.pool.take(self.deadline, self.cancel)
+        self.notes += self.candidate.notes
+        request = {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data}
+        reply, _ = self.exchange(request, problem.init_blob)
+        self.notes += reply.get("notes", [])
+        self.shape_specialised = bool(reply.get("shape_specialised"))
+
+    def exchange(self, request: dict, blob: bytes = b"", *, max_blob: int = 0, reference=None):
+        """Send a request; run `reference()` (if given) while the candidate works; return (reply, blob[, ref])."""
+        try:
+            self.candidate.channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
+            reference_output = None
+            if reference is not None:
+                self.stage("reference")
+                reference_output = reference()
+                self.stage("candidate")
+                max_blob = max_blob or (_tensor_bytes(reference_output) * 2 + OUTPUT_SLACK_BYTES)
+            reply, data = self.candidate.channel.receive(max_blob=max_blob or OUTPUT_SLACK_BYTES,
+                                                         deadline=self.deadline, cancel=self.cancel)
+        except Stopped as stopped:
+            self.candidate.kill()
+            if stopped.reason == "cancelled":
+                raise Ended(Verdict.CANCELLED, "check cancelled; the candidate was killed")
+            raise Ended(Verdict.TIMEOUT, f"no result within {float(self.request['timeout']):g} s; the candidate was "
+                        "killed", output_tail=self.candidate.output_tail())
+        except PeerGone:
+            self.candidate.kill()
+            raise Ended(Verdict.CRASH, self.candidate.death_message(), output_tail=self.candidate.output_tail())
+        except WireError as error:
+            self.candidate.kill()
+            raise Ended(Verdict.MISMATCH, f"output refused: {error}")
+        error = reply.get("error")
+        if error:
+            kind = error.get("kind")
+            verdict = {"compile_error": Verdict.COMPILE_ERROR, "bad_output": Verdict.MISMATCH,
+                       "crash": Verdict.CRASH}.get(kind, Verdict.RUNTIME_ERROR)
+            raise Ended(verdict, str(error.get("message", "")), error.get("traceback"))
+        return (reply, data, reference_output) if reference is not None else (reply, data)
+
+    def trial(self, problem: Problem, *, skip_launches: bool, label: str):
+        import torch
+
+        inputs = self.judge.make_inputs(problem)
+        self.inputs_all_non_negative &= _all_non_negative(inputs)
+        tree, blob = encode_at([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], "input")
+
+        def reference():
+            try:
+                return self.judge.run_reference(problem, inputs)
+            except BaseException as error:
+                raise self.judge.reference_failed(f"reference fails on {label}", error)
+
+        reply, data, expected = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
+                                              reference=reference)
+        try:
+            got = decode(reply.get("outputs"), data)
+        except WireError as error:
+            raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
+        expected = _to_cpu(expected)
+        return compare_outputs(got, expected, self.request["atol"], self.request["rtol"]), reply.get("launched", [])
+
+    def run_trials(self, problem: Problem) -> None:
+        for number in range(1, int(self.request["trials"]) + 1):
+            comparison, launched = self.trial(problem, skip_launches=False, label=f"trial {number}")
+            self.launched += [name for name in launched if name not in self.launched]
+            self.trials = number
+            self.max_abs = max(self.max_abs or 0.0, comparison.max_abs_error)
+            self.max_rel = max(self.max_rel or 0.0, comparison.max_rel_error)
+            self.notes += [note for note in comparison.notes if note not in self.notes]
+            if not comparison.matches:
+                self.require_launch(also=f"its output also differs: {comparison.problem}")
+                raise Ended(Verdict.MISMATCH, f"trial {number}: {comparison.problem}")
+        self.require_launch()
+        # Whose work is the output? The same forward, fresh inputs, every Triton launch skipped.
+        try:
+            comparison, _ = self.trial(problem, skip_launches=True, label="the trial without launches")
+        except Ended as ended:
+            if ended.verdict in (Verdict.TIMEOUT, Verdict.CANCELLED, Verdict.INVALID_REFERENCE):
+                raise
+            comparison = None  # it failed without its launches: they mattered
+            self.candidate.kill()  # whatever state it is in, it is not the one that passed
+        if comparison is not None and comparison.matches:
+            raise Ended(Verdict.NO_TRITON, "its Triton kernels did no work: with every launch skipped, the output "
+                        "on fresh inputs was still right")
+
+    def require_launch(self, also: str | None = None) -> None:
+        if not self.launched:
+            message = "ModelNew launched no @triton.jit kernel in forward"
+            raise Ended(Verdict.NO_TRITON, f"{message}; {also}" if also else message)
+
+    # ---- timing (CUDA) -----------------------------------------------------------------------------------------
+
+    def measure_speed(self, problem: Problem, result: CheckResult) -> None:
+        import torch
+
+        judge = self.judge
+        if not self.candidate.alive():
+            # The trial without launches failed and the process was stopped: time in a fresh one.
+            try:
+                self.candidate = judge.pool.take(self.deadline, self.cancel)
+                self.exchange({"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data},
+                              problem.init_blob)
+            except Ended as ended:
+                result.notes.append(f"timing skipped: {ended.message}")
+                return
+        inputs = judge.make_inputs(problem)
+        try:
+            if not problem.timed:
+                self.stage("reference")
+                self.time_reference(problem, inputs)
+                self.stage("candidate")
+            tree, blob = encode_at([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], "input")
+            reply, _ = self.exchange({"op": "warm", "inputs": tree}, blob)
+            batches, calls = judge.timer.batches(float(reply["estimate_ms"]))
+            started = time.monotonic()
+            reply, _ = self.exchange({"op": "time", "batches": batches, "calls": calls, "inputs": None})
+            wall_ms = (time.monotonic() - started) * 1000
+            result.kernel_ms = self.trusted_time(reply["batch_ms"], batches, calls, wall_ms, result)
+        except Ended as ended:
+            result.notes.append(f"timing did not finish: {ended.message}")
+            return
+        result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
+        result.notes += problem.timing_notes
+        if result.kernel_ms and result.eager_ms:
+            result.speedup_vs_eager = result.eager_ms / result.kernel_ms
+            if result.compiled_ms is not None:
+                result.speedup_vs_compiled = result.compiled_ms / result.kernel_ms
+        fastest = max(filter(None, (result.speedup_vs_eager, result.speedup_vs_compiled)), default=0.0)
+        if fastest > SUSPICIOUS_SPEEDUP and not result.suspicious:
+            result.suspicious = (f"{fastest:.1f}x faster than the reference: usually a bug or a cheat "
+                                 "(work skipped, results cached, work on another stream)")
+
+    def trusted_time(self, batch_ms, batches: int, calls: int, wall_ms: float, result: CheckResult) -> float:
+        """The candidate's median, unless its batches add up to far less than the judge's clock saw pass."""
+        times = [float(value) for value in batch_ms][:batches]
+        if len(times) != batches or not all(value >= 0 for value in times):
+            raise Ended(Verdict.CRASH, "the candidate's timer answered nonsense")
+        reported = statistics.median(times)
+        floor_ms = wall_ms - batches * self.judge.flush_ms - 5.0  # flushes and the round trip are not the kernel's
+        if sum(times) * calls < TIMER_TRUST * floor_ms:
+            result.suspicious = (f"the candidate's timer reported {sum(times) * calls:.3f} ms for work the judge's "
+                                 f"clock saw take {floor_ms:.3f} ms: the wall-clock time is used")
+            return floor_ms / (batches * calls)
+        return reported
+
+    def time_reference(self, problem: Problem, inputs: list) -> None:
+        import torch
+
+        judge = self.judge
+
+        def timed(model):
+            def call():
+                with torch.no_grad():
+                    model(*inputs)
+
+            return judge.timer.median_ms(call)
+
+        try:
+            problem.eager_ms = timed(problem.model)
+        except BaseException as error:
+            problem.timing_notes.append(f"timing the reference failed: {describe(error)}")
+        try:
+            problem.compiled_ms = timed(torch.compile(problem.model))
+        except BaseException as error:
+            problem.timing_notes.append(f"torch.compile(reference) failed: {describe(error)}")
+        problem.timed = True
+
+    # ---- the record ----------------------------------------------------------------------------------------------
+
+    def result(self, verdict: Verdict, message: str, traceback: str | None = None) -> CheckResult:
+        notes = list(self.notes)
+        if self.trials and self.inputs_all_non_negative:
+            notes.append("all inputs were non-negative: an identity-like kernel could pass; prefer signed inputs")
+        return CheckResult(verdict=verdict, device=self.judge.device_label, trials=self.trials,
+                           max_abs_error=self.max_abs, max_rel_error=self.max_rel, message=message,
+                           triton_kernels=list(self.launched), traceback=traceback,
+                           shape_specialised=self.shape_specialised, notes=notes)
+
+    def close(self) -> None:
+        if self.candidate is not None:
+            self.candidate.kill()
+
+
+# ---- candidate processes --------------------------------------------------------------------------------------
+
+
+class CandidateProcess:
+    """One confined candidate process and the judge's ends of its pipes."""
+
+    def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None):
+        from repl.checker.confinement import PYTHON, make_sandbox_dir, start_confined
+
+        self.sandbox_dir = make_sandbox_dir()
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        argv = [PYTHON, "-m", "repl.checker.candidate", "--requests", str(request_read), "--replies",
+                str(reply_write), "--device", device, "--sandbox", str(self.sandbox_dir)]
+        if memory_limit:
+            argv += ["--memory-limit", str(memory_limit)]
+        try:
+            self.process, self.notes = start_confined(
+                argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
+                pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT)
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self.channel = Channel(reply_read, request_write)
+        self._tail = bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.ready = False
+
+    def _drain(self) -> None:
+        with self.process.stdout as output:
+            while chunk := output.read1(65536):
+                self._tail += chunk
+                if len(self._tail) > 2 * OUTPUT_TAIL_BYTES:
+                    del self._tail[:-OUTPUT_TAIL_BYTES]
+
+    def wait_ready(self, deadline: float, cancel: threading.Event | None) -> None:
+        if self.ready:
+            return
+        reply, _ = self.channel.receive(max_blob=0, deadline=min(deadline, time.monotonic() + CANDIDATE_START_S),
+                                        cancel=cancel)
+        if not reply.get("ready"):
+            raise PeerGone(str((reply.get("error") or {}).get("message", "candidate did not start")))
+        self.notes = [*self.notes, *reply.get("notes", [])]
+        self.ready = True
+
+    def alive(self) -> bool:
+        return self.channel.read_fd is not None and self.process.poll() is None
+
+    def output_tail(self) -> str | None:
+        return bytes(self._tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace") or None
+
+    def death_message(self) -> str:
+        import signal
+
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+            return f"candidate died with {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+        tail = self.output_tail() or ""
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        message = f"candidate exited with status {code} without answering"
+        return f"{message}: {last[:200]}" if last else message
+
+    def kill(self) -> None:
+        from repl.checker.confinement import kill_process_tree, remove_sandbox_dir
+
+        if self.channel.read_fd is None:
+            return
+        self.channel.close()
+        kill_process_tree(self.process)
+        remove_sandbox_dir(self.sandbox_dir)
+
+
+class CandidatePool:
+    """Keeps `spares` candidate processes starting or ready, so that a check finds one waiting."""
+
+    def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None, spares: int):
+        self.arguments = (device, memory_limit, cuda_visible_devices)
+        self.spares = spares
+        self.waiting: list[CandidateProcess] = [CandidateProcess(*self.arguments)]
+
+    def take(self, deadline: float, cancel: threading.Event) -> CandidateProcess:
+        for attempt in (1, 2):  # a spare that died while waiting (the machine's OOM killer...) gets one successor
+            candidate = self.waiting.pop(0) if self.waiting else CandidateProcess(*self.arguments)
+            while len(self.waiting) < self.spares:
+                self.waiting.append(CandidateProcess(*self.arguments))
+            try:
+                candidate.wait_ready(deadline, cancel)
+                return candidate
+            except Stopped as stopped:
+                candidate.kill()
+                if stopped.reason == "cancelled":
+                    raise Ended(Verdict.CANCELLED, "check cancelled before the candidate started")
+                raise Ended(Verdict.TIMEOUT, "no candidate process was ready in time")
+            except (PeerGone, WireError) as error:
+                message = f"the candidate process did not start: {error}; {candidate.death_message()}"
+                tail = candidate.output_tail()
+                candidate.kill()
+                if attempt == 2:
+                    raise Ended(Verdict.CRASH, message, output_tail=tail)
+
+    def close(self) -> None:
+        for candidate in self.waiting:
+            candidate.kill()
+        self.waiting = []
+
+
+# ---- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _to_cpu(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+def _tensor_bytes(value) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(item) for item in value)
+    return 0
+
+
+def _all_non_negative(inputs: list) -> bool:
+    import torch
+
+    floating = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
+    return bool(floating) and all(bool((x >= 0).all()) for x in floating)
+
+
+def default_spares() -> int:
+    """Candidate processes kept starting ahead of need. Starting one (importing torch and triton, and the CUDA
+    context) takes seconds, a check of a small kernel well under one: a stream of checks (eval) is only as fast as
+    spares are started, so a machine with cores to spare keeps several in flight (one per four cores, up to 4)."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
+# ---- the process ------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, required=True)
+    parser.add_argument("--replies", type=int, required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--memory-limit", type=int, default=0)
+    parser.add_argument("--spares", type=int, default=None)
+    options = parser.parse_args()
+    for fd in (options.requests, options.replies):
+        os.set_inheritable(fd, False)
+    channel = Channel(options.requests, options.replies)
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    spares = default_spares() if options.spares is None else options.spares
+    try:
+        judge = Judge(options.device, options.memory_limit or None, cuda_visible, spares)
+    except BaseException as error:
+        channel.send({"failed": describe(error)})
+        os._exit(1)
+    channel.send({"ready": True})
+
+    checks: queue.Queue = queue.Queue()
+    current_cancel = threading.Event()
+    current_id, cancelled_ids = [None], set()
+
+    def read_requests():
+        while True:
+            try:
+                request, _ = channel.receive(max_blob=0)
+            except (PeerGone, WireError, OSError):
+                checks.put(None)
+                return
+            if request.get("op") == "cancel":
+                cancelled_ids.add(request.get("id"))
+                if request.get("id") == current_id[0]:
+                    current_cancel.set()
+            elif request.get("op") == "check":
+                checks.put(request)
+            else:
+                checks.put(None)
+                return
+
+    threading.Thread(target=read_requests, daemon=True).start()
+    while (request := checks.get()) is not None:
+        current_cancel.clear()
+        current_id[0] = request.get("id")
+        if current_id[0] in cancelled_ids:
+            current_cancel.set()
+        channel.send({"stage": "received"})
+        try:
+            result = judge.check(request, current_cancel, lambda name: channel.send({"stage": name}))
+        except BaseException as error:  # a bug in the judge; never a silent end
+            result = CheckResult(verdict=Verdict.CRASH, message=f"the judge failed: {describe(error)}",
+                                 traceback=traceback_text(error, (__file__,)))
+        try:
+            channel.send({"result": result.to_json_dict()})
+        except PeerGone:
+            break
+    judge.pool.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The caller's side of a judge: start it, send it checks, read its answers, and replace it when it dies.
+
+The judge runs in its own session (the caller's process group is not its, nor the candidates'); it reports on
+private pipes (fd numbers in argv), never on stdout, which the reference may print to. The judge enforces each
+check's timeout on the candidate itself; this side only guards against the judge itself being stuck (a reference
+that hangs) or dying (a reference that crashes it), and turns either into `invalid_reference` when the judge was
+running the reference at the time.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from repl.checker.result import CheckResult, Verdict
+from repl.checker.sandbox import is_secret_name
+from repl.checker.wire import Channel, PeerGone, Stopped, WireError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+OUTPUT_TAIL_BYTES = 16 * 1024
+CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is stopped instead
+
+
+class JudgeProcess:
+    def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
+                 spares: int | None):
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        env.pop("TRITON_INTERPRET", None)
+        if cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        argv = [sys.executable, "-m", "repl.checker.judge", "--requests", str(request_read), "--replies",
+                str(reply_write), "--device", device]
+        if spares is not None:
+            argv += ["--spares", str(spares)]
+        if memory_limit_bytes:
+            argv += ["--memory-limit", str(memory_limit_bytes)]
+        try:
+            self.process = subprocess.Popen(argv, pass_fds=(request_read, reply_write), env=env, cwd=PROJECT_ROOT,
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self.channel = Channel(reply_read, request_write)
+        self.ready = False
+        self._tail = bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        with self.process.stdout as output:
+            while chunk := output.read1(65536):
+                self._tail += chunk
+                if len(self._tail) > 2 * OUTPUT_TAIL_BYTES:
+                    del self._tail[:-OUTPUT_TAIL_BYTES]
+
+    def alive(self) -> bool:
+        return self.channel.read_fd is not None and self.process.poll() is None
+
+    def output_tail(self) -> str | None:
+        return bytes(self._tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace") or None
+
+    def _wait_ready(self, cancel) -> CheckResult | None:
+        from repl.checker import JUDGE_START_S
+
+        if self.ready:
+            return None
+        try:
+            message, _ = self.channel.receive(max_blob=0, deadline=time.monotonic() + JUDGE_START_S, cancel=cancel)
+        except Stopped as stopped:
+            if stopped.reason == "cancelled":
+                return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before the judge started")
+            self.close()
+            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start within {JUDGE_START_S:g} s")
+        except (PeerGone, WireError):
+            self.close()
+            return CheckResult(verdict=Verdict.CRASH, message="the judge did not start",
+                               output_tail=self.output_tail())
+        if not message.get("ready"):
+            self.close()
+            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start: {message.get('failed')}")
+        self.ready = True
+        return None
+
+    def check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
+        from repl.checker import GRACE_S
+
+        failed = self._wait_ready(cancel)
+        if failed is not None:
+            return failed
+        try:
+            self.channel.send(request)
+        except PeerGone:
+            self.close()
+            return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
+        stage, deadline, cancel_sent = "queued", None, None
+        limit = float(request["timeout"])
+        while True:
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set() and cancel_sent is None:
+                cancel_sent = now
+                try:
+                    self.channel.send({"op": "cancel", "id": request["id"]})
+                except PeerGone:
+                    pass
+            waits = [t for t in (deadline, cancel_sent and cancel_sent + CANCEL_GRACE_S) if t]
+            try:
+                # Short slices: a cancel set from another thread is passed on within 0.1 s.
+                message, _ = self.channel.receive(max_blob=0, deadline=min([*waits, now + 0.1]))
+            except Stopped:
+                if cancel_sent is not None and time.monotonic() >= cancel_sent + CANCEL_GRACE_S:
+                    self.close()
+                    return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled; the judge was stopped")
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.close()
+                    return self._stuck(stage, limit)
+                continue
+            except (PeerGone, WireError):
+                self.close()
+                return self._died(stage)
+            if "stage" in message:
+                stage = message["stage"]
+                if stage == "received":
+                    deadline = time.monotonic() + limit + GRACE_S
+                continue
+            if "result" in message:
+                return CheckResult.from_json_dict(message["result"])
+
+    def _stuck(self, stage: str, limit: float) -> CheckResult:
+        if stage == "reference":
+            return CheckResult(verdict=Verdict.INVALID_REFERENCE,
+                               message=f"the reference did not finish within {limit:g} s; the judge was stopped",
+                               output_tail=self.output_tail())
+        return CheckResult(verdict=Verdict.TIMEOUT, message=f"no result within {limit:g} s; the judge was stopped",
+                           output_tail=self.output_tail())
+
+    def _died(self, stage: str) -> CheckResult:
+        code = self.process.poll()
+        how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
+               and -code in signal.Signals._value2member_map_ else f"status {code}")
+        if stage == "reference":
+            return CheckResult(verdict=Verdict.INVALID_REFERENCE,
+                               message=f"the reference crashed the judge ({how})", output_tail=self.output_tail())
+        return CheckResult(verdict=Verdict.CRASH, message=f"the judge died ({how})", output_tail=self.output_tail())
+
+    def close(self) -> None:
+        if self.channel.read_fd is None and self.process.poll() is not None:
+            return
+        try:
+            self.channel.send({"op": "close"}, deadline=time.monotonic() + 0.5)
+        except Exception:
+            pass
+        self.channel.close()
+        try:
+            self.process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
