@@ -59,7 +59,7 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
                 continue
     source_name = Path(args.file).stem if getattr(args, "file", None) else None
     if log is not None:
-        log_candidates(log, run.candidates, source_name)
+        log.record_attempts([c.attempt for c in run.candidates if c.attempt is not None], source_name)
     if run.error is not None:
         say(f"error: {one_line(run.error)}")
         return 1
@@ -88,16 +88,3 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
         return 130
     return 0 if best.correct else 1
 
-
-def log_candidates(log: SessionLog, candidates, source_name: str | None) -> None:
-    """Record the finished candidates (reply and check) in the session log, as the REPL's :best does."""
-    finished = [candidate for candidate in candidates if candidate.reply is not None]
-    if not finished:
-        return
-    module = finished[0].module
-    module_id = log.record_module(module.code, module.model_class, source_name)
-    for candidate in finished:
-        candidate.log_id = log.start_reply(module_id, candidate.reply.model, candidate.reply.settings)
-        log.finish_reply(candidate.log_id, candidate.reply)
-        if candidate.check is not None:
-            log.record_check(candidate.log_id, candidate.check)

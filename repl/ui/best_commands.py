@@ -174,11 +174,4 @@ def _log_candidates(session, candidates: list[Candidate]) -> None:
     log = getattr(session, "log", None)
     if log is None or not candidates:
         return
-    module = candidates[0].attempt.module
-    module_id = log.record_module(module.code, module.model_class, session.source_name)
-    for candidate in candidates:
-        attempt = candidate.attempt
-        attempt.log_id = log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
-        log.finish_reply(attempt.log_id, attempt.reply)
-        if attempt.check is not None:
-            log.record_check(attempt.log_id, attempt.check)
+    log.record_attempts([candidate.attempt for candidate in candidates], session.source_name)

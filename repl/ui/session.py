@@ -169,7 +169,7 @@ class ReplSession:
 
             try:
                 with Live(spinner, console=self.console, transient=True, refresh_per_second=8):
-                    state, message = self.engine.wait_until_loaded(show)
+                    self.engine.wait_until_loaded(show)
             except KeyboardInterrupt:
                 self.console.print("Stopped waiting; the model goes on loading. :regen generates when it is ready.",
                                    style="warn")
