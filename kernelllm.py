@@ -13,6 +13,7 @@ the trained one with a single BOS, the reply is cut by token ids, sampling defau
 setting (temperature 1.0, top_p 0.97), and the device is not hard-coded.
 """
 
+import os
 import sys
 from typing import Iterator
 
@@ -75,5 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     return cli_main(argv)
 
 
+def _exit_at_once(status: int) -> None:
+    """Leave without the interpreter's teardown: unloading torch and transformers takes a second or more after the
+    work is done and does nothing useful (every file is written and closed, the session log too)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_at_once(main())

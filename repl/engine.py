@@ -2,11 +2,13 @@
 Python API alike. It knows nothing of the terminal."""
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
 
 from repl.extract import extract_kernel_code
 from repl.generation import Backend, GenerationError, Reply, ReplyStream
-from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, load_model
+from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
@@ -47,14 +49,46 @@ class Engine:
 
     # -- the model ---------------------------------------------------------------------------------------------
     def start_loading(self) -> None:
-        """Begin loading the local model in the background (no-op with a backend override or when started)."""
+        """Begin loading the local model in the background (no-op with a backend override or when started).
+        A local directory that cannot hold a model fails at once, before the state is first read."""
         if self.backend_override is None and self._loader is None:
             self._loader = ModelLoader(self._load_local_backend).start()
+            if local_model_problem(self.options.model):
+                self._loader.wait()  # _load_local_backend raises at once: no torch import, no waiting
+
+    def switch_model(self, model: str) -> None:
+        """Load another model (a hub id or a local directory) in the background instead of the current one;
+        GenerationError (one line), and the current model kept, when that cannot work."""
+        if self.backend_override is not None:
+            raise GenerationError("this session generates through a server (--server); start it again with another "
+                                  "--server-model to change the model")
+        problem = local_model_problem(model)
+        if problem:
+            raise GenerationError(problem)
+        self.options = replace(self.options, model=model)
+        self._loader = None  # a load still under way finishes in its thread and is dropped
+        self.start_loading()
+
+    def wait_until_loaded(self, on_progress: Callable[[str], None], poll_s: float = 0.1) -> tuple[str, str]:
+        """Start loading if needed and wait until the model is ready or has failed, calling on_progress(message)
+        whenever the loading message changes; returns model_state. The one way every front end waits for the model
+        (a spinner in the REPL, lines on stderr in one-shot mode). Ctrl-C stops the waiting, not the loading."""
+        self.start_loading()
+        last = None
+        while not self.wait_for_model(timeout=poll_s):
+            message = self.model_state[1]
+            if message != last:
+                on_progress(message)
+                last = message
+        return self.model_state
 
     def _load_local_backend(self, report) -> Backend:
+        options = self.options
+        problem = local_model_problem(options.model)
+        if problem:
+            raise ModelLoadError(problem)
         from repl.generation.fast_decode import FastLocalBackend
 
-        options = self.options
         loaded = load_model(options.model, options.device, options.dtype, on_progress=report)
         # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
         # e.g. on the CPU) it hands generation to the plain generate() path.
@@ -141,6 +175,44 @@ class Engine:
             checkers = self.__dict__.pop("_checkers", {})
         for checker in checkers.values():
             checker.close()
+
+
+def local_model_problem(model: str) -> str | None:
+    """Why a --model that names a local directory cannot be loaded (one line), or None; checked before torch is
+    imported, so a wrong path fails at once. A hub id ("facebook/KernelLLM") is not judged here."""
+    path = Path(model).expanduser()
+    path_like = model.startswith((".", "/", "~")) or model.count("/") > 1 or path.exists()
+    if not path_like:
+        return None
+    if not path.exists():
+        return f"no model directory at {model}."
+    if not path.is_dir():
+        return f"{model} is a file; --model takes a model directory (config.json, weights, tokenizer) or a hub id."
+    try:
+        names = {entry.name for entry in path.iterdir()}
+    except OSError as error:
+        return f"cannot read the model directory {model}: {error.strerror or error}."
+    missing = []
+    if "config.json" not in names:
+        missing.append("config.json")
+    if not any(name.endswith((".safetensors", ".bin")) for name in names):
+        missing.append("weights (*.safetensors)")
+    if not names & {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}:
+        missing.append("tokenizer (tokenizer.json)")
+    if missing:
+        return (f"{model} is not a model directory: it has no {', no '.join(missing)}. Download one with "
+                f"`hf download {DEFAULT_MODEL} --local-dir DIR`, or give a hub id.")
+    return None
+
+
+def attempt_from_log(entry) -> Attempt:
+    """A session-log entry (repl.session_log.LogEntry) as an Attempt, ready to be current again (:open, --continue);
+    a reply whose writer died counts as interrupted."""
+    from repl.checker.result import CheckResult
+
+    check = CheckResult.from_json_dict(entry.check) if entry.check else None
+    return Attempt(module=inspect_module_source(entry.module_code), reply=entry.to_reply(),
+                   source_name=entry.source_name, check=check, log_id=entry.id)
 
 
 def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:

@@ -35,6 +35,9 @@ class ModuleSource:
 
     def problem(self) -> str | None:
         """A one-line reason this cannot be sent to the model, or None."""
+        if self.syntax_error and _looks_like_prose(self.code):
+            return ("This looks like prose, not Python; paste a PyTorch module (class Model(nn.Module) with "
+                    "get_inputs() and get_init_inputs()): the model writes kernels for code, it does not chat.")
         if self.syntax_error:
             return f"Not valid Python ({self.syntax_error}); edit it and submit again."
         if not self.module_classes:
@@ -79,6 +82,22 @@ def inspect_module_source(code: str) -> ModuleSource:
             if node.name == "Model" or source.main_operation is None:
                 source.main_operation = _first_call_name(node)
     return source
+
+
+_CODE_LINE = re.compile(r"^\s*(import |from \S+ import |class |def |@|return\b|if |for |while |with |#)|[=()\[\]:]\s*$")
+
+
+def _looks_like_prose(code: str) -> bool:
+    """Sentences rather than code: most non-blank lines hold several words and no line looks like a statement."""
+    lines = [line for line in code.splitlines() if line.strip()]
+    if not lines or any(_CODE_LINE.search(line) for line in lines):
+        return False
+    def sentence(line: str) -> bool:
+        tokens = line.split()
+        words = [token for token in tokens if re.fullmatch(r"[A-Za-z][A-Za-z',.?!]*", token)]
+        return len(tokens) >= 4 and len(words) * 4 >= len(tokens) * 3
+
+    return sum(map(sentence, lines)) * 2 >= len(lines)
 
 
 def _first_call_name(node: ast.ClassDef) -> str | None:

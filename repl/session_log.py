@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from repl.errors import one_line
 from repl.extract import extract_kernel_code
 from repl.generation import INTERRUPTED, Reply
 from repl.paths import data_dir
@@ -88,6 +89,22 @@ def m002_reply_heartbeat_and_indexes(db: sqlite3.Connection) -> None:
     db.execute("UPDATE replies SET updated_at = time")
     db.execute("CREATE INDEX replies_module_id ON replies(module_id)")
     db.execute("CREATE INDEX checks_reply_id ON checks(reply_id)")
+
+
+@migration
+def m003_sessions(db: sqlite3.Connection) -> None:
+    # A session is one process that wrote replies (the REPL, or a one-shot run): :history lists the current one's
+    # first, and --continue skips sessions still running elsewhere.
+    db.execute("""
+        CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,                     -- NULL: still running, or killed (then its pid is gone)
+            pid INTEGER,
+            kind TEXT                          -- repl, oneshot, samples
+        )""")
+    db.execute("ALTER TABLE replies ADD COLUMN session_id INTEGER REFERENCES sessions(id)")
+    db.execute("CREATE INDEX replies_session_id ON replies(session_id)")
 
 
 def migrate(db: sqlite3.Connection, migrations: list = MIGRATIONS) -> None:
@@ -166,16 +183,6 @@ class LogEntry:
                      finish_reason=self.finish_reason or INTERRUPTED, error=self.error, started_at=0.0,
                      first_token_at=self.first_token_s, finished_at=self.elapsed_s or 0.0)
 
-    def to_attempt(self):
-        """An engine Attempt, ready to be the session's current kernel again (:open, --continue)."""
-        from repl.checker.result import CheckResult
-        from repl.engine import Attempt
-        from repl.module_source import inspect_module_source
-
-        check = CheckResult.from_json_dict(self.check) if self.check else None
-        return Attempt(module=inspect_module_source(self.module_code), reply=self.to_reply(),
-                       source_name=self.source_name, check=check, log_id=self.id)
-
     def to_json_dict(self) -> dict:
         return {
             "id": self.id, "time": self.time, "module_id": self.module_id, "module_name": self.module_name,
@@ -192,8 +199,10 @@ class SessionLog:
 
     def __init__(self, db: sqlite3.Connection | None, path: Path | None, warning: str | None = None,
                  on_warning: Callable[[str], None] | None = None, write_interval_s: float = WRITE_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, kind: str = "repl"):
         self._db = db
+        self.kind = kind
+        self.session_id: int | None = None  # this process's row in sessions, made with its first reply
         self.path = path
         self.warning = warning
         self.on_warning = on_warning
@@ -205,9 +214,10 @@ class SessionLog:
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, *, enabled: bool | None = None,
              on_warning: Callable[[str], None] | None = None, busy_timeout_s: float = BUSY_TIMEOUT_S,
-             write_interval_s: float = WRITE_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> "SessionLog":
+             write_interval_s: float = WRITE_INTERVAL_S, clock: Callable[[], float] = time.monotonic,
+             kind: str = "repl") -> "SessionLog":
         """The log at path (default: session_log.db in the data directory). Never raises. enabled=None follows
-        KERNELLLM_NO_LOG; a log turned off on purpose has no warning."""
+        KERNELLLM_NO_LOG; a log turned off on purpose has no warning. kind names what writes (repl, oneshot, ...)."""
         if enabled is None:
             enabled = not logging_off_by_environment()
         if not enabled:
@@ -233,7 +243,7 @@ class SessionLog:
             log._give_up(error)
             return log
         db.row_factory = sqlite3.Row
-        return cls(db, path, on_warning=on_warning, write_interval_s=write_interval_s, clock=clock)
+        return cls(db, path, on_warning=on_warning, write_interval_s=write_interval_s, clock=clock, kind=kind)
 
     @property
     def enabled(self) -> bool:
@@ -246,6 +256,9 @@ class SessionLog:
         self.close()
 
     def close(self) -> None:
+        """Mark this session ended and close the database."""
+        if self.session_id is not None:
+            self._run(lambda db: db.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), self.session_id)))
         with self._lock:
             if self._db is not None:
                 self._db.close()
@@ -295,10 +308,14 @@ class SessionLog:
 
         def insert(db):
             now = _now()
+            if self.session_id is None:
+                self.session_id = db.execute("INSERT INTO sessions (started_at, pid, kind) VALUES (?, ?, ?)",
+                                             (now, os.getpid(), self.kind)).lastrowid
             reply_id = db.execute(
-                "INSERT INTO replies (module_id, time, updated_at, model, temperature, top_p, max_new_tokens, seed) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (module_id, now, now, model, settings.temperature, settings.top_p,
-                                                    settings.max_new_tokens, settings.seed)).lastrowid
+                "INSERT INTO replies (module_id, time, updated_at, model, temperature, top_p, max_new_tokens, seed, "
+                "session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (module_id, now, now, model, settings.temperature, settings.top_p, settings.max_new_tokens,
+                 settings.seed, self.session_id)).lastrowid
             self._last_write[reply_id] = self._clock()
             return reply_id
 
@@ -340,11 +357,30 @@ class SessionLog:
                                              data.get("speedup_vs_eager"), data.get("speedup_vs_compiled"),
                                              json.dumps(data))))
 
+    def record_attempts(self, attempts: list, source_name: str | None = None) -> None:
+        """Record finished generations of one module at once (best of k: each candidate's reply and check); each
+        attempt (module, reply, check, as repl.engine.Attempt) gets its log_id."""
+        if not attempts:
+            return
+        module = attempts[0].module
+        module_id = self.record_module(module.code, module.model_class, source_name)
+        for attempt in attempts:
+            attempt.log_id = self.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
+            self.finish_reply(attempt.log_id, attempt.reply)
+            if attempt.check is not None:
+                self.record_check(attempt.log_id, attempt.check)
+
     # -- reading -----------------------------------------------------------------------------------------------
-    def recent(self, n: int | None = 10) -> list[LogEntry]:
-        """The last n entries (all with n=None), oldest first."""
-        rows = self._run(lambda db: db.execute(_ENTRY_QUERY + " ORDER BY r.id DESC LIMIT ?",
-                                               (-1 if n is None else n,)).fetchall(), default=[])
+    def recent(self, n: int | None = 10, *, session: str = "all") -> list[LogEntry]:
+        """The last n entries (all with n=None), oldest first: of every session (session="all"), of this process's
+        session ("this") or of the others ("others")."""
+        if session == "this" and self.session_id is None:
+            return []
+        where = {"all": "", "this": " WHERE r.session_id = ?",
+                 "others": " WHERE r.session_id IS NULL OR r.session_id != ?"}[session]
+        parameters = (() if session == "all" else (self.session_id or -1,)) + (-1 if n is None else n,)
+        rows = self._run(lambda db: db.execute(_ENTRY_QUERY + where + " ORDER BY r.id DESC LIMIT ?",
+                                               parameters).fetchall(), default=[])
         return [_entry(row) for row in reversed(rows)]
 
     def get(self, entry_id: int) -> LogEntry | None:
@@ -354,6 +390,21 @@ class SessionLog:
     def last(self) -> LogEntry | None:
         entries = self.recent(1)
         return entries[0] if entries else None
+
+    def last_of_finished_sessions(self) -> LogEntry | None:
+        """What --continue opens: the last entry of a session that is over (ended, or its process gone), so that a
+        session still running in another terminal does not take over; the last entry of all when every session is
+        still running."""
+
+        def query(db):
+            sessions = db.execute("SELECT id, pid FROM sessions WHERE ended_at IS NULL").fetchall()
+            running = [row["id"] for row in sessions if _process_alive(row["pid"])]
+            marks = ",".join("?" * len(running))
+            return db.execute(_ENTRY_QUERY + f" WHERE r.session_id IS NULL OR r.session_id NOT IN ({marks}) "
+                              "ORDER BY r.id DESC LIMIT 1", running).fetchone()
+
+        row = self._run(query)
+        return _entry(row) if row is not None else self.last()
 
 
 _ENTRY_QUERY = """
@@ -392,12 +443,24 @@ def _entry(row: sqlite3.Row) -> LogEntry:
         check=json.loads(row["check_result"]) if row["check_result"] else None)
 
 
+def _process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process with that id
+        return True
+    return True
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _reason(error: Exception) -> str:
-    message = str(error) or type(error).__name__
+    message = one_line(error)
     if "locked" in message or "busy" in message:
         return "the database is locked by another program"
     if "not a database" in message or "malformed" in message:

@@ -34,17 +34,15 @@ class SamplingSettings:
 
 def _parse(name: str, text: str):
     text = text.strip()
+    whole = name in {"seed", "max_new_tokens"}
     try:
-        if name == "seed":
-            return None if text.lower() in {"none", "off", ""} else int(text)
-        if name == "max_new_tokens":
-            value = int(text)
-            if value < 1:
-                raise ValueError
-            return value
-        value = float(text)
+        if name == "seed" and text.lower() in {"none", "off", ""}:
+            return None
+        value = int(text) if whole else float(text)
     except ValueError:
-        raise ValueError(f"{name} needs {'an integer' if name in {'seed', 'max_new_tokens'} else 'a number'}, got {text!r}") from None
+        raise ValueError(f"{name} needs {'a whole number' if whole else 'a number'}, got {text!r}") from None
+    if name == "max_new_tokens" and value < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, not {value}")
     if name == "temperature" and value < 0:
         raise ValueError("temperature must be >= 0 (0 means greedy decoding)")
     if name == "top_p" and not 0 < value <= 1:

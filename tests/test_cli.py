@@ -1,10 +1,12 @@
 """The command line outside the interactive session: --help, piped input, --file/--out, failures."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tiny_models import PREPARED_KERNEL, RELU_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,3 +60,137 @@ def test_missing_weights_give_one_line_and_no_traceback(tmp_path):
 def test_input_that_is_not_a_module_exits_2(tmp_path):
     result = kernelllm("--model", str(tmp_path / "nowhere"), stdin="print('hi')\n", cwd=tmp_path)
     assert result.returncode == 2 and "No nn.Module subclass" in result.stderr
+
+
+HEAVY = ("torch", "transformers", "triton", "huggingface_hub")
+
+
+def imported_heavy_modules(code: str) -> list[str]:
+    """Run code in a fresh interpreter and list the heavy packages it imported."""
+    probe = code + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(%r))))" % (
+        HEAVY,)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_help_and_every_subcommands_help_import_nothing_heavy():
+    every_help = [["--help"], ["check", "--help"], ["eval", "--help"], ["log", "--help"], ["bench", "--help"]]
+    code = f"from repl.cli.main import main\nfor arguments in {every_help!r}:\n    assert main(arguments) == 0"
+    assert imported_heavy_modules(code) == []
+
+
+def test_version_names_the_libraries_without_importing_them():
+    result = kernelllm("--version")
+    assert result.returncode == 0 and result.stdout.startswith("kernelllm.py ") and "torch " in result.stdout
+    assert imported_heavy_modules("from repl.cli.main import main\nmain(['--version'])") == []
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, not 0"),
+    (["--samples", "0"], "--samples must be at least 1, not 0"),
+    (["--trials", "x"], "--trials needs a whole number, got 'x'"),
+    (["--check-device", "tpu"], "--check-device must be auto, cpu, cuda or cuda:N"),
+    (["--top-p", "2"], "--top-p must be above 0 and at most 1"),
+])
+def test_bad_option_values_get_one_line_naming_the_option(arguments, message):
+    result = kernelllm(*arguments, stdin=RELU_MODULE)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_samples_chooses_the_check_device_trials_and_jobs_and_subcommands_keep_the_main_options():
+    from repl.cli.main import build_parser
+
+    args = build_parser().parse_args(["--samples", "4", "--check-device", "cpu", "--trials", "2", "--jobs", "3"])
+    assert (args.samples, args.check_device, args.trials, args.jobs) == (4, "cpu", 2, 3)
+    args = build_parser().parse_args(["--model", "m", "--trials", "3", "--temperature", "0.5", "eval", "dir"])
+    assert (args.model, args.trials, args.temperature, args.device) == ("m", 3, 0.5, "auto")
+    args = build_parser().parse_args(["eval", "dir", "--model", "m", "--device", "cpu"])
+    assert (args.model, args.device, args.trials, args.max_new_tokens) == ("m", "cpu", 5, 2048)
+    args = build_parser().parse_args(["--device", "cuda:1", "bench", "--dtype", "fp16"])
+    assert (args.device, args.dtype) == ("cuda:1", "fp16")
+
+
+def test_a_model_directory_without_a_model_fails_at_once_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "tokenizer_config.json").write_text("{}")
+    result = kernelllm("--model", str(tmp_path / "empty"), stdin=RELU_MODULE, cwd=tmp_path, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "is not a model directory: it has no config.json, no weights" in error[0]
+    assert "loading" not in result.stderr  # judged before anything was loaded
+
+
+def test_an_existing_out_is_refused_before_any_model_is_loaded(tmp_path):
+    (tmp_path / "k.py").write_text("mine")
+    result = kernelllm("--model", str(tmp_path / "nowhere"), "--out", "k.py", stdin=RELU_MODULE, cwd=tmp_path)
+    assert result.returncode == 1 and "k.py exists; add --force" in result.stderr
+    assert "no model directory" not in result.stderr and (tmp_path / "k.py").read_text() == "mine"
+
+
+def test_a_one_shot_run_goes_into_the_session_log(trained_model_dir, tmp_path):
+    (tmp_path / "relu.py").write_text(RELU_MODULE)
+    run = kernelllm("--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600",
+                    "--file", "relu.py", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    entries = json.loads(kernelllm("log", "--json", cwd=tmp_path).stdout)
+    assert [(entry["source_name"], entry["kernel"], entry["finish_reason"]) for entry in entries] == [
+        ("relu", PREPARED_KERNEL, "stop")]
+
+
+def test_log_says_when_the_data_directory_cannot_be_read(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    result = kernelllm("log", env={"KERNELLLM_HOME": str(tmp_path / "a-file")})
+    assert result.returncode == 1 and "cannot read the session log" in result.stderr and "empty" not in result.stderr
+
+
+def test_the_readme_test_command_keeps_the_installed_torch_and_ci_runs_exactly_it():
+    readme = (REPO / "README.md").read_text()
+    command = next(line for line in readme.split("Run the tests", 1)[1].splitlines() if line.startswith("pip install"))
+    assert "torch" not in command  # no pin: a GPU user's CUDA build stays
+    assert "torch==" not in (REPO / "requirements-dev.txt").read_text() + (REPO / "requirements.txt").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme  # how a CPU-only user avoids CUDA
+    extracted = subprocess.run(["bash", "-c", "awk '/^Run the tests/ {found = 1} found && /^pip install/ "
+                                              "{print; exit}' README.md"], capture_output=True, text=True, cwd=REPO)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert extracted.stdout.strip() == command and "awk '/^Run the tests/" in ci and 'eval "$command"' in ci
+
+
+def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp_path, monkeypatch, capsys):
+    """--samples K in-process, on a replaying backend, with a stand-in for the checker's worker."""
+    import argparse
+
+    import repl.best_of
+    from replay_backend import ReplayBackend
+    from repl.checker.result import CheckResult
+    from repl.cli.best_oneshot import run_best_oneshot
+    from repl.engine import Engine
+    from repl.session_log import SessionLog
+    from tiny_models import PREPARED_REPLY
+
+    checks = []
+
+    class StandInChecker:  # the checker's API without a worker process
+        def __init__(self, device="auto", jobs=1):
+            self.device = device
+
+        def check(self, reference, reply_text, *, cancel=None, **options):
+            checks.append({"device": self.device, **options})
+            correct = "tl.where" in reply_text
+            return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(repl.best_of, "Checker", StandInChecker)
+    monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path))
+    log = SessionLog.open(enabled=True, kind="samples")
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"))
+    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1)
+    assert run_best_oneshot(engine, RELU_MODULE, args, log) == 0
+    assert capsys.readouterr().out == PREPARED_KERNEL
+    assert [(options["device"], options["trials"]) for options in checks] == [("cpu", 2), ("cpu", 2)]
+    entries = log.recent(None)
+    assert sorted(entry.verdict for entry in entries) == ["correct", "mismatch"]
+    assert {entry.source_name for entry in entries} == {"relu"}
+    log.close()

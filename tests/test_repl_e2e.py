@@ -132,9 +132,8 @@ def test_ctrl_c_stops_a_stream_keeps_the_partial_reply_and_returns_to_the_prompt
         terminal.send("\r")
         terminal.wait_for(r"[1-9]\d* tokens · [\d.]+ tok/s")  # streaming has begun
         child.sendintr()
-        interrupted_at = time.monotonic()
-        terminal.wait_for(r"tokens · [\d.]+ tok/s · [\d.]+ s +interrupted", timeout=10)
-        assert time.monotonic() - interrupted_at < 5
+        # how fast it stops is measured in-process; here the limit only ends a hung test, whatever the machine's load
+        terminal.wait_for(r"tokens · [\d.]+ tok/s · [\d.]+ s +interrupted", timeout=60)
         terminal.send(":raw\r")  # the partial reply is kept and the prompt works
         terminal.wait_for("paste a PyTorch module or type :help")
         terminal.send(":quit\r")
@@ -145,3 +144,53 @@ def test_ctrl_c_stops_a_stream_keeps_the_partial_reply_and_returns_to_the_prompt
                          text=True, env=environment, cwd=str(tmp_path))
     entries = json.loads(log.stdout)
     assert entries and entries[-1]["interrupted"] is True and entries[-1]["tokens"] > 0
+
+
+def spawn(arguments: list[str], tmp_path: Path, program: list[str] | None = None) -> Terminal:
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
+    child = pexpect.spawn(sys.executable, (program or [str(REPO / "kernelllm.py")]) + arguments, cwd=str(tmp_path),
+                          env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    return Terminal(child)
+
+
+def test_the_prompt_comes_before_any_heavy_import(tmp_path):
+    """The session, driven to its prompt and through commands, imports neither torch nor transformers nor triton
+    until a model must load (here none can: the directory is missing)."""
+    report = tmp_path / "modules.txt"
+    probe = ("import sys; sys.path.insert(0, %r); from repl.cli.main import main; status = main(sys.argv[1:]); "
+             "open(%r, 'w').write(' '.join(sorted({m.split('.')[0] for m in sys.modules}))); sys.exit(status)"
+             % (str(REPO), str(report)))
+    terminal = spawn(["--model", str(tmp_path / "missing")], tmp_path, program=["-c", probe])
+    try:
+        terminal.wait_for("paste a PyTorch module or type :help")  # the toolbar: the prompt is drawn
+        terminal.send(":help\r")
+        terminal.wait_for(":quit +Leave the session")
+        terminal.send(":quit\r")
+        terminal.child.expect(pexpect.EOF, timeout=60)
+    finally:
+        terminal.child.terminate(force=True)
+    imported = set(report.read_text().split())
+    assert "prompt_toolkit" in imported and not imported & {"torch", "transformers", "triton"}
+
+
+def test_a_model_that_cannot_load_is_explained_and_model_switches_to_one_that_can(trained_model_dir, tmp_path):
+    (tmp_path / "empty").mkdir()
+    terminal = spawn(["--model", str(tmp_path / "empty"), "--temperature", "0", "--max-new-tokens", "600"], tmp_path)
+    try:
+        terminal.wait_for(r"The model could not be loaded: [\s\S]*?not a model\s+directory")
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for("The module is kept")
+        assert terminal.text().count("The model could not be loaded") == 1  # said once, in the transcript
+        terminal.send(f":model {trained_model_dir}\r")
+        terminal.wait_for(r"model: trained-kernel-model-\w+ on cpu")
+        terminal.send(":regen\r")
+        terminal.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
+        assert PREPARED_KERNEL.splitlines()[-1].rstrip() in terminal.text()
+        terminal.send(":history\r")
+        terminal.wait_for(r"this session[\s\S]*relu +\d+ +complete")  # labelled by what the module does
+        terminal.send(":quit\r")
+        terminal.child.expect(pexpect.EOF, timeout=60)
+    finally:
+        terminal.child.terminate(force=True)

@@ -165,3 +165,89 @@ def test_unique_prefixes_resolve(word, expected):
 def test_unknown_and_ambiguous_commands_get_one_line(word, message):
     with pytest.raises(commands.CommandError, match=message):
         commands.resolve(word)
+
+
+# -- messages a user could misread ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, message", [
+    (":set max_new_tokens 0", "max_new_tokens must be at least 1, not 0"),
+    (":set seed x", "seed needs a whole number, got 'x'"),
+    (":run --trials 0", "--trials must be at least 1, not 0"),
+    (":run --trials many", "--trials needs a whole number, got 'many'"),
+    (":run --device tpu", "--device must be auto, cpu, cuda or cuda:N, not 'tpu'"),
+    (":best 3 --jobs 0", "--jobs must be at least 1, not 0"),
+])
+def test_bad_values_are_named_as_the_command_line_names_them(tmp_path, monkeypatch, line, message):
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.handle(line)
+    text = " ".join(output(console).split())
+    assert message in text
+    assert "error:" not in text and "a int" not in text
+    assert session.attempt.check is None and len(backend.prompts) == 1  # nothing ran
+
+
+def test_prose_is_called_prose_and_kept_for_editing(tmp_path, monkeypatch):
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    prose = "Can you write me a fast softmax kernel for the GPU please?\n"
+    assert session.handle(prose) == prose
+    assert "looks like prose, not Python" in output(console) and "decimal literal" not in output(console)
+    assert backend.prompts == []
+
+
+def test_submit_anyway_sends_python_without_a_module(tmp_path, monkeypatch):
+    from repl.ui.prompt_input import enter_hint
+
+    code = "import torch\n\ndef relu(x):\n    return torch.relu(x)\n"
+    assert "Esc-Enter: submit anyway" in enter_hint(code)
+    assert "Esc-Enter" not in enter_hint("def f(:\n")  # what Esc-Enter would only hand back is not offered
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    assert session.handle(code) is None
+    assert len(backend.prompts) == 1 and "sent to the model as it is" in output(console)
+
+
+def test_a_binary_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    (tmp_path / "weights.bin").write_bytes(bytes(range(256)) * 4)
+    session.handle(":load weights.bin")
+    assert "weights.bin is not a text file" in output(console) and "codec" not in output(console)
+    assert backend.prompts == []
+
+
+def test_a_check_without_a_device_is_not_shown_on_none(tmp_path, monkeypatch):
+    from repl.checker.result import CheckResult
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.attempt.check = CheckResult(verdict="timeout", message="stopped", device=None)
+    session.handle(":show")
+    assert "checked: timeout " in output(console) and "None" not in output(console)
+
+
+# -- the model ----------------------------------------------------------------------------------------------------
+
+def test_a_model_directory_that_cannot_load_is_explained_once_and_the_module_is_kept(tmp_path, monkeypatch):
+    from repl.engine import EngineOptions
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    console = make_console(file=io.StringIO(), force_terminal=True, width=200, height=20, record=True)
+    session = ReplSession(Engine(EngineOptions(model=str(tmp_path / "empty"))), console, module_input=object())
+    session.engine.start_loading()
+    assert session.engine.model_state[0] == "failed"  # at once: nothing was imported or loaded
+    session.report_model_failure()
+    session.handle(RELU)
+    session.report_model_failure()
+    text = output(console)
+    assert text.count("is not a model directory: it has no config.json") == 1
+    assert "The module is kept" in text and session.module.code == RELU
+
+
+def test_model_switches_are_refused_for_a_missing_directory_and_with_a_server(tmp_path, monkeypatch):
+    session, _, console = make_session(tmp_path, monkeypatch)  # its backend stands in for a server
+    session.handle(":model facebook/KernelLLM")
+    assert "generates through a server" in output(console)
+    session.engine.backend_override = None
+    session.handle(f":model {tmp_path / 'nowhere'}")
+    assert "no model directory at" in output(console)
+    assert session.engine.model_state == ("idle", "not loaded")  # the current model is kept

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from repl.engine import attempt_from_log
 from repl.generation import FINISHED, INTERRUPTED, Reply
 from repl.session_log import MIGRATIONS, SessionLog, default_log_path, migrate
 from repl.settings import SamplingSettings
@@ -136,7 +137,7 @@ def test_recent_lists_the_last_entries_oldest_first(log):
 
 def test_an_entry_opens_as_an_attempt_ready_for_run_save_and_regen(log):
     entry = log.get(log_reply(log, check=CHECK))
-    attempt = entry.to_attempt()
+    attempt = attempt_from_log(entry)
     assert (attempt.module.code, attempt.module.runnable, attempt.source_name) == (MODULE, True, "relu")
     assert (attempt.reply.text, attempt.reply.settings.seed, attempt.reply.done) == (REPLY_TEXT, 3, True)
     assert (attempt.kernel, attempt.check.verdict, attempt.check.speedup_vs_eager, attempt.log_id) == (
@@ -227,7 +228,7 @@ def test_a_process_killed_mid_stream_keeps_all_but_the_last_second_of_its_reply(
     entry = log.last()
     assert (entry.finish_reason, entry.state, entry.interrupted) == (None, "unfinished", True)
     assert entry.tokens >= 1 and entry.text == "".join(f"chunk {i}\n" for i in range(entry.tokens))
-    assert entry.to_attempt().reply.finish_reason == INTERRUPTED
+    assert attempt_from_log(entry).reply.finish_reason == INTERRUPTED
     streamed = chunk_times(progress)
     last_kept = streamed.get(entry.tokens - 1, max(streamed.values()))  # killed between its write and its line
     assert max(streamed.values()) - last_kept < 1.0
@@ -484,7 +485,7 @@ def test_log_prints_a_table_of_entries(log, home):
     log.close()
     result = run_log_command(home, "standalone")
     assert result.returncode == 0, result.stderr
-    assert "Model (relu)" in result.stdout and "correct" in result.stdout and "1.80x" in result.stdout
+    assert " relu " in result.stdout and "correct" in result.stdout and "1.80x" in result.stdout
 
 
 def test_log_without_a_log_prints_an_empty_list_and_creates_nothing(home):
@@ -523,7 +524,7 @@ def test_history_lists_recent_entries_and_open_makes_one_current(log):
     session = FakeSession(log)
 
     listing = session.run(":history 5")
-    assert "Model (relu)" in listing and "correct" in listing and "1.80x" in listing and "interrupted" in listing
+    assert " relu " in listing and "correct" in listing and "1.80x" in listing and "interrupted" in listing
     session.run(f":open {first}")
     assert [entry.id for entry in session.opened] == [first]
     with pytest.raises(commands.CommandError, match="no entry 99"):
@@ -544,3 +545,60 @@ def test_continue_opens_the_last_entry(log):
     session = FakeSession(log)
     continue_last(session)
     assert [entry.id for entry in session.opened] == [last]
+
+
+# -- sessions: :history shows this one first, --continue skips sessions still running elsewhere ----------------------
+
+SOFTMAX_MODULE = MODULE.replace("torch.relu(x)", "torch.softmax(x, dim=-1)")
+
+
+def test_entries_are_labelled_by_file_stem_or_by_the_operation_in_forward(log):
+    from repl.ui.history_commands import module_label
+
+    from_file = log.get(log_reply(log))
+    settings = SamplingSettings()
+    pasted_id = log.start_reply(log.record_module(SOFTMAX_MODULE), "m", settings)
+    log.finish_reply(pasted_id, Reply(model="m", settings=settings, text="", finish_reason=FINISHED))
+    assert module_label(from_file) == "relu"
+    assert module_label(log.get(pasted_id)) == "softmax"
+
+
+def test_history_shows_this_sessions_entries_first_and_all_with_all(home):
+    earlier = SessionLog.open()
+    first = log_reply(earlier)
+    earlier.close()
+    current = SessionLog.open()
+    mine = log_reply(current, code=SOFTMAX_MODULE)
+    session = FakeSession(current)
+
+    listing = session.run(":history")
+    assert listing.index("this session") < listing.index("earlier sessions")
+    assert listing.index(f"\n  {mine} ") < listing.index("earlier sessions") < listing.index(f"\n  {first} ")
+    assert [entry.id for entry in current.recent(5, session="this")] == [mine]
+    assert [entry.id for entry in current.recent(5, session="others")] == [first]
+
+    every = FakeSession(current).run(":history --all")
+    assert "this session" not in every and every.index(f"\n  {first} ") < every.index(f"\n  {mine} ")
+    current.close()
+
+
+def test_continue_skips_a_session_still_running_elsewhere_but_not_one_that_died(home):
+    finished = SessionLog.open()
+    mine = log_reply(finished)
+    finished.close()
+    running = SessionLog.open()  # another terminal's session, still open (its process, this one, is alive)
+    log_reply(running, code=SOFTMAX_MODULE)
+
+    starting = SessionLog.open()
+    session = FakeSession(starting)
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [mine]
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with sqlite3.connect(default_log_path()) as db:  # the other session's process was killed: its work is the last
+        db.execute("UPDATE sessions SET pid = ? WHERE id = ?", (int(dead.stdout), running.session_id))
+    session = FakeSession(starting)
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [starting.last().id] != [mine]
+    running.close()
+    starting.close()

@@ -20,7 +20,9 @@ def test_with_value_parses_and_copies():
     ("temperature", "hot", "needs a number"),
     ("temperature", "-1", ">= 0"),
     ("top_p", "0", "(0, 1]"),
-    ("max_new_tokens", "0", "an integer"),
+    ("max_new_tokens", "0", "max_new_tokens must be at least 1, not 0"),  # not "needs an integer, got '0'"
+    ("max_new_tokens", "many", "max_new_tokens needs a whole number, got 'many'"),
+    ("seed", "1.5", "seed needs a whole number"),
     ("colour", "red", "unknown setting"),
 ])
 def test_bad_values_get_a_one_line_reason(name, value, message):

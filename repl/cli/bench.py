@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from repl.cli.options import model_options, positive_int
+
 DESCRIPTION = """\
 Benchmark generation: tokens/s of one stream and of K samples at once, for model.generate() (the plain path) and the
 fast decode path in one run; time to first token; compile/capture warm-up; seconds until the interactive prompt is
@@ -21,29 +23,25 @@ does not depend on the weights' values). --arch tiny runs in seconds on a CPU.
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    # --model, --device and --dtype are the main command line's (defaults=False: given before or after `bench`).
     parser = subparsers.add_parser("bench", help="benchmark generation speed, start-up and rendering",
-                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   parents=[model_options(defaults=False)])
     add_arguments(parser)
     return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from repl.generation.random_weights import ARCHITECTURES
-
     parser.add_argument("--random-weights", action="store_true",
                         help="random weights of --arch instead of loading --model")
-    parser.add_argument("--arch", choices=list(ARCHITECTURES), default="llama-3.1-8b",
-                        help="architecture for --random-weights (default: llama-3.1-8b)")
-    # dest differs from the main command's --device/--dtype, which this must not override.
-    parser.add_argument("--device", dest="bench_device", default=None, help="auto, cuda or cpu (default: auto)")
-    parser.add_argument("--dtype", dest="bench_dtype", default=None, choices=["auto", "bf16", "fp16", "fp32"],
-                        help="default: auto = bf16 on CUDA, fp32 on CPU")
+    parser.add_argument("--arch", type=_architecture, default="llama-3.1-8b",
+                        help="architecture for --random-weights, e.g. tiny (default: llama-3.1-8b)")
     parser.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
-    parser.add_argument("--prompt-tokens", type=_positive, default=1000, help="prompt length (default: 1000)")
-    parser.add_argument("--new-tokens", type=_positive, default=256, help="tokens generated per run (default: 256)")
-    parser.add_argument("--samples", type=_positive, default=8, help="K, samples decoded at once (default: 8)")
-    parser.add_argument("--runs", type=_positive, default=3, help="runs per figure; medians reported (default: 3)")
-    parser.add_argument("--max-seq-len", type=_positive, default=4096,
+    parser.add_argument("--prompt-tokens", type=positive_int, default=1000, help="prompt length (default: 1000)")
+    parser.add_argument("--new-tokens", type=positive_int, default=256, help="tokens generated per run (default: 256)")
+    parser.add_argument("--samples", type=positive_int, default=8, help="K, samples decoded at once (default: 8)")
+    parser.add_argument("--runs", type=positive_int, default=3, help="runs per figure; medians reported (default: 3)")
+    parser.add_argument("--max-seq-len", type=positive_int, default=4096,
                         help="fast path's static cache length (default: 4096, as in the REPL)")
     parser.add_argument("--render-tokens", type=int, default=2048,
                         help="length of the synthetic reply for the render overhead, 0 to skip (default: 2048)")
@@ -54,11 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CUDA: profile this many fast decode steps (kernel time by kind)")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def _architecture(name: str) -> str:
+    from repl.generation.random_weights import ARCHITECTURES  # imports torch: only when --arch is given
+
+    if name not in ARCHITECTURES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(ARCHITECTURES)}, not {name!r}")
+    return name
 
 
 def run(args) -> int:
@@ -69,8 +68,7 @@ def run(args) -> int:
     console = Console(stderr=True, highlight=False)
     options = BenchOptions(
         arch=args.arch if args.random_weights else None, model=getattr(args, "model", None),
-        device=args.bench_device or getattr(args, "device", None) or "auto",
-        dtype=args.bench_dtype or getattr(args, "dtype", None) or "auto",
+        device=getattr(args, "device", None) or "auto", dtype=getattr(args, "dtype", None) or "auto",
         prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, samples=args.samples, runs=args.runs,
         max_seq_len=args.max_seq_len, render_tokens=args.render_tokens, render_rate=args.render_rate,
         plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps)

@@ -6,13 +6,19 @@ written (so it can be read and repaired), and stderr says what is wrong with it;
 finished candidates is written); 2 for a module that cannot be checked.
 """
 
+from pathlib import Path
+
 from repl.best_of import BestOfRun, CheckOptions
-from repl.cli.oneshot import say, write_kernel_output
+from repl.cli.options import DEFAULT_TRIALS
+from repl.cli.oneshot import say, wait_for_model, write_kernel_output
+from repl.errors import one_line
 from repl.module_source import inspect_module_source
+from repl.session_log import SessionLog
 
 
-def run_best_oneshot(engine, code: str, args) -> int:
-    """args: samples (K), out, force; optional check_device (default auto), trials, jobs."""
+def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> int:
+    """args: samples (K), out, force, file; check_device, trials, jobs (the main command line's check options).
+    Every finished candidate and its check go into the log."""
     module = inspect_module_source(code)
     if module.problem():
         say(f"error: {module.problem()}")
@@ -21,21 +27,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
         say("error: --samples checks every candidate, so the module needs get_inputs() and get_init_inputs()")
         return 2
     k = args.samples
-    check = CheckOptions(device=getattr(args, "check_device", None) or "auto",
-                         trials=getattr(args, "trials", None) or 5, jobs=getattr(args, "jobs", None) or 1)
-
-    engine.start_loading()
-    last_message = ""
-    while not engine.wait_for_model(timeout=0.5):
-        message = engine.model_state[1]
-        if message != last_message:
-            say(f"model: {message}")
-            last_message = message
-    state, message = engine.model_state
-    if state == "failed":
-        say(f"error: {message}")
+    check = CheckOptions(device=getattr(args, "check_device", "auto"), trials=getattr(args, "trials", DEFAULT_TRIALS),
+                         jobs=getattr(args, "jobs", 1))
+    if not wait_for_model(engine):
         return 1
-    say(f"sampling {k} candidates with {message}, checking each as it completes…")
+    say(f"sampling {k} candidates with {engine.model_state[1]}, checking each as it completes…")
 
     reported: set[int] = set()
 
@@ -61,8 +57,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
                 break
             except KeyboardInterrupt:
                 continue
+    source_name = Path(args.file).stem if getattr(args, "file", None) else None
+    if log is not None:
+        log.record_attempts([c.attempt for c in run.candidates if c.attempt is not None], source_name)
     if run.error is not None:
-        say(f"error: {run.error}")
+        say(f"error: {one_line(run.error)}")
         return 1
     ranked = run.ranked()
     with_code = [candidate for candidate in ranked if candidate.kernel is not None]
@@ -88,3 +87,4 @@ def run_best_oneshot(engine, code: str, args) -> int:
     if interrupted:
         return 130
     return 0 if best.correct else 1
+

@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from repl.cli.options import check_options, non_negative_float, positive_float
+
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
 
 DESCRIPTION = """\
@@ -26,11 +28,16 @@ reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    # --device here is where the kernel is checked (dest check_device), apart from the main command's --device,
+    # where the model runs, which this must not override.
     parser = subparsers.add_parser(
         "check",
         help="check a kernel against its reference (correctness, and speed on a GPU)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[check_options(device_flag="--device", jobs=False,
+                               device_help="where the kernel runs: auto (CUDA if present, else the CPU interpreter) "
+                                           "(default: auto)")],
     )
     add_arguments(parser)
     return parser
@@ -40,13 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", metavar="REFERENCE",
                         help="the PyTorch module (Model, get_inputs, get_init_inputs)")
     parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
-    # dest differs from the model's --device of the main command, which this must not override.
-    parser.add_argument("--device", dest="check_device", default="auto", metavar="auto|cuda|cuda:N|cpu",
-                        help="where the kernel runs: auto (CUDA if present, else the CPU interpreter) (default: auto)")
-    parser.add_argument("--trials", type=_positive_int, default=5, help="random input sets to compare on (default: 5)")
-    parser.add_argument("--atol", type=_non_negative_float, default=1e-2, help="absolute tolerance (default: 0.01)")
-    parser.add_argument("--rtol", type=_non_negative_float, default=1e-2, help="relative tolerance (default: 0.01)")
-    parser.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
+    parser.add_argument("--atol", type=non_negative_float, default=1e-2, help="absolute tolerance (default: 0.01)")
+    parser.add_argument("--rtol", type=non_negative_float, default=1e-2, help="relative tolerance (default: 0.01)")
+    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
                         help="limit for the whole check (default: 120)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
@@ -89,27 +92,6 @@ def _read(path: str, role: str) -> str:
         return Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"cannot read {role} {path}: {getattr(error, 'strerror', None) or error}") from None
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
-    return value
 
 
 if __name__ == "__main__":  # `python -m repl.cli.check ARGS` is `python kernelllm.py check ARGS`

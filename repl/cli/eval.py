@@ -8,7 +8,6 @@ failed; 130 after Ctrl-C (finished problems are in --json; rerun the same comman
 """
 
 import argparse
-import re
 import sys
 import threading
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from repl.cli.options import check_options, debug_option, model_options, positive_float, positive_int, sampling_options
 
 DESCRIPTION = """\
 Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
@@ -25,47 +26,29 @@ compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timin
 With --json OUT, results are written after each problem; rerunning with the same OUT skips finished problems.
 """
 
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-# Options the main command line also has before the subcommand: the subcommand must not reset them to defaults.
-_SHARED_WITH_MAIN = ("model", "device", "dtype", "temperature", "top_p", "max_new_tokens", "seed", "debug", "samples")
-
-
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="check candidates for a folder of problems: pass@k, fast_p",
-                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_arguments(parser)
-    # argparse copies a subcommand's defaults over what was given before the subcommand
-    # (`kernelllm.py --model X eval DIR`); suppressed defaults leave those values alone.
-    for action in parser._actions:
-        if action.dest in _SHARED_WITH_MAIN:
-            action.default = argparse.SUPPRESS
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from repl.cli.main import add_model_arguments, add_sampling_arguments
-
+    # The options shared with the main command line default to "absent" here (defaults=False), so that
+    # `kernelllm.py --model X eval DIR` keeps X; the main parser supplies their defaults.
+    device_help = ("where the model runs and the checks run: auto (CUDA if present, else the CPU interpreter), cuda, "
+                   "cuda:N or cpu (default: auto)")
+    parser = subparsers.add_parser(
+        "eval", help="check candidates for a folder of problems: pass@k, fast_p", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[model_options(defaults=False, device_help=device_help), sampling_options(defaults=False),
+                 check_options(device_flag="", defaults=False), debug_option(defaults=False)])
     parser.add_argument("problems", metavar="PROBLEMS_DIR", help="folder of KernelBench-format problems (*.py)")
-    parser.add_argument("--samples", type=int, metavar="K",
+    parser.add_argument("--samples", type=positive_int, metavar="K", default=argparse.SUPPRESS,
                         help="candidates per problem: sampled with the model (default 1), or with --candidates the "
                              "first K files (default: all)")
     parser.add_argument("--candidates", metavar="DIR", help="take candidates from DIR/<problem stem>/* instead of "
                         "sampling; no model is loaded")
     parser.add_argument("--json", metavar="OUT", dest="json_out",
                         help="write results here after each problem; an existing OUT is resumed")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="checks at once (default 1); with several GPUs they go one per GPU")
-    parser.add_argument("--concurrency", type=int, metavar="N",
+    parser.add_argument("--concurrency", type=positive_int, metavar="N",
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
-    parser.add_argument("--trials", type=int, default=5, metavar="N", help="random inputs per check (default 5)")
-    parser.add_argument("--timeout", type=float, metavar="S", help="seconds per check (default: the checker's)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
-    add_model_arguments(parser)
-    add_sampling_arguments(parser)
-    for action in parser._actions:
-        if action.dest == "device":
-            action.help = ("where the model runs and the checks run: auto (CUDA if present, else the CPU "
-                           "interpreter), cuda, cuda:N or cpu (default: auto)")
+    parser.add_argument("--timeout", type=positive_float, metavar="S",
+                        help="seconds per check (default: the checker's)")
 
 
 def _argument_problem(args) -> str | None:
@@ -76,18 +59,6 @@ def _argument_problem(args) -> str | None:
         return f"{args.problems} holds no *.py problems"
     if args.candidates and not Path(args.candidates).is_dir():
         return f"--candidates {args.candidates} is not a folder"
-    if args.samples is not None and args.samples < 1:
-        return "--samples must be at least 1"
-    if args.jobs < 1:
-        return "--jobs must be at least 1"
-    if args.concurrency is not None and args.concurrency < 1:
-        return "--concurrency must be at least 1"
-    if args.trials < 1:
-        return "--trials must be at least 1"
-    if args.timeout is not None and args.timeout <= 0:
-        return "--timeout must be positive"
-    if not _DEVICE.match(args.device):
-        return f"--device must be auto, cpu, cuda or cuda:N, not {args.device!r}"
     if args.json_out:
         parent = Path(args.json_out).expanduser().parent
         if not parent.is_dir():
@@ -174,11 +145,8 @@ def _load_engine(args, err):
     except ValueError as error:
         print(f"eval: error: {error}", file=sys.stderr)
         return None
-    engine.start_loading()
     with err.status("loading the model…") as status:
-        while not engine.wait_for_model(timeout=0.2):
-            status.update(f"model: {engine.model_state[1]}")
-    state, message = engine.model_state
+        state, message = engine.wait_until_loaded(lambda progress: status.update(f"model: {progress}"))
     if state == "failed":
         err.print(f"error: {message}", style="bad")
         return None

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from repl.errors import one_line
 from repl.session_log import SessionLog, default_log_path
 
 DEFAULT_COUNT = 20
@@ -28,7 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     path = default_log_path()
-    if not path.exists():  # reading should not create a log
+    try:
+        exists = path.stat() is not None
+    except FileNotFoundError:
+        exists = False
+    except OSError as error:  # e.g. an unreadable KERNELLLM_HOME: not the same as an empty log
+        print(f"error: cannot read the session log {path}: {error.strerror or one_line(error)}", file=sys.stderr)
+        return 1
+    if not exists:  # reading should not create a log
         entries = []
     else:
         log = SessionLog.open(path, enabled=True)  # KERNELLLM_NO_LOG stops writing, not reading

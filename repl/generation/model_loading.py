@@ -121,7 +121,8 @@ def _not_cached_message(model_id: str, reason: str) -> str:
     from huggingface_hub.constants import HF_HUB_CACHE
 
     return (f"{model_id} is not in the Hugging Face cache ({HF_HUB_CACHE}) and {reason}. "
-            f"Download it on a connected machine with `hf download {model_id}` (about 16 GB), "
+            f"Download it on a connected machine with `hf download {model_id}`"
+            f"{' (about 16 GB)' if model_id == DEFAULT_MODEL else ''}, "
             "or start with --model PATH to a local copy.")
 
 

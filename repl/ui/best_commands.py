@@ -1,5 +1,5 @@
-"""The best-of-k commands: :best K, :pick N, :fix [N] (and show_candidate for :show N). Importing this module
-registers them in the command table.
+"""The best-of-k commands: :best K, :pick N, :fix [N] (and show_candidate for :show N), listed in the command table
+of commands.py.
 
 They work on the ReplSession: ``session.module`` is what they sample for, ``session.candidates`` keeps the last
 :best/:fix candidates (numbered as in the ranking), ``session.attempt`` becomes the chosen candidate's Attempt, so
@@ -12,14 +12,12 @@ from repl.best_of import BestOfRun, Candidate, CheckOptions
 from repl.checker import Verdict
 from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
-from repl.ui.commands import CommandError, _options, command
+from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.stream_view import print_kernel, status_line
 
 DEFAULT_FIX_TRIES = 5
-CHECK_OPTIONS = {"--device": str, "--trials": int, "--jobs": int}
 
 
-@command(":best K [--device D] [--trials N] [--jobs N]")
 def best_command(session, arguments):
     """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current."""
     k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N]", None)
@@ -28,7 +26,6 @@ def best_command(session, arguments):
     _run(session, k, options, until_correct=False)
 
 
-@command(":fix [N] [--device D] [--trials N]")
 def fix_command(session, arguments):
     """Sample one kernel after another until one is correct, up to N tries (default 5)."""
     tries, options = _count_and_options(arguments, "usage: :fix [N] [--device D] [--trials N]", DEFAULT_FIX_TRIES)
@@ -43,7 +40,6 @@ def fix_command(session, arguments):
     _run(session, tries, options, until_correct=True)
 
 
-@command(":pick N")
 def pick_command(session, arguments):
     """Make candidate N of the last :best or :fix the current kernel."""
     if len(arguments) != 1:
@@ -81,7 +77,7 @@ def _count_and_options(arguments: list[str], usage: str, default: int | None) ->
         arguments = arguments[1:]
     if count is None:
         raise CommandError(usage)
-    return count, _options(arguments, CHECK_OPTIONS)
+    return count, parse_options(arguments, CHECK_OPTIONS)
 
 
 def _candidate(session, word) -> Candidate:
@@ -107,7 +103,7 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
             "the module needs get_inputs() and get_init_inputs() to be checked; add them and paste it again")
     if options.get("jobs", 1) < 1 or options.get("trials", 1) < 1:
         raise CommandError("--jobs and --trials need a value of at least 1")
-    if not session._wait_for_model():
+    if not session.wait_for_model():
         return
     check = CheckOptions(device=options.get("device") or session.check_device, trials=options.get("trials", 5),
                          jobs=options.get("jobs", 1))
@@ -178,11 +174,4 @@ def _log_candidates(session, candidates: list[Candidate]) -> None:
     log = getattr(session, "log", None)
     if log is None or not candidates:
         return
-    module = candidates[0].attempt.module
-    module_id = log.record_module(module.code, module.model_class, session.source_name)
-    for candidate in candidates:
-        attempt = candidate.attempt
-        attempt.log_id = log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
-        log.finish_reply(attempt.log_id, attempt.reply)
-        if attempt.check is not None:
-            log.record_check(attempt.log_id, attempt.check)
+    log.record_attempts([candidate.attempt for candidate in candidates], session.source_name)

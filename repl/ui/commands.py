@@ -1,37 +1,130 @@
-"""The one table of REPL commands. Each entry's docstring is its help text; `:help` is generated from this table,
-so help and behaviour cannot drift apart."""
+"""The one table of REPL commands.
+
+A command is a function ``(session, arguments)`` (the session, the words after the command's name); its docstring is
+its help line, and ``:help`` is generated from this table, so help and behaviour cannot drift apart. The functions
+live here and, for the session log and best of k, in history_commands.py and best_commands.py; each acts through the
+session's public methods.
+"""
 
 import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from repl.ui import best_commands, history_commands
+from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
+
+__all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
+
 
 @dataclass(frozen=True)
 class Command:
-    name: str
-    usage: str
-    help: str
+    usage: str  # ":save [PATH] [--force]": the name is its first word
     run: Callable  # run(session, arguments: list[str]) -> None
-    takes_path: bool = False
+    takes_path: bool = False  # complete file paths after the name
     aliases: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        return self.usage.split()[0].lstrip(":")
 
-COMMANDS: dict[str, Command] = {}
-
-
-def command(usage: str, takes_path: bool = False, aliases: tuple[str, ...] = ()):
-    """Register a function as a command; its name is the first word of the usage."""
-
-    def register(function):
-        name = usage.split()[0].lstrip(":")
-        COMMANDS[name] = Command(name, usage, " ".join(function.__doc__.split()), function, takes_path, aliases)
-        return function
-
-    return register
+    @property
+    def help(self) -> str:
+        return " ".join(self.run.__doc__.split())
 
 
-class CommandError(Exception):
-    """A command could not do what was asked; the message is one line."""
+# -- the commands of the session itself ------------------------------------------------------------------------------
+
+def help_command(session, arguments):
+    """Show the commands."""
+    session.show_help()
+
+
+def run_command(session, arguments):
+    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU."""
+    options = parse_options(arguments, {name: CHECK_OPTIONS[name] for name in ("--device", "--trials")})
+    session.check_current(**options)
+
+
+def save_command(session, arguments):
+    """Write the current kernel to PATH (default: a name from the module); --force overwrites an existing file."""
+    force = "--force" in arguments
+    paths = [word for word in arguments if word != "--force"]
+    if len(paths) > 1:
+        raise CommandError("usage: :save [PATH] [--force]")
+    session.save_current(paths[0] if paths else None, force=force)
+
+
+def regen_command(session, arguments):
+    """Sample another kernel for the same module."""
+    session.regenerate()
+
+
+def show_command(session, arguments):
+    """Show the current kernel again, with its check result; :show N shows candidate N of the last :best or :fix."""
+    if arguments:
+        best_commands.show_candidate(session, arguments[0])
+    else:
+        session.show_current()
+
+
+def raw_command(session, arguments):
+    """Show the model's whole reply, prose included."""
+    session.show_raw()
+
+
+def load_command(session, arguments):
+    """Take a module from a file and generate a kernel for it."""
+    if len(arguments) != 1:
+        raise CommandError("usage: :load FILE")
+    session.load_module(arguments[0])
+
+
+def set_command(session, arguments):
+    """Show the sampling settings, or change one: temperature, top_p, max_new_tokens, seed."""
+    if not arguments:
+        session.show_settings()
+    elif len(arguments) == 2:
+        session.change_setting(*arguments)
+    else:
+        raise CommandError("usage: :set NAME VALUE (or :set alone to show the settings)")
+
+
+def model_command(session, arguments):
+    """Show the model's state (loading, ready, or why it failed); :model PATH|ID switches to another model."""
+    if not arguments:
+        session.show_model()
+    elif len(arguments) == 1:
+        session.switch_model(arguments[0])
+    else:
+        raise CommandError("usage: :model [PATH|HUB_ID]")
+
+
+def quit_command(session, arguments):
+    """Leave the session (Ctrl-D does the same)."""
+    raise EOFError
+
+
+def _table(*commands: Command) -> dict[str, Command]:
+    return {command.name: command for command in commands}
+
+
+COMMANDS: dict[str, Command] = _table(
+    Command(":help", help_command, aliases=("h", "?")),
+    Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
+    Command(":save [PATH] [--force]", save_command, takes_path=True),
+    Command(":regen", regen_command),
+    Command(":show [N]", show_command),
+    Command(":raw", raw_command),
+    Command(":load FILE", load_command, takes_path=True),
+    Command(":set [NAME VALUE]", set_command),
+    Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
+    Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":pick N", best_commands.pick_command),
+    Command(":history [N] [--all]", history_commands.history_command),
+    Command(":open ID", history_commands.open_command),
+    Command(":model [PATH|ID]", model_command, takes_path=True),
+    Command(":quit", quit_command),
+)
 
 
 def resolve(word: str) -> Command:
@@ -58,98 +151,3 @@ def parse(line: str) -> tuple[Command, list[str]]:
     if not words:
         raise CommandError("type a command after ':', e.g. :help")
     return resolve(words[0]), words[1:]
-
-
-# The commands themselves. Each takes the ReplSession and the words after the command name.
-
-@command(":help", aliases=("h", "?"))
-def help_command(session, arguments):
-    """Show the commands."""
-    session.show_help()
-
-
-@command(":run [--device auto|cuda|cpu] [--trials N]")
-def run_command(session, arguments):
-    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU."""
-    options = _options(arguments, {"--device": str, "--trials": int})
-    session.check_current(**options)
-
-
-@command(":save [PATH] [--force]", takes_path=True)
-def save_command(session, arguments):
-    """Write the current kernel to PATH (default: a name from the module); --force overwrites an existing file."""
-    force = "--force" in arguments
-    paths = [word for word in arguments if word != "--force"]
-    if len(paths) > 1:
-        raise CommandError("usage: :save [PATH] [--force]")
-    session.save_current(paths[0] if paths else None, force=force)
-
-
-@command(":regen")
-def regen_command(session, arguments):
-    """Sample another kernel for the same module."""
-    session.regenerate()
-
-
-@command(":show [N]")
-def show_command(session, arguments):
-    """Show the current kernel again, with its check result; :show N shows candidate N of the last :best or :fix."""
-    if arguments:
-        from repl.ui.best_commands import show_candidate
-
-        show_candidate(session, arguments[0])
-    else:
-        session.show_current()
-
-
-@command(":raw")
-def raw_command(session, arguments):
-    """Show the model's whole reply, prose included."""
-    session.show_raw()
-
-
-@command(":load FILE", takes_path=True)
-def load_command(session, arguments):
-    """Take a module from a file and generate a kernel for it."""
-    if len(arguments) != 1:
-        raise CommandError("usage: :load FILE")
-    session.load_module(arguments[0])
-
-
-@command(":set [NAME VALUE]")
-def set_command(session, arguments):
-    """Show the sampling settings, or change one: temperature, top_p, max_new_tokens, seed."""
-    if not arguments:
-        session.show_settings()
-    elif len(arguments) == 2:
-        session.change_setting(*arguments)
-    else:
-        raise CommandError("usage: :set NAME VALUE (or :set alone to show the settings)")
-
-
-@command(":model")
-def model_command(session, arguments):
-    """Show the model's state: loading, ready (where and in what precision), or why it failed."""
-    session.show_model()
-
-
-@command(":quit")
-def quit_command(session, arguments):
-    """Leave the session (Ctrl-D does the same)."""
-    raise EOFError
-
-
-def _options(arguments: list[str], known: dict[str, type]) -> dict:
-    options = {}
-    words = iter(arguments)
-    for word in words:
-        if word not in known:
-            raise CommandError(f"unknown option {word}; expected one of {', '.join(known)}")
-        value = next(words, None)
-        if value is None:
-            raise CommandError(f"{word} needs a value")
-        try:
-            options[word.lstrip("-")] = known[word](value)
-        except ValueError:
-            raise CommandError(f"{word} needs a {known[word].__name__}, got {value!r}") from None
-    return options

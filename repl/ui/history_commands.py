@@ -1,13 +1,15 @@
-"""The session log in the REPL: :history lists recent entries, :open makes one current again, --continue opens the
-last. Importing this module registers the commands; `python kernelllm.py log` shares the table."""
+"""The session log in the REPL: :history lists entries (this session's first), :open makes one current again,
+--continue opens the last of your finished sessions. The command table (commands.py) lists the commands;
+`python kernelllm.py log` shares the table of entries."""
 
 from datetime import datetime
 
 from rich.table import Table
 from rich.text import Text
 
+from repl.module_source import inspect_module_source
 from repl.session_log import LogEntry
-from repl.ui.commands import CommandError, command
+from repl.ui.command_parsing import CommandError
 
 DEFAULT_HISTORY_LENGTH = 10
 
@@ -16,20 +18,32 @@ REPLY_STATES = {"stop": "complete", "length": "truncated", "interrupted": "inter
                 "unfinished": "unfinished"}
 
 
-@command(":history [N]")
 def history_command(session, arguments):
-    """List the last N entries of the session log (default 10, 0 for all): time, module, tokens, verdict, speedup."""
-    if len(arguments) > 1 or (arguments and not arguments[0].isdigit()):
-        raise CommandError("usage: :history [N]")
-    entries = _log(session).recent((int(arguments[0]) or None) if arguments else DEFAULT_HISTORY_LENGTH)
-    if not entries:
+    """List this session's last N entries (default 10, 0 for all), then earlier sessions' to fill up to N; --all lists
+    the last N of every session in order: time, module, tokens, verdict, speedup."""
+    every_session = "--all" in arguments
+    words = [word for word in arguments if word != "--all"]
+    if len(words) > 1 or (words and not words[0].isdigit()):
+        raise CommandError("usage: :history [N] [--all]")
+    n = (int(words[0]) or None) if words else DEFAULT_HISTORY_LENGTH
+    log = _log(session)
+    if every_session:
+        sections = [("", log.recent(n))]
+    else:
+        this = log.recent(n, session="this")
+        earlier = log.recent(None if n is None else n - len(this), session="others") if n is None or len(this) < n \
+            else []
+        sections = [("this session", this), ("earlier sessions", earlier)]
+    if not any(entries for _, entries in sections):
         session.console.print("The session log is empty: paste a module to begin it.", style="hint")
         return
-    session.console.print(entries_table(entries))
-    session.console.print(":open ID makes an entry current again.", style="hint")
+    for title, entries in sections:
+        if entries:
+            session.console.print(entries_table(entries, title=title or None))
+    session.console.print(":open ID makes an entry current again; :history --all lists every session in order.",
+                          style="hint")
 
 
-@command(":open ID")
 def open_command(session, arguments):
     """Make a log entry the current module and kernel again, ready for :run, :save and :regen."""
     if len(arguments) != 1 or not arguments[0].lstrip("#").isdigit():
@@ -43,8 +57,9 @@ def open_command(session, arguments):
 
 
 def continue_last(session) -> None:
-    """For --continue: make the log's last entry current, or say there is none."""
-    entry = session.log.last() if session.log.enabled else None
+    """For --continue: make the last entry of your last finished session current (a session still running in another
+    terminal is skipped), or say there is none."""
+    entry = session.log.last_of_finished_sessions() if session.log.enabled else None
     if entry is None:
         session.console.print("Nothing to continue: the session log is empty or off.", style="hint")
         return
@@ -60,7 +75,7 @@ def _log(session):
 
 
 def describe_entry(entry: LogEntry) -> str:
-    """'#12 Model (relu): 412 tokens, complete, correct 1.80x eager' in one line."""
+    """'#12 relu: 412 tokens, complete, correct 1.80x eager' in one line."""
     words = [f"{entry.tokens} tokens", REPLY_STATES.get(entry.state, entry.state)]
     if entry.verdict:
         words.append(entry.verdict + (f" {entry.speedup_vs_eager:.2f}x eager" if entry.speedup_vs_eager else ""))
@@ -68,16 +83,24 @@ def describe_entry(entry: LogEntry) -> str:
 
 
 def module_label(entry: LogEntry) -> str:
-    name = entry.module_name or "?"
-    return f"{name} ({entry.source_name})" if entry.source_name else name
+    """What the module does: the file it came from, else the operation its forward() starts with, else its class;
+    a class other than the generic Model is added in brackets."""
+    if entry.source_name:
+        label = entry.source_name
+    else:
+        label = inspect_module_source(entry.module_code).main_operation or entry.module_name or "?"
+    if entry.module_name and entry.module_name != "Model" and entry.module_name != label:
+        label += f" ({entry.module_name})"
+    return label
 
 
 def local_time(iso_time: str) -> str:
     return datetime.fromisoformat(iso_time).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def entries_table(entries: list[LogEntry]) -> Table:
-    table = Table(box=None, padding=(0, 1), header_style="accent")
+def entries_table(entries: list[LogEntry], title: str | None = None) -> Table:
+    table = Table(box=None, padding=(0, 1), header_style="accent", title=title, title_justify="left",
+                  title_style="hint")
     for heading, justify in [("id", "right"), ("time", "left"), ("module", "left"), ("tokens", "right"),
                              ("reply", "left"), ("verdict", "left"), ("vs eager", "right")]:
         table.add_column(heading, justify=justify, no_wrap=heading in {"time", "module"})

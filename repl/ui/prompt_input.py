@@ -42,6 +42,8 @@ def enter_hint(text: str) -> str:
     problem = inspect_module_source(text).problem()
     if problem is None:
         return "Enter: newline · Esc-Enter: generate"
+    if not inspect_module_source(text).is_python:  # Esc-Enter would only hand it back: offer nothing
+        return f"Enter: newline · {problem.split(';')[0]}"
     return f"Enter: newline · Esc-Enter: submit anyway · {problem.split(';')[0]}"
 
 

@@ -10,14 +10,15 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from repl.engine import Attempt, Engine, new_attempt
+from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
+from repl.errors import one_line
 from repl.generation import GenerationError
 from repl.checker.sizing import problem_too_large
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
 from repl.session_log import SessionLog
-from repl.ui import best_commands, commands, history_commands  # noqa: F401  (importing registers their commands)
+from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
 
@@ -37,6 +38,7 @@ class ReplSession:
         self.source_name: str | None = None
         self.attempt: Attempt | None = None  # the current kernel
         self.candidates: list = []  # the last :best/:fix candidates, best first
+        self._reported_failure: tuple[str, str] | None = None  # (model, message) already shown in the transcript
         self.input = module_input or make_module_input(InputOptions(
             history_file=str(history_file()),
             toolbar=self.toolbar_text,
@@ -52,6 +54,7 @@ class ReplSession:
             self.console.print(self.input.HINT, style="hint")
         keep = ""  # text put back into the buffer after a rejected submission
         while True:
+            self.report_model_failure()
             try:
                 text = self.input.read(default=keep)
             except EOFError:
@@ -78,7 +81,7 @@ class ReplSession:
                 command, arguments = commands.parse(text)
                 command.run(self, arguments)
             except commands.CommandError as error:
-                self.console.print(str(error), style="bad")
+                self.console.print(one_line(error), style="bad")
             return None
         return self.submit_module(text)
 
@@ -86,8 +89,17 @@ class ReplSession:
         if self.debug:
             self.console.print_exception()
         else:
-            self.console.print(f"error: {type(error).__name__}: {error} (start with --debug for the traceback)",
+            self.console.print(f"error: {one_line(error, with_type=True)} (start with --debug for the traceback)",
                                style="bad")
+
+    def report_model_failure(self) -> None:
+        """Say in the transcript, once per model, why it could not be loaded (the toolbar only says that it failed)."""
+        state, message = self.engine.model_state
+        if state == "failed" and self._reported_failure != (self.engine.options.model, message):
+            self._reported_failure = (self.engine.options.model, message)
+            self.console.print(f"The model could not be loaded: {message}", style="bad")
+            self.console.print(":model PATH|HUB_ID loads another; pasted modules are kept (:regen generates for the "
+                               "last one).", style="hint")
 
     def toolbar_text(self) -> str:
         state, message = self.engine.model_state
@@ -99,11 +111,16 @@ class ReplSession:
 
     # -- modules and generation ---------------------------------------------------------------------------------
     def submit_module(self, code: str, source_name: str | None = None) -> str | None:
+        """Generate for a submitted module. Enter submits only complete modules, so anything else came by Esc-Enter
+        ("submit anyway"): Python without an nn.Module is sent as it is, with a warning; text that is not Python
+        goes back into the input for editing."""
         module = inspect_module_source(code)
-        problem = module.problem()
-        if problem:
-            self.console.print(problem, style="bad")
+        if not module.is_python:
+            self.console.print(module.problem(), style="bad")
             return code
+        if not module.is_module:
+            self.console.print("No nn.Module subclass with forward() in it: sent to the model as it is (the prompt "
+                               "asks it to optimise `Model`; :run needs one).", style="warn")
         warning = module.warning()
         if warning:
             self.console.print(warning, style="warn")
@@ -118,7 +135,7 @@ class ReplSession:
     def generate(self) -> None:
         if self.module is None:
             raise commands.CommandError("no module yet: paste one or :load FILE")
-        if not self._wait_for_model():
+        if not self.wait_for_model():
             return
         try:
             stream = self.engine.stream_kernel(self.module.code)
@@ -142,29 +159,31 @@ class ReplSession:
         self.attempt = new_attempt(self.module.code, stream.reply, self.source_name)
         self.attempt.log_id = reply_id
 
-    def _wait_for_model(self) -> bool:
-        """Wait for the model with a spinner; False when it failed or the user pressed Ctrl-C."""
-        state, message = self.engine.model_state
-        if state in ("loading", "idle"):
-            self.engine.start_loading()
+    def wait_for_model(self) -> bool:
+        """Wait for the model with a spinner; False (with the reason) when it failed or the user pressed Ctrl-C."""
+        if self.engine.model_state[0] != "ready":
+            spinner = Spinner("dots", style="hint")
+
+            def show(message: str) -> None:
+                spinner.update(text=Text(f" waiting for the model: {message} (Ctrl-C to stop waiting)", style="hint"))
+
             try:
-                with Live(console=self.console, transient=True, refresh_per_second=8) as live:
-                    while not self.engine.wait_for_model(timeout=0.1):
-                        live.update(Spinner("dots", Text(f" waiting for the model: {self.engine.model_state[1]} "
-                                                         "(Ctrl-C to stop waiting)", style="hint")))
+                with Live(spinner, console=self.console, transient=True, refresh_per_second=8):
+                    self.engine.wait_until_loaded(show)
             except KeyboardInterrupt:
                 self.console.print("Stopped waiting; the model goes on loading. :regen generates when it is ready.",
                                    style="warn")
                 return False
-            state, message = self.engine.model_state
-        if state == "failed":
-            self.console.print(message, style="bad")
+        if self.engine.model_state[0] == "failed":
+            self.report_model_failure()
+            self.console.print("The module is kept: :model PATH|HUB_ID loads a model, then :regen generates for it.",
+                               style="hint")
             return False
         return True
 
     def open_attempt(self, entry) -> None:
         """Make a session-log entry the current module and kernel again."""
-        self.attempt = entry.to_attempt()
+        self.attempt = attempt_from_log(entry)
         self.module, self.source_name = self.attempt.module, self.attempt.source_name
 
     def regenerate(self) -> None:
@@ -174,8 +193,10 @@ class ReplSession:
         file = Path(path).expanduser()
         try:
             code = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise commands.CommandError(f"cannot read {file}: {getattr(error, 'strerror', None) or error}") from None
+        except UnicodeDecodeError:
+            raise commands.CommandError(f"{file} is not a text file (not UTF-8); :load takes a Python module") from None
+        except OSError as error:
+            raise commands.CommandError(f"cannot read {file}: {error.strerror or one_line(error)}") from None
         self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
         self.submit_module(code, source_name=file.stem)
 
@@ -203,7 +224,8 @@ class ReplSession:
     def _check_summary(self, attempt: Attempt) -> str:
         if attempt.check is None:
             return " not checked yet (:run) "
-        return f" checked: {attempt.check.verdict} on {attempt.check.device} "
+        device = f" on {attempt.check.device}" if getattr(attempt.check, "device", None) else ""
+        return f" checked: {attempt.check.verdict}{device} "
 
     def check_current(self, device: str | None = None, trials: int | None = None) -> None:
         attempt = self._current()
@@ -213,9 +235,10 @@ class ReplSession:
                 "the module needs get_inputs() and get_init_inputs() to be checked; add them and paste it again")
         from repl.ui.check_view import render_check_result
 
-        options = {"trials": trials} if trials else {}
+        options = {"trials": trials} if trials is not None else {}
         cancel = threading.Event()
         outcome: dict = {}
+        previous = attempt.check  # a cancelled check leaves the last real verdict in place
 
         def work():
             try:
@@ -236,8 +259,11 @@ class ReplSession:
         except KeyboardInterrupt:
             cancel.set()
             worker.join()
+            attempt.check = previous
             self.console.print("Check cancelled.", style="warn")
             return
+        if isinstance(outcome.get("error"), ValueError):  # arguments the checker refuses (e.g. cuda without a GPU)
+            raise commands.CommandError(one_line(outcome["error"]))
         if "error" in outcome:
             raise outcome["error"]
         self.log.record_check(attempt.log_id, outcome["result"])
@@ -254,7 +280,8 @@ class ReplSession:
             raise commands.CommandError(f"{target} exists; :save {target} --force overwrites it") from None
         except OSError as error:
             raise commands.CommandError(
-                f"could not write {target}: {error.strerror or error}; the kernel is still here (:show)") from None
+                f"could not write {target}: {error.strerror or one_line(error)}; the kernel is still here (:show)"
+            ) from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
 
     # -- settings and information -------------------------------------------------------------------------------
@@ -268,8 +295,18 @@ class ReplSession:
         try:
             self.engine.settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
-            raise commands.CommandError(str(error)) from None
+            raise commands.CommandError(one_line(error)) from None
         self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
+
+    def switch_model(self, model: str) -> None:
+        try:
+            self.engine.switch_model(model)
+        except GenerationError as error:
+            raise commands.CommandError(one_line(error)) from None
+        self._reported_failure = None
+        self.console.print(f"Loading {model} in the background; the toolbar shows its progress"
+                           + (", and :regen generates for the current module." if self.module else "."), style="hint")
+        self.report_model_failure()
 
     def show_model(self) -> None:
         state, message = self.engine.model_state

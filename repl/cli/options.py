@@ -1,0 +1,143 @@
+"""Command-line options that several commands share, as argparse parent parsers, and the value types they check.
+
+The main command line and a subcommand may both take an option (`kernelllm.py --model X eval DIR` and
+`kernelllm.py eval DIR --model X` mean the same). argparse lets a subcommand's defaults overwrite what was given before
+the subcommand, so a subcommand takes the shared parents with ``defaults=False``: its options then default to
+"absent" and the main command line's value stands.
+
+Nothing here imports more than argparse: `--help` must not wait for torch.
+"""
+
+import argparse
+import re
+
+from repl.generation.model_loading import DEFAULT_MODEL
+from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEFAULT_TRIALS = 5
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line that names the option first: "kernelllm.py: error: --trials must
+    be at least 1, not 0 (--help for usage)". Subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        option = re.match(r"argument ([^:]+): (.*)", message, re.S)
+        if option:
+            message = f"{option.group(1).split('/')[0]} {option.group(2)}"
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (--help for usage)\n")
+
+
+# -- value types: argparse turns their ArgumentTypeError into "argument --x: <message>" and exit status 2 -----------
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {text}")
+    return value
+
+
+def device_name(text: str) -> str:
+    if not DEVICE_PATTERN.match(text):
+        raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, not {text!r}")
+    return text
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
+
+
+# -- parents --------------------------------------------------------------------------------------------------------
+
+def _default(defaults: bool, value):
+    return value if defaults else argparse.SUPPRESS
+
+
+def model_options(*, defaults: bool = True, device_help: str | None = None) -> argparse.ArgumentParser:
+    """--model, --device, --dtype, --server, --server-model, --api-key."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("model")
+    group.add_argument("--model", default=_default(defaults, DEFAULT_MODEL),
+                       help=f"hub id or local directory of the model (default: {DEFAULT_MODEL})")
+    group.add_argument("--device", type=device_name, default=_default(defaults, "auto"),
+                       help=device_help or "where the model runs: auto (CUDA if present, else CPU), cuda, cuda:N or "
+                                           "cpu (default: auto)")
+    group.add_argument("--dtype", default=_default(defaults, "auto"), choices=["auto", "bf16", "fp16", "fp32"],
+                       help="model precision (default: auto = bf16 on CUDA, fp32 on CPU)")
+    group.add_argument("--server", metavar="URL", default=_default(defaults, None),
+                       help="generate through an OpenAI-compatible server (its API base, e.g. "
+                            "http://127.0.0.1:8000/v1; default: $KERNELLLM_SERVER) instead of loading the model")
+    group.add_argument("--server-model", metavar="NAME", default=_default(defaults, None),
+                       help="the model's name on the server (default: the only one served)")
+    group.add_argument("--api-key", metavar="KEY", default=_default(defaults, None),
+                       help="API key for --server (default: $OPENAI_API_KEY)")
+    return parent
+
+
+def sampling_options(*, defaults: bool = True) -> argparse.ArgumentParser:
+    """--temperature, --top-p, --max-new-tokens, --seed."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("sampling (the defaults are the model card's evaluation setting)")
+    group.add_argument("--temperature", type=non_negative_float, default=_default(defaults, DEFAULT_TEMPERATURE),
+                       help=f"sampling temperature; 0 decodes greedily (default: {DEFAULT_TEMPERATURE})")
+    group.add_argument("--top-p", type=probability, default=_default(defaults, DEFAULT_TOP_P),
+                       help=f"nucleus sampling (default: {DEFAULT_TOP_P})")
+    group.add_argument("--max-new-tokens", type=positive_int, default=_default(defaults, DEFAULT_MAX_NEW_TOKENS),
+                       help=f"longest reply in tokens (default: {DEFAULT_MAX_NEW_TOKENS})")
+    group.add_argument("--seed", type=int, default=_default(defaults, None),
+                       help="seed for reproducible sampling (each generation gets seed+n)")
+    return parent
+
+
+def check_options(*, device_flag: str = "--check-device", defaults: bool = True, jobs: bool = True,
+                  device_help: str | None = None) -> argparse.ArgumentParser:
+    """Where and how candidates are checked: the device (dest check_device, apart from the model's --device), --trials
+    and, where several checks can run at once, --jobs."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("checking")
+    if device_flag:
+        group.add_argument(device_flag, dest="check_device", type=device_name, default=_default(defaults, "auto"),
+                           metavar="auto|cuda|cuda:N|cpu",
+                           help=device_help or "where the kernels are checked: auto (CUDA if present, else the CPU "
+                                               "interpreter) (default: auto)")
+    group.add_argument("--trials", type=positive_int, default=_default(defaults, DEFAULT_TRIALS), metavar="N",
+                       help=f"random input sets each kernel is compared on (default: {DEFAULT_TRIALS})")
+    if jobs:
+        group.add_argument("--jobs", type=positive_int, default=_default(defaults, 1), metavar="N",
+                           help="checks at once (default 1); with several GPUs they go one per GPU")
+    return parent
+
+
+def debug_option(*, defaults: bool = True) -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--debug", action="store_true", default=_default(defaults, False),
+                        help="show tracebacks instead of one-line errors")
+    return parent
