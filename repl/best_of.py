@@ -37,8 +37,9 @@ from repl.settings import SamplingSettings
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
 WAITING, GENERATING, QUEUED, CHECKING, DONE = "waiting", "generating", "queued", "checking", "done"
 
-# A candidate whose generation failed transiently (a server that dropped the connection, answered 5xx or stalled) is
-# sampled again, up to this many times, waiting 1 s, 2 s, 4 s... first: eval runs unattended for hours.
+# A candidate whose reply failed transiently mid-stream (a server that dropped the connection or stalled) is sampled
+# again, up to this many times: eval runs unattended for hours. No waiting here: the new request goes through the
+# backend's own retry policy (the openai client's backoff), the one place that decides how long to wait.
 TRANSIENT_RETRIES = 3
 
 
@@ -379,10 +380,7 @@ class BestOfRun:
 
     def _retry_transient_failure(self, candidate: Candidate, stream, retries: int) -> Future | None:
         """Sample the candidate again after a transient backend failure; the retry's check when a retry took over."""
-        failure = getattr(stream, "failure", None)
-        if stream.reply.finish_reason != FAILED or not getattr(failure, "transient", False) or retries <= 0:
-            return None
-        if self._cancelled.wait(2.0 ** (TRANSIENT_RETRIES - retries)):  # waits, unless the run is cancelled
+        if stream.reply.finish_reason != FAILED or not stream.reply.transient or retries <= 0 or self.cancelled:
             return None
         try:
             retry = self.engine.stream_kernel(self.module_code, self.settings)

@@ -1,6 +1,8 @@
 """The engine: model, prompt, extraction and checking behind one object, used by the REPL, the command line and the
 Python API alike. It knows nothing of the terminal."""
 
+import gc
+import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -66,7 +68,12 @@ class Engine:
         if problem:
             raise GenerationError(problem)
         self.options = replace(self.options, model=model)
+        previous = self.loaded_backend
         self._loader = None  # a load still under way finishes in its thread and is dropped
+        if previous is not None:
+            previous.close()
+            del previous
+            _release_gpu_memory()  # so the next model has the memory the last one held
         self.start_loading()
 
     def wait_until_loaded(self, on_progress: Callable[[str], None], poll_s: float = 0.1) -> tuple[str, str]:
@@ -217,3 +224,11 @@ def attempt_from_log(entry) -> Attempt:
 
 def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
     return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)
+
+
+def _release_gpu_memory() -> None:
+    """Return the CUDA memory of objects just dropped to the driver (only where torch is already loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()

@@ -486,15 +486,15 @@ class FailingStream(ReplayStream):
 
     def __init__(self, settings, transient):
         super().__init__([], settings)
-        self.failure = type("Failure", (), {"transient": transient})()
+        self.transient = transient
 
     def __iter__(self):
-        self.reply.finish_reason, self.reply.error = "error", "server dropped the connection"
+        self.reply.fail(GenerationError("server dropped the connection", transient=self.transient))
         return iter(())
 
 
 def test_a_transient_backend_failure_is_sampled_again(stand_in_checker, monkeypatch):
-    monkeypatch.setattr(best_of_module, "TRANSIENT_RETRIES", 1)  # one retry, after a 1 s wait
+    monkeypatch.setattr(best_of_module, "TRANSIENT_RETRIES", 1)  # one retry
     backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=True), replay(PREPARED_REPLY))
     run = start_run(1, engine_for(backend))
     assert run.wait(30)

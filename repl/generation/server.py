@@ -78,12 +78,11 @@ def completion_request(model: str, prompt: str, settings: SamplingSettings, n: i
 class ServerReplyStream:
     """One reply streamed from the server. Iterate for text pieces; ``cancel()`` (any thread) stops it at once.
 
-    Its request runs on the backend's event loop and feeds it events through a queue. ``failure`` is the
-    GenerationError behind a FAILED reply (``reply.error`` and ``reply.transient`` carry the same)."""
+    Its request runs on the backend's event loop and feeds it events through a queue; a FAILED reply carries the
+    error's line and whether trying again may succeed (``reply.error``, ``reply.transient``)."""
 
     def __init__(self, model: str, settings: SamplingSettings, on_cancel: Callable[[], None]):
         self.reply = Reply(model=model, settings=settings)
-        self.failure: GenerationError | None = None
         self.prompt_tokens: int | None = None  # from the server's usage, when it sends it
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = threading.Event()
@@ -133,7 +132,6 @@ class ServerReplyStream:
         if tokens is not None:
             reply.tokens = tokens
         if failure is not None:
-            self.failure = failure
             reply.fail(failure)
             return
         reply.finished_at = time.monotonic()

@@ -312,7 +312,8 @@ class ReplSession:
         state, message = self.engine.model_state
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
-        reason = getattr(self.engine.backend_override or self.engine.loaded_backend, "reason", None)
+        backend = self.engine.backend_override or self.engine.loaded_backend
+        reason = backend.reason if backend is not None else None
         if reason:
             self.console.print(reason, style="hint")
 
