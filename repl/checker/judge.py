@@ -226,7 +226,12 @@ class CheckRun:
         return result
 
     def load_candidate(self, problem: Problem) -> None:
-        self.candidate = self.judge.pool.take(self.deadline, self.cancel)
+        # Waiting for a candidate process to be ready is the checker's overhead, not the kernel's time: it has a
+        # limit of its own, and the check's clock (here and the caller's) restarts once the process is ready.
+        waited = time.monotonic()
+        self.candidate = self.judge.pool.take(waited + CANDIDATE_START_S, self.cancel)
+        self.deadline += time.monotonic() - waited
+        self.stage("started")
         self.notes += self.candidate.notes
         request = {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data}
         reply, _ = self.exchange(request, problem.init_blob)

@@ -125,7 +125,7 @@ class JudgeProcess:
                 return self._died(stage)
             if "stage" in message:
                 stage = message["stage"]
-                if stage == "received":
+                if stage in ("received", "started"):  # "started": a candidate process is ready, the clock restarts
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
