@@ -448,8 +448,8 @@ class CandidateProcess:
         try:
             self.process, self.notes = start_confined(
                 argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
-                pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT)
+                pass_fds=(request_read, reply_write), memory_limit_bytes=memory_limit, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
             os.close(request_read)
             os.close(reply_write)

@@ -138,7 +138,8 @@ class JudgeProcess:
                                message=f"the reference did not finish within {limit:g} s; the judge was stopped",
                                output_tail=self.output_tail())
         return CheckResult(verdict=Verdict.TIMEOUT, device=self.device_label,
-                           message=f"no result within {limit:g} s; the judge was stopped", output_tail=self.output_tail())
+                           message=f"no result within {limit:g} s; the judge was stopped",
+                           output_tail=self.output_tail())
 
     def _died(self, stage: str) -> CheckResult:
         code = self.process.poll()
