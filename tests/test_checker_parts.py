@@ -3,6 +3,7 @@ environment, report rendering. Fast: no check runs here (the compat and CUDA-on-
 because those modules patch PyTorch for the rest of the process they run in)."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -217,3 +218,87 @@ def test_verdicts_are_strings_that_carry_their_style_and_whose_fault_they_are():
     assert Verdict.MISMATCH.kernels_fault and not Verdict.INVALID_REFERENCE.kernels_fault
     assert not Verdict.TOO_LARGE.kernels_fault and not Verdict.CANCELLED.kernels_fault
     assert {verdict.style for verdict in Verdict} >= {"bold green", "bold red"}
+
+
+# ---- what crosses between judge and candidate ---------------------------------------------------------------------
+
+
+def test_plain_data_round_trips_through_a_frame_bit_for_bit():
+    import os
+
+    from repl.checker.wire import Channel, decode, encode
+
+    value = (torch.randn(3, 4).to(torch.bfloat16), torch.randn(5, dtype=torch.complex64),
+             torch.tensor([True, False]), torch.arange(6, dtype=torch.int64).reshape(2, 3).t(),
+             torch.empty(0, 3), [1, 2.5, None, "s"], {"k": torch.ones(2)})
+    read_fd, write_fd = os.pipe()
+    sender, receiver = Channel(None, write_fd), Channel(read_fd, None)
+    tree, blob = encode(value)
+    sender.send({"outputs": tree}, blob)
+    message, data = receiver.receive(max_blob=len(blob))
+    got = decode(message["outputs"], data)
+    for original, copy in zip(value[:5], got[:5]):
+        assert type(copy) is torch.Tensor and copy.dtype == original.dtype and torch.equal(copy, original)
+    assert got[5] == [1, 2.5, None, "s"] and torch.equal(got[6]["k"], torch.ones(2))
+    sender.close()
+    receiver.close()
+
+
+def test_a_frame_larger_than_the_receiver_accepts_is_refused_before_its_body_is_read():
+    import os
+
+    from repl.checker.wire import Channel, WireError, encode
+
+    read_fd, write_fd = os.pipe()
+    sender, receiver = Channel(None, write_fd), Channel(read_fd, None)
+    tree, blob = encode(torch.zeros(1000))
+    sender.send({"outputs": tree}, blob[:64])  # the header announces 64 bytes; the receiver takes at most 16
+    with pytest.raises(WireError, match="above the 16 accepted"):
+        receiver.receive(max_blob=16)
+    sender.close()
+    receiver.close()
+
+
+@pytest.mark.parametrize("value, complaint", [
+    (torch.zeros(2).as_subclass(type("Lying", (torch.Tensor,), {})), "tensor subclass (Lying)"),
+    (torch.zeros(2).to_sparse(), "only dense tensors"),
+    (object(), "is a object"),
+    (torch.zeros(2, dtype=torch.float8_e4m3fn) if hasattr(torch, "float8_e4m3fn") else object(), "output"),
+])
+def test_only_plain_data_crosses(value, complaint):
+    from repl.checker.wire import WireError, encode
+
+    with pytest.raises(WireError, match=re.escape(complaint)):
+        encode(value)
+
+
+def test_integer_outputs_must_be_equal_and_complex_outputs_are_compared_as_complex():
+    reference = torch.tensor([500, -300], dtype=torch.int32)
+    assert "int32 outputs must be equal" in compare_outputs(reference + 1, reference, 1e-2, 1e-2).problem
+    assert compare_outputs(reference.clone(), reference, 1e-2, 1e-2).matches
+    complex_reference = torch.complex(torch.ones(3), torch.ones(3))
+    assert not compare_outputs(torch.complex(torch.ones(3), torch.zeros(3)), complex_reference, 1e-2, 1e-2).matches
+
+
+def test_outputs_all_below_atol_get_a_tolerance_that_tells_zeros_apart_and_a_note():
+    reference = torch.softmax(torch.randn(4, 1000) * 0.1, dim=1)  # every probability about 1e-3
+    zeros = compare_outputs(torch.zeros_like(reference), reference, 1e-2, 1e-2)
+    honest = compare_outputs(reference * (1 + 1e-4), reference, 1e-2, 1e-2)
+    assert not zeros.matches and honest.matches
+    assert "every reference magnitude is below atol=0.01" in honest.notes[0]
+
+
+def test_a_py_file_is_checked_whole_and_a_reply_is_extracted():
+    from repl.checker import kernel_source
+
+    file_text = '"""Example:\n```python\nclass ModelNew: pass\n```\n"""\nclass ModelNew:\n    x = 1\n'
+    assert kernel_source(file_text) == file_text
+    reply = "Here it is:\n```python\nclass ModelNew:\n    pass\n```\nDone."
+    assert kernel_source(reply) == "class ModelNew:\n    pass\n"
+
+
+def test_too_large_and_invalid_reference_exit_2():
+    from repl.cli.check import exit_status
+
+    assert [exit_status(v) for v in (Verdict.CORRECT, Verdict.MISMATCH, Verdict.TOO_LARGE,
+                                     Verdict.INVALID_REFERENCE)] == [0, 1, 2, 2]

@@ -145,7 +145,8 @@ def check_kernel(
     if cancel is not None and cancel.is_set():
         return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started", elapsed_s=0.0)
     if kernel_source(kernel_code_or_reply) is None:
-        return CheckResult(verdict=Verdict.COMPILE_ERROR, message="no Python code defining ModelNew found in the kernel")
+        return CheckResult(verdict=Verdict.COMPILE_ERROR,
+                           message="no Python code defining ModelNew found in the kernel")
     with Checker(device, memory_limit_bytes=memory_limit_bytes, spares=0) as checker:
         return checker.check(reference_code, kernel_code_or_reply, trials=trials, atol=atol, rtol=rtol,
                              timeout=timeout, cancel=cancel)

@@ -3,7 +3,8 @@
 Measures, for small kernels (a ReLU and an add, each right or wrong):
 - cold: a one-off `check_kernel` (starts a judge and a candidate process, imports torch twice);
 - warm: `Checker.check` of the same problem again, as `:run` in a session that has checked before (median of 5);
-- stream: checks a minute for a run of different problems and kernels through one Checker, as `eval` does.
+- stream: checks a minute for a run of right and wrong kernels of problems the Checker has seen (their reference
+  built and, on CUDA, timed: eval checks k candidates per problem), through one Checker, as `eval` does.
 Not a test: figures depend on the machine. docs/checker.md and docs/gpu-runs.md record them.
 """
 
@@ -84,51 +85,52 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args(argv)
 
-    figures = {}
-    _, relu_reference, relu_kernel = STREAM[0]
-    started = time.monotonic()
     device = "cuda" if _placement(options.device)[0] == "cuda" else "cpu-interpreter"
-    cold = check_kernel(sized(relu_reference, device), relu_kernel, device=options.device)
-    figures["cold_s"] = round(time.monotonic() - started, 2)
-    figures["device"] = device
-    figures["cold_verdict"] = str(cold.verdict)
+    goals = {key: table.get(device) for key, table in GOALS.items() if table.get(device) is not None}
+    figures = {"device": device}
 
+    def report(key: str, value, text: str) -> None:
+        figures[key] = value
+        if not options.json:
+            print(text, flush=True)  # as measured: a run cut short still leaves its figures
+
+    report("device", device, f"device: {device}")
+    _, relu_reference, relu_kernel = STREAM[0]
     with Checker(options.device) as checker:
         reference = sized(relu_reference, device)
-        first = checker.check(reference, relu_kernel)  # the problem is cached, the judge warm
-        figures["first_in_session_s"] = first.elapsed_s
+        first = checker.check(reference, relu_kernel)  # the judge and the first candidate start together
+        report("first_in_session_s", first.elapsed_s, f"first check of a new Checker: {first.elapsed_s:.2f} s "
+               f"({first.verdict})")
         warm = []
         for _ in range(5):
             result = checker.check(reference, relu_kernel)
             assert result.correct, result.message
             warm.append(result.elapsed_s)
-        figures["warm_s"] = round(statistics.median(warm), 2)
-        figures["warm_runs_s"] = warm
-        figures["timed"] = {"kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms,
-                            "compiled_ms": result.compiled_ms}
+        goal = f" (goal <= {goals['warm_s']:g} s)" if "warm_s" in goals else ""
+        report("warm_s", round(statistics.median(warm), 2),
+               f"warm check, median of 5: {statistics.median(warm):.2f} s{goal}; runs {warm}")
+        if result.kernel_ms is not None:
+            report("timed", {"kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms,
+                             "compiled_ms": result.compiled_ms},
+                   f"timing: kernel {result.kernel_ms:.4f} ms, eager {result.eager_ms:.4f} ms, "
+                   f"compiled {result.compiled_ms} ms")
+        for _, reference, kernel in STREAM:  # every problem of the stream once: its reference is built and timed
+            checker.check(sized(reference, device), kernel)
         started = time.monotonic()
         verdicts = []
         for index in range(options.stream):
-            name, reference, kernel = STREAM[index % len(STREAM)]
+            _, reference, kernel = STREAM[index % len(STREAM)]
             verdicts.append(str(checker.check(sized(reference, device), kernel).verdict))
-        minutes = (time.monotonic() - started) / 60
-        figures["checks_per_minute"] = round(options.stream / minutes, 1)
-        figures["stream_verdicts"] = {verdict: verdicts.count(verdict) for verdict in sorted(set(verdicts))}
-
-    goals = {key: table.get(device) for key, table in GOALS.items() if table.get(device) is not None}
+        rate = options.stream / ((time.monotonic() - started) / 60)
+        goal = f" (goal >= {goals['checks_per_minute']:g})" if "checks_per_minute" in goals else ""
+        report("checks_per_minute", round(rate, 1), f"stream of {options.stream} checks, problems already seen: "
+               f"{rate:.1f} checks/minute{goal} {dict((v, verdicts.count(v)) for v in sorted(set(verdicts)))}")
+    started = time.monotonic()
+    cold = check_kernel(sized(relu_reference, device), relu_kernel, device=options.device)
+    report("cold_s", round(time.monotonic() - started, 2),
+           f"cold one-off check_kernel: {time.monotonic() - started:.2f} s ({cold.verdict})")
     if options.json:
         print(json.dumps({"figures": figures, "goals": goals}))
-        return 0
-    print(f"device: {device}")
-    print(f"cold check (one-off check_kernel): {figures['cold_s']:.2f} s")
-    print(f"first check in a session: {figures['first_in_session_s']:.2f} s")
-    goal = f" (goal <= {goals['warm_s']:g} s)" if "warm_s" in goals else ""
-    print(f"warm check, median of 5: {figures['warm_s']:.2f} s{goal}")
-    goal = f" (goal >= {goals['checks_per_minute']:g})" if "checks_per_minute" in goals else ""
-    print(f"stream of {options.stream} checks: {figures['checks_per_minute']:.1f} checks/minute{goal} "
-          f"{figures['stream_verdicts']}")
-    if figures["timed"]["kernel_ms"] is not None:
-        print(f"timing: {figures['timed']}")
     return 0
 
 

@@ -39,6 +39,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     if hasattr(sandbox, "start_confined"):
         return sandbox.start_confined(argv, sandbox_dir=sandbox_dir, gpu=gpu,
                                       cuda_visible_devices=cuda_visible_devices, pass_fds=pass_fds, **popen_kwargs)
+    popen_kwargs.pop("memory_limit_bytes", None)  # the candidate's own RLIMIT_AS (confine_self) is all there is
     prefix = sandbox.network_cut_prefix()
     env = sandbox.worker_environment(dict(os.environ), sandbox_dir, cuda_visible_devices)
     process = subprocess.Popen([*prefix, *argv], pass_fds=pass_fds, cwd=sandbox_dir / "work", env=env,

@@ -206,11 +206,20 @@ class CheckRun:
         self.launched: list[str] = []
         self.shape_specialised = False
         self.inputs_all_non_negative = True
+        self.phases: dict[str, float] = {}
+        self._phase_start = time.monotonic()
+
+    def phase(self, name: str) -> None:
+        """Where the time went (result.phases_s): seconds since the previous phase ended."""
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._phase_start, 3)
+        self._phase_start = now
 
     def conclude(self) -> CheckResult:
         try:
             self.stage("reference")
             problem = self.judge.problem(self.request["reference_code"])
+            self.phase("problem")
             self.stage("candidate")
             self.load_candidate(problem)
             self.run_trials(problem)
@@ -221,17 +230,26 @@ class CheckRun:
             return result
         if self.judge.on_cuda:
             self.measure_speed(problem, result)
+            self.phase("timing")
+            result.phases_s = dict(self.phases)
         else:
             result.message += "; timing unavailable under the Triton interpreter"
         return result
 
     def load_candidate(self, problem: Problem) -> None:
-        self.candidate = self.judge.pool.take(self.deadline, self.cancel)
+        # Waiting for a candidate process to be ready is the checker's overhead, not the kernel's time: it has a
+        # limit of its own, and the check's clock (here and the caller's) restarts once the process is ready.
+        waited = time.monotonic()
+        self.candidate = self.judge.pool.take(waited + CANDIDATE_START_S, self.cancel)
+        self.deadline += time.monotonic() - waited
+        self.phase("candidate_ready")
+        self.stage("started")
         self.notes += self.candidate.notes
         request = {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data}
         reply, _ = self.exchange(request, problem.init_blob)
         self.notes += reply.get("notes", [])
         self.shape_specialised = bool(reply.get("shape_specialised"))
+        self.phase("load")
 
     def exchange(self, request: dict, blob: bytes = b"", *, max_blob: int = 0, reference=None):
         """Send a request; run `reference()` (if given) while the candidate works; return (reply, blob[, ref])."""
@@ -298,6 +316,7 @@ class CheckRun:
             if not comparison.matches:
                 self.require_launch(also=f"its output also differs: {comparison.problem}")
                 raise Ended(Verdict.MISMATCH, f"trial {number}: {comparison.problem}")
+            self.phase("first_trial" if number == 1 else "trials")
         self.require_launch()
         # Whose work is the output? The same forward, fresh inputs, every Triton launch skipped.
         try:
@@ -307,6 +326,7 @@ class CheckRun:
                 raise
             comparison = None  # it failed without its launches: they mattered
             self.candidate.kill()  # whatever state it is in, it is not the one that passed
+        self.phase("trial_without_launches")
         if comparison is not None and comparison.matches:
             raise Ended(Verdict.NO_TRITON, "its Triton kernels did no work: with every launch skipped, the output "
                         "on fresh inputs was still right")
@@ -402,7 +422,7 @@ class CheckRun:
         return CheckResult(verdict=verdict, device=self.judge.device_label, trials=self.trials,
                            max_abs_error=self.max_abs, max_rel_error=self.max_rel, message=message,
                            triton_kernels=list(self.launched), traceback=traceback,
-                           shape_specialised=self.shape_specialised, notes=notes)
+                           shape_specialised=self.shape_specialised, notes=notes, phases_s=dict(self.phases))
 
     def close(self) -> None:
         if self.candidate is not None:
@@ -428,8 +448,8 @@ class CandidateProcess:
         try:
             self.process, self.notes = start_confined(
                 argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
-                pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT)
+                pass_fds=(request_read, reply_write), memory_limit_bytes=memory_limit, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
             os.close(request_read)
             os.close(reply_write)

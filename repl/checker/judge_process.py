@@ -48,6 +48,7 @@ class JudgeProcess:
             os.close(request_read)
             os.close(reply_write)
         self.channel = Channel(reply_read, request_write)
+        self.device_label = "cuda" if device == "cuda" else "cpu-interpreter"
         self.ready = False
         self._tail = bytearray()
         threading.Thread(target=self._drain, daemon=True).start()
@@ -125,7 +126,7 @@ class JudgeProcess:
                 return self._died(stage)
             if "stage" in message:
                 stage = message["stage"]
-                if stage == "received":
+                if stage in ("received", "started"):  # "started": a candidate process is ready, the clock restarts
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
@@ -133,10 +134,11 @@ class JudgeProcess:
 
     def _stuck(self, stage: str, limit: float) -> CheckResult:
         if stage == "reference":
-            return CheckResult(verdict=Verdict.INVALID_REFERENCE,
+            return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference did not finish within {limit:g} s; the judge was stopped",
                                output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.TIMEOUT, message=f"no result within {limit:g} s; the judge was stopped",
+        return CheckResult(verdict=Verdict.TIMEOUT, device=self.device_label,
+                           message=f"no result within {limit:g} s; the judge was stopped",
                            output_tail=self.output_tail())
 
     def _died(self, stage: str) -> CheckResult:
@@ -144,9 +146,10 @@ class JudgeProcess:
         how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
                and -code in signal.Signals._value2member_map_ else f"status {code}")
         if stage == "reference":
-            return CheckResult(verdict=Verdict.INVALID_REFERENCE,
+            return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference crashed the judge ({how})", output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.CRASH, message=f"the judge died ({how})", output_tail=self.output_tail())
+        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, message=f"the judge died ({how})",
+                           output_tail=self.output_tail())
 
     def close(self) -> None:
         if self.channel.read_fd is None and self.process.poll() is not None:

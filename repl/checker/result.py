@@ -58,6 +58,7 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # one-line facts worth knowing (weights copied, ...)
     output_tail: str | None = None  # last lines the candidate printed, kept when it died
     elapsed_s: float | None = None
+    phases_s: dict = field(default_factory=dict)  # where the judge's time went: problem, candidate, load, trials, ...
 
     def __post_init__(self):
         try:
