@@ -188,7 +188,7 @@ def main() -> None:
     candidate = Candidate(options.device, channel)
     try:
         candidate.prepare()
-        from repl.checker.confinement import confine_self
+        from repl.checker.sandbox import confine_self
 
         notes = confine_self(options.sandbox, memory_limit_bytes=options.memory_limit or None,
                              gpu=options.device == "cuda")

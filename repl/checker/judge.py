@@ -436,12 +436,12 @@ class CandidateProcess:
     """One confined candidate process and the judge's ends of its pipes."""
 
     def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None):
-        from repl.checker.confinement import PYTHON, make_sandbox_dir, start_confined
+        from repl.checker.sandbox import PipeCollector, make_sandbox_dir, start_confined
 
         self.sandbox_dir = make_sandbox_dir()
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
-        argv = [PYTHON, "-m", "repl.checker.candidate", "--requests", str(request_read), "--replies",
+        argv = [sys.executable, "-m", "repl.checker.candidate", "--requests", str(request_read), "--replies",
                 str(reply_write), "--device", device, "--sandbox", str(self.sandbox_dir)]
         if memory_limit:
             argv += ["--memory-limit", str(memory_limit)]
@@ -454,16 +454,8 @@ class CandidateProcess:
             os.close(request_read)
             os.close(reply_write)
         self.channel = Channel(reply_read, request_write)
-        self._tail = bytearray()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
         self.ready = False
-
-    def _drain(self) -> None:
-        with self.process.stdout as output:
-            while chunk := output.read1(65536):
-                self._tail += chunk
-                if len(self._tail) > 2 * OUTPUT_TAIL_BYTES:
-                    del self._tail[:-OUTPUT_TAIL_BYTES]
 
     def wait_ready(self, deadline: float, cancel: threading.Event | None) -> None:
         if self.ready:
@@ -479,7 +471,7 @@ class CandidateProcess:
         return self.channel.read_fd is not None and self.process.poll() is None
 
     def output_tail(self) -> str | None:
-        return bytes(self._tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace") or None
+        return self._output.data().decode("utf-8", errors="replace") or None
 
     def death_message(self) -> str:
         import signal
@@ -497,7 +489,7 @@ class CandidateProcess:
         return f"{message}: {last[:200]}" if last else message
 
     def kill(self) -> None:
-        from repl.checker.confinement import kill_process_tree, remove_sandbox_dir
+        from repl.checker.sandbox import kill_process_tree, remove_sandbox_dir
 
         if self.channel.read_fd is None:
             return

@@ -14,7 +14,10 @@ process that holds CUDA or the model) that cannot reach, change or disturb anyth
   DBUS_SESSION_BUS_ADDRESS, DOCKER_HOST... name. The paths Python and this project live in are bound back,
   read-only. A read-only mount does not stop connect() on a socket file, so every listening filesystem socket of
   the host (/proc/net/unix) that remains visible has /dev/null bound over it. A minimal /dev (null, zero, full,
-  random, urandom; the NVIDIA and DRI nodes when gpu=True) and a private /proc.
+  random, urandom; the NVIDIA and DRI nodes when gpu=True) and a private /proc whose /proc/sys and sysrq-trigger are
+  read-only (root in the namespace of a root caller is the host's root to sysctl).
+- **no capabilities** once the candidate starts (empty bounding set, SECBIT_NOROOT): root in the user namespace could
+  otherwise unmount the covers.
 - **limits that forks cannot multiply**: RLIMIT_NPROC inside the user namespace (counted per namespace), RLIMIT_FSIZE,
   and a total-memory bound: a memory cgroup where one can be made, else a watchdog thread in the caller that sums
   the proportional set size (PSS) of the candidate's processes and kills them all past the limit.
@@ -23,8 +26,8 @@ process that holds CUDA or the model) that cannot reach, change or disturb anyth
 - **an environment allow-list** (`is_allowed_env_name`): PATH, locale, the CUDA/NVIDIA/Triton/torch variables;
   HOME, TMPDIR and the caches point into the sandbox.
 
-`run_worker(job, ...)` is the checker's first-version loop on top of these: one worker, one private result pipe
-(read with a cap), a timeout, a cancel.
+The judge (judge.py) starts each candidate with `start_confined`; the candidate calls `confine_self` before it
+loads any candidate code.
 """
 
 import ctypes
@@ -42,21 +45,22 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 OUTPUT_TAIL_BYTES = 64 * 1024
-RESULT_LIMIT_BYTES = 8 * 1024 * 1024  # what run_worker keeps from the result pipe; past it the worker is killed
 DISK_LIMIT_BYTES = 2 * 1024**3  # the sandbox's tmpfs: work dir, /tmp, /dev/shm and HOME together
 MAX_PROCESSES = 1024  # RLIMIT_NPROC inside the user namespace: processes and threads together
 WATCHDOG_INTERVAL_S = 0.05
+_WATCHDOG_NOTE = "total memory bounded by a watchdog"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # holds the `repl` package the worker runs from
 
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq")
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
 GPU_DEV_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
 SOCKET_VARIABLES = ("TMUX", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST",
-                    "WAYLAND_DISPLAY", "PULSE_SERVER", "GPG_AGENT_INFO", "KITTY_LISTEN_ON", "NVIM", "NVIM_LISTEN_ADDRESS",
-                    "VSCODE_IPC_HOOK_CLI", "SWAYSOCK", "I3SOCK")
+                    "WAYLAND_DISPLAY", "PULSE_SERVER", "GPG_AGENT_INFO", "KITTY_LISTEN_ON", "NVIM",
+                    "NVIM_LISTEN_ADDRESS", "VSCODE_IPC_HOOK_CLI", "SWAYSOCK", "I3SOCK")
 SECRET_DIR_VARIABLES = ("HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
                         "XDG_CACHE_HOME", "HF_HOME", "KERNELLLM_HOME", "GNUPGHOME")
 
@@ -169,7 +173,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     """Start argv confined (see the module's docstring), in a session of its own, with sandbox_dir/work as its
     working directory. Returns the process and one-line notes naming the layers this OS could not apply.
 
-    Blocks until the sandbox is built (tens of milliseconds). popen_kwargs go to subprocess.Popen (stdin, stdout,
+    Blocks until the sandbox is built (0.1-0.2 s). popen_kwargs go to subprocess.Popen (stdin, stdout,
     stderr, cwd...); `env`, when given, is the base environment the allow-list filters (default os.environ).
     memory_limit_bytes bounds the memory of all its processes together (default: half the machine's RAM).
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
@@ -180,19 +184,19 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     popen_kwargs.setdefault("cwd", sandbox_dir / "work")
     limit = memory_limit_bytes or default_memory_limit_bytes()
     confinement = _Confinement(memory_limit_bytes=limit, cgroup=_make_cgroup(limit))
-    prefix = namespace_prefix()
+    namespaces = bool(namespace_prefix())
+    prefix = namespace_prefix() or network_cut_prefix()
     notes = []
     if not prefix:
         notes.append("no user namespaces here: network not cut, filesystem not read-only, host sockets and other "
                      "processes reachable")
-        if network_cut_prefix():
-            prefix = network_cut_prefix()
-            notes[-1] = ("no PID and mount namespaces here: filesystem not read-only, host sockets and other "
-                         "processes reachable")
+    elif not namespaces:
+        notes.append("no PID and mount namespaces here: filesystem not read-only, host sockets and other processes "
+                     "reachable")
 
     report_read, report_write = os.pipe()
     spec = {
-        "namespaces": prefix == namespace_prefix() and bool(prefix),
+        "namespaces": namespaces,
         "user_namespace": bool(prefix),
         "report_fd": report_write,
         "sandbox_dir": str(sandbox_dir),
@@ -201,7 +205,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         "cgroup": str(confinement.cgroup) if confinement.cgroup else None,
         "max_processes": max(MAX_PROCESSES, 8 * (os.cpu_count() or 1)),
         "cwd": str(popen_kwargs["cwd"]),
-        **(_view_plan(base_env, sandbox_dir, gpu) if prefix == namespace_prefix() and prefix else {}),
+        **(_view_plan(base_env, sandbox_dir, gpu) if namespaces else {}),
     }
     popen_kwargs["cwd"] = "/"  # the init stage changes into it once its view is built
     init = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--init", json.dumps(spec), "--"]
@@ -220,6 +224,9 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         notes.append("the sandbox did not report how it was built")
     else:
         notes += reported
+    if confinement.cgroup is not None and any(note.startswith(_WATCHDOG_NOTE) for note in notes):
+        _remove_cgroup(confinement.cgroup)  # the init stage could not join it
+        confinement.cgroup = None
     if confinement.cgroup is None:
         confinement.watchdog = threading.Thread(target=_watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
@@ -257,7 +264,8 @@ def kill_process_tree(process: subprocess.Popen) -> None:
     if confinement is not None and confinement.cgroup is not None:
         _kill_cgroup(confinement.cgroup)
     process.wait()
-    if confinement is not None:
+    if confinement is not None and confinement.cgroup is not None:
+        confinement.memory_exceeded = memory_exceeded(process)  # before the cgroup and its counters go
         _remove_cgroup(confinement.cgroup)
         confinement.cgroup = None
 
@@ -270,7 +278,8 @@ def memory_exceeded(process: subprocess.Popen) -> str | None:
     if confinement.memory_exceeded:
         return confinement.memory_exceeded
     if confinement.cgroup is not None and _cgroup_oom_killed(confinement.cgroup):
-        return f"its processes reached the memory limit of {_gib(confinement.memory_limit_bytes)} and were killed"
+        return (f"its processes reached the memory limit of {_gib(confinement.memory_limit_bytes)} together; "
+                "the kernel killed the largest")
     return None
 
 
@@ -312,7 +321,9 @@ def _make_cgroup(limit: int) -> Path | None:
             files = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
         else:
             continue
-        cgroup = base / path.lstrip("/") / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
+        parent = base / path.lstrip("/")
+        _remove_stale_cgroups(parent)
+        cgroup = parent / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
         try:
             cgroup.mkdir()
         except OSError:
@@ -329,6 +340,21 @@ def _make_cgroup(limit: int) -> Path | None:
         except OSError:
             _remove_cgroup(cgroup)
     return None
+
+
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Empty cgroups left by callers that died before kill_process_tree (their pid is in the name)."""
+    for cgroup in parent.glob("kernelllm-check-*-*"):
+        try:
+            os.kill(int(cgroup.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            if not _read(cgroup / "cgroup.procs").strip():
+                try:
+                    cgroup.rmdir()
+                except OSError:
+                    pass
+        except (ValueError, PermissionError):
+            pass
 
 
 def _read(path: Path) -> str:
@@ -387,14 +413,14 @@ def _watch_memory(process: subprocess.Popen) -> None:
     while process.poll() is None:
         total = sum(_pss_bytes(pid) for pid in _descendants(process.pid))
         if total > confinement.memory_limit_bytes:
-            confinement.memory_exceeded = (f"its processes held {_gib(total)}, over the limit of "
+            confinement.memory_exceeded = (f"its processes held {_gib(total)} together, over the memory limit of "
                                            f"{_gib(confinement.memory_limit_bytes)}, and were killed")
-            _kill_group(process)
-            for pid in _descendants(process.pid):
+            for pid in _descendants(process.pid):  # all of them first: the tree is lost once its root dies
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            _kill_group(process)
             return
         time.sleep(WATCHDOG_INTERVAL_S)
 
@@ -410,10 +436,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _pss_bytes(pid: int) -> int:
+    """PSS; RSS where a process made itself unreadable (PR_SET_DUMPABLE 0 hides smaps, not statm)."""
     for line in _read(Path(f"/proc/{pid}/smaps_rollup")).splitlines():
         if line.startswith("Pss:"):
             return int(line.split()[1]) * 1024
-    return 0
+    fields = _read(Path(f"/proc/{pid}/statm")).split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
 
 
 # ---- what the mount view hides, keeps and blanks (computed by the caller, which sees the user's environment) ------
@@ -500,7 +528,6 @@ def _init_main(spec: dict, argv: list[str]) -> None:
         try:
             Path(spec["cgroup"], "cgroup.procs").write_text("0")
         except OSError:
-            notes.append("total memory not bounded by a cgroup (joining it failed); a watchdog sums it instead")
             spec["cgroup"] = None
     if spec["namespaces"]:
         try:
@@ -521,9 +548,11 @@ def _init_main(spec: dict, argv: list[str]) -> None:
     lower(resource.RLIMIT_FSIZE, spec["disk_limit_bytes"])
     lower(resource.RLIMIT_CORE, 0)
     if not spec["cgroup"]:
-        notes.append("total memory bounded by a watchdog (no cgroup here): it counts resident memory, not shared "
-                     "memory that no process maps")
+        notes.append(f"{_WATCHDOG_NOTE} (no memory cgroup could be made or joined here): it counts resident "
+                     "memory, not shared memory that no process maps")
     os.chdir(spec["cwd"])
+    if spec["user_namespace"] and not _drop_capabilities():
+        notes.append("capabilities in the namespace not dropped: the candidate could unmount the view's covers")
     with os.fdopen(spec["report_fd"], "w") as report:
         report.write(json.dumps(notes) + "\n")
     if spec["namespaces"]:
@@ -533,6 +562,21 @@ def _init_main(spec: dict, argv: list[str]) -> None:
     except OSError as error:
         print(f"cannot start {argv[0]}: {error}", file=sys.stderr)
         os._exit(127)
+
+
+def _drop_capabilities() -> bool:
+    """Root in the user namespace holds every capability there, enough to unmount what hides the user's files.
+    Not after exec: no root privilege for uid 0 (SECBIT_NOROOT, locked), an empty bounding set, no ambient ones."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, pr_set_securebits, pr_cap_ambient, pr_cap_ambient_clear_all = 24, 28, 47, 4
+    noroot, noroot_locked, no_setuid_fixup, no_setuid_fixup_locked = 1, 2, 4, 8
+    last_cap = int(_read(Path("/proc/sys/kernel/cap_last_cap")).strip() or 40)
+    for cap in range(last_cap + 1):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            return False
+    libc.prctl(pr_cap_ambient, pr_cap_ambient_clear_all, 0, 0, 0)
+    bits = noroot | noroot_locked | no_setuid_fixup | no_setuid_fixup_locked
+    return libc.prctl(pr_set_securebits, bits, 0, 0, 0) == 0 and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 
 
 def _build_view(spec: dict, notes: list[str]) -> None:
@@ -633,6 +677,15 @@ def _build_view(spec: dict, notes: list[str]) -> None:
         mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as error:
         notes.append(f"other processes visible under /proc (a private /proc could not be mounted: {error.strerror})")
+        return
+    # Where the caller is root, root in the namespace is the host's root to sysctl and sysrq: read-only, as in docker.
+    for path in PROC_READ_ONLY:
+        if os.path.exists(path):
+            try:
+                mount(path, path, None, _MS_BIND | _MS_REC)
+                mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            except OSError as error:
+                notes.append(f"{path} stays writable ({error.strerror})")
 
 
 # ---- the confined process's side: Landlock and rlimits on itself --------------------------------------------------
@@ -665,23 +718,19 @@ def confine_self(sandbox_dir: str, *, memory_limit_bytes: int | None, gpu: bool)
     return notes
 
 
-def confine_worker(sandbox_dir: str, memory_limit_bytes: int | None) -> list[str]:
-    """Today's worker entry point (see confine_self)."""
-    return confine_self(sandbox_dir, memory_limit_bytes=memory_limit_bytes, gpu=bool(glob.glob("/dev/nvidia*")))
-
-
 def _writable_dirs(sandbox_dir: str) -> list[str]:
-    """The sandbox, and the places the view bound into it (/tmp, /dev/shm...): Landlock rules follow paths, and a
-    bind mount's root is not beneath the sandbox on any path. Only when they are the sandbox's tmpfs."""
-    found = [sandbox_dir]
-    try:
-        if not os.path.ismount(sandbox_dir):
-            return found
-        device = os.stat(sandbox_dir).st_dev
-        found += [path for path in ("/tmp", "/var/tmp", "/dev/shm") if os.stat(path).st_dev == device]
-    except OSError:
-        pass
-    return found
+    """The sandbox, and the places the view bound into its tmpfs (/tmp, /var/tmp, /dev/shm): Landlock rules follow
+    paths, and a bind mount's root is beneath the sandbox on no path. Only mounts of the sandbox's own tmpfs count:
+    without the view, /tmp is the host's."""
+    mounts = {}
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            mounts[fields[4].replace("\\040", " ")] = (fields[2], fields[3])  # mount point: (device, root)
+    device, root = mounts.get(sandbox_dir, (None, None))
+    if device is None or root != "/":
+        return [sandbox_dir]
+    return [sandbox_dir, *(path for path in ("/tmp", "/var/tmp", "/dev/shm") if mounts.get(path, ("",))[0] == device)]
 
 
 def _landlock(sandbox_dir: str, gpu: bool) -> list[str]:
@@ -777,99 +826,6 @@ class PipeCollector:
     def data(self) -> bytes:
         data = bytes(self._buffer)
         return data if self._keep == "head" else data[-self.limit_bytes:]
-
-
-# ---- today's checker loop: one worker per check ---------------------------------------------------------------------
-
-
-@dataclass
-class WorkerOutcome:
-    messages: list[dict] = field(default_factory=list)  # what the worker reported, in order
-    returncode: int | None = None  # negative: killed by that signal
-    stopped_for: str | None = None  # "timeout" or "cancelled" when the caller killed it
-    output_tail: str = ""
-    elapsed_s: float = 0.0
-    network_cut: bool = False
-    notes: list[str] = field(default_factory=list)  # layers not applied; memory or result-size kills
-
-
-def run_worker(job: dict, *, timeout: float, cancel: threading.Event | None = None,
-               cuda_visible_devices: str | None = None) -> WorkerOutcome:
-    """Run one check in a fresh worker and collect what it reports. Blocks until it ends, times out or is cancelled
-    (also by KeyboardInterrupt in the calling thread): the worker and all it started are dead when this returns."""
-    sandbox_dir = make_sandbox_dir()
-    result_read, result_write = os.pipe()
-    started = time.monotonic()
-    try:
-        process, notes = start_confined(
-            [sys.executable, "-m", "repl.checker.worker"], sandbox_dir=sandbox_dir,
-            gpu=cuda_visible_devices != "" and job.get("device") != "cpu", cuda_visible_devices=cuda_visible_devices,
-            pass_fds=(result_write,), memory_limit_bytes=job.get("memory_limit_bytes"),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except BaseException:
-        os.close(result_read)
-        remove_sandbox_dir(sandbox_dir)
-        raise
-    finally:
-        os.close(result_write)  # the worker holds the only write end: EOF on our side means it is gone
-    outcome = WorkerOutcome(network_cut=not any("network" in note for note in notes), notes=notes)
-
-    results = PipeCollector(result_read, limit_bytes=RESULT_LIMIT_BYTES, on_overflow=lambda: _kill_group(process))
-    output = PipeCollector(process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
-    job = {**job, "result_fd": result_write, "sandbox_dir": str(sandbox_dir)}
-    threading.Thread(target=_send_job, args=(process.stdin, job), daemon=True).start()
-    try:
-        outcome.stopped_for = _wait(process, started + timeout, cancel)
-    finally:
-        kill_process_tree(process)
-        results.join(timeout=5)
-        output.join(timeout=5)
-        remove_sandbox_dir(sandbox_dir)
-    outcome.returncode = process.returncode
-    outcome.elapsed_s = time.monotonic() - started
-    outcome.messages = _parse_messages(results.data())
-    outcome.output_tail = output.data().decode("utf-8", errors="replace")
-    if results.overflowed:
-        outcome.notes.append(f"the worker sent more than {RESULT_LIMIT_BYTES // 1024**2} MiB of results; killed")
-    if exceeded := memory_exceeded(process):
-        outcome.notes.append(exceeded)
-    return outcome
-
-
-def _wait(process: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> str | None:
-    """Wait for the worker to exit; returns why we stopped it, if we did."""
-    while True:
-        if cancel is not None and cancel.is_set():
-            return "cancelled"
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout"
-        try:
-            # Short slices so a cancel set from another thread is seen within 50 ms.
-            process.wait(timeout=min(remaining, 0.05))
-            return None
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _send_job(stdin, job: dict) -> None:
-    try:
-        stdin.write(json.dumps(job).encode())
-        stdin.close()
-    except (BrokenPipeError, OSError):
-        pass  # the worker died before reading; its exit status tells why
-
-
-def _parse_messages(data: bytes) -> list[dict]:
-    messages = []
-    for line in data.splitlines():
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue  # a line cut short when the worker was killed mid-write
-        if isinstance(message, dict):
-            messages.append(message)
-    return messages
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--init"]:
