@@ -176,6 +176,14 @@ class Engine:
                 checkers[device] = Checker(device)
             return checkers[device]
 
+    def too_large(self, module_code: str, device: str = "auto") -> str | None:
+        """Why the module's problem is too large to check on `device` (one line), asked of the session's judge before
+        anything is generated; None when it fits, cannot be sized, or the device cannot be used."""
+        try:
+            return self.checker(device).too_large(module_code)
+        except ValueError:
+            return None
+
     def close_checkers(self) -> None:
         """End the session's judges and their candidate processes (they also end when this process does)."""
         with self._lock:

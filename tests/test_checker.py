@@ -140,6 +140,16 @@ def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_alloc
     assert result.elapsed_s < 2
 
 
+def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists():
+    huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
+    hangs = "import time\ntime.sleep(3600)\n" + RELU_REFERENCE
+    with Checker(device="cpu") as checker:
+        assert "too large" in checker.too_large(huge)
+        assert checker.too_large(RELU_REFERENCE) is None
+        assert checker.too_large(hangs, timeout=5) is None  # no answer in time: the judge is replaced
+        assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
+
+
 # ---- limits: time, cancel, memory -------------------------------------------------------------------------------
 
 

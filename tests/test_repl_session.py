@@ -251,3 +251,18 @@ def test_model_switches_are_refused_for_a_missing_directory_and_with_a_server(tm
     session.handle(f":model {tmp_path / 'nowhere'}")
     assert "no model directory at" in output(console)
     assert session.engine.model_state == ("idle", "not loaded")  # the current model is kept
+
+
+def test_a_module_too_large_to_check_here_is_said_before_generating(tmp_path, monkeypatch):
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.check_device = "cpu"
+    seen_when_generating = []
+    stream = backend.stream
+    backend.stream = lambda *args: seen_when_generating.append(output(console)) or stream(*args)
+    huge = RELU.replace("torch.randn(8, 8)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB: never allocated
+    try:
+        assert session.handle(huge) is None
+    finally:
+        session.engine.close_checkers()
+    assert "too large for" in seen_when_generating[0]  # said by the judge before the model was asked
+    assert session.attempt.kernel == KERNEL  # and the kernel is still generated

@@ -89,6 +89,19 @@ class Checker:
         result.elapsed_s = round(time.monotonic() - started, 3)
         return result
 
+    def too_large(self, reference_code: str, timeout: float = 20.0) -> str | None:
+        """Whether this reference is too large to check on this Checker's device, asked before anything is
+        generated for it: the too_large line (size, and what to do), or None when it fits or cannot be sized in
+        `timeout` seconds. Answered by a warm judge at once; the first call waits for the judge to start."""
+        if self._closed:
+            raise RuntimeError("this Checker is closed")
+        with self._slots:
+            judge = self._take_judge()
+            try:
+                return judge.size(reference_code, timeout)
+            finally:
+                self._give_back(judge)
+
     def _take_judge(self):
         with self._lock:
             judge = self._idle.pop() if self._idle else None

@@ -164,6 +164,17 @@ class Judge:
 
         return available_memory_bytes(self.on_cuda, self.memory_limit)
 
+    def size_reason(self, code: str) -> str | None:
+        """The too_large line for a reference, asked before anything is generated for it; None when it fits or
+        cannot be sized (the check will say more). Sizing allocates nothing; nothing is cached."""
+        try:
+            from repl.checker.sizing import measure_problem, too_large_reason
+
+            module = import_source(code, REFERENCE_PATH, write_file=False)
+            return too_large_reason(measure_problem(module), on_cuda=self.on_cuda, memory_bytes=self.memory_bytes())
+        except BaseException:
+            return None
+
     def reference_failed(self, what: str, error: BaseException) -> Ended:
         return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
 
@@ -607,7 +618,7 @@ def main() -> None:
                 cancelled_ids.add(request.get("id"))
                 if request.get("id") == current_id[0]:
                     current_cancel.set()
-            elif request.get("op") == "check":
+            elif request.get("op") in ("check", "size"):
                 checks.put(request)
             else:
                 checks.put(None)
@@ -615,6 +626,12 @@ def main() -> None:
 
     threading.Thread(target=read_requests, daemon=True).start()
     while (request := checks.get()) is not None:
+        if request["op"] == "size":
+            try:
+                channel.send({"size": judge.size_reason(str(request.get("reference_code", "")))})
+            except PeerGone:
+                break
+            continue
         current_cancel.clear()
         current_id[0] = request.get("id")
         if current_id[0] in cancelled_ids:

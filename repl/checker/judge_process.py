@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from repl.checker.result import CheckResult, Verdict
-from repl.checker.sandbox import is_secret_name
+from repl.checker.sandbox import PipeCollector, is_secret_name
 from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -50,29 +50,22 @@ class JudgeProcess:
         self.channel = Channel(reply_read, request_write)
         self.device_label = "cuda" if device == "cuda" else "cpu-interpreter"
         self.ready = False
-        self._tail = bytearray()
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        with self.process.stdout as output:
-            while chunk := output.read1(65536):
-                self._tail += chunk
-                if len(self._tail) > 2 * OUTPUT_TAIL_BYTES:
-                    del self._tail[:-OUTPUT_TAIL_BYTES]
+        self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
 
     def alive(self) -> bool:
         return self.channel.read_fd is not None and self.process.poll() is None
 
     def output_tail(self) -> str | None:
-        return bytes(self._tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace") or None
+        return self._output.data().decode("utf-8", errors="replace") or None
 
-    def _wait_ready(self, cancel) -> CheckResult | None:
+    def _wait_ready(self, cancel, deadline: float | None = None) -> CheckResult | None:
         from repl.checker import JUDGE_START_S
 
         if self.ready:
             return None
         try:
-            message, _ = self.channel.receive(max_blob=0, deadline=time.monotonic() + JUDGE_START_S, cancel=cancel)
+            deadline = deadline or time.monotonic() + JUDGE_START_S
+            message, _ = self.channel.receive(max_blob=0, deadline=deadline, cancel=cancel)
         except Stopped as stopped:
             if stopped.reason == "cancelled":
                 return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before the judge started")
@@ -131,6 +124,22 @@ class JudgeProcess:
                 continue
             if "result" in message:
                 return CheckResult.from_json_dict(message["result"])
+
+    def size(self, reference_code: str, timeout: float) -> str | None:
+        """The judge's too_large line for this reference (None: it fits, or no answer within `timeout`, after which
+        the judge is stopped: a module whose import hangs)."""
+        deadline = time.monotonic() + timeout
+        if self._wait_ready(None, deadline) is not None:
+            return None
+        try:
+            self.channel.send({"op": "size", "reference_code": reference_code})
+            while True:
+                message, _ = self.channel.receive(max_blob=0, deadline=deadline)
+                if "size" in message:
+                    return message["size"]
+        except (Stopped, PeerGone, WireError):
+            self.close()
+            return None
 
     def _stuck(self, stage: str, limit: float) -> CheckResult:
         if stage == "reference":

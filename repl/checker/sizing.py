@@ -21,8 +21,9 @@ runs. Code that needs real values (``.item()``, ``.numpy()``, ``nonzero``) canno
   (``python -m repl.checker.sizing --interpreter-rate`` measures it again). The bound takes 50 M/s: 2.5x the best
   measured, for a faster machine.
 
-``problem_too_large(module_code, device)`` asks the same before anything is generated, from a short subprocess
-(``python -m repl.checker.sizing``), so the process that holds the model never imports the user's module.
+Before anything is generated, the REPL asks its warm judge (``Checker.too_large``); one-shot runs, which have no
+judge, ask ``problem_too_large(module_code, device)``, a short subprocess (``python -m repl.checker.sizing``). Either
+way the process that holds the model never imports the user's module.
 """
 
 import json

@@ -13,7 +13,6 @@ from rich.text import Text
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
 from repl.generation import GenerationError
-from repl.checker.sizing import problem_too_large
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -124,13 +123,21 @@ class ReplSession:
         warning = module.warning()
         if warning:
             self.console.print(warning, style="warn")
-        too_large = problem_too_large(module.code, self.check_device) if module.runnable else None
+        too_large = self._too_large(module) if module.runnable else None
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
         self.module, self.source_name = module, source_name
         self.log.record_module(module.code, module.model_class, source_name)
         self.generate()
         return None
+
+    def _too_large(self, module) -> str | None:
+        """Asked of the session's judge, which :run uses next; the first question waits for it to start."""
+        try:
+            with self.console.status("sizing the problem…", spinner="dots"):
+                return self.engine.too_large(module.code, self.check_device)
+        except KeyboardInterrupt:
+            return None
 
     def generate(self) -> None:
         if self.module is None:
