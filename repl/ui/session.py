@@ -1,5 +1,7 @@
 """The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
 
+import dataclasses
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,14 +13,19 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.engine import Attempt, Engine, new_attempt
-from repl.generation import GenerationError
+from repl.generation import INTERRUPTED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
 from repl.session_log import SessionLog
 from repl.ui import best_commands, commands, history_commands  # noqa: F401  (importing registers their commands)
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
-from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
+from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
+from repl.ui.typeahead import KeyCapture
+
+# After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
+# to finish in its thread and the reply is shown as interrupted at once.
+STOP_WAIT_S = 0.3
 
 WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_inputs() and get_init_inputs()) "
            "and press Enter. :help lists the commands; Ctrl-D exits.")
@@ -123,20 +130,43 @@ class ReplSession:
             return
         module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
         reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
+        reply = stream.reply
         try:
-            with StreamView(self.console, stream.reply) as view:
-                try:
-                    for _ in stream:
-                        view.update()
-                        self.log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
-                except KeyboardInterrupt:
-                    stream.cancel()
-                    _drain(stream)
+            reply = self._show_stream(stream, reply_id)
         finally:
-            self.log.finish_reply(reply_id, stream.reply)
-        print_finished_reply(self.console, stream.reply)
-        self.attempt = new_attempt(self.module.code, stream.reply, self.source_name)
+            self.log.finish_reply(reply_id, reply)
+        print_finished_reply(self.console, reply)
+        self.attempt = new_attempt(self.module.code, reply, self.source_name)
         self.attempt.log_id = reply_id
+
+    def _show_stream(self, stream, reply_id) -> Reply:
+        """The live view while a thread reads the stream; keys typed meanwhile go to the next prompt, library messages
+        are shown after it. Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
+        reader = _StreamReader(stream)
+        keep_keys = getattr(self.input, "keep_typeahead", None)
+        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
+                          write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
+        reply, logged = stream.reply, 0
+        messages = LibraryMessages()
+        with messages, keys, StreamView(self.console, stream.reply) as view:
+            try:
+                while not reader.finished.wait(0.05):
+                    view.update()
+                    if len(reply.text) != logged:
+                        logged = len(reply.text)
+                        self.log.append_reply_text(reply_id, reply.text, reply.tokens)
+            except KeyboardInterrupt:
+                stream.cancel()
+                if not _wait_through_interrupts(reader.finished, STOP_WAIT_S):
+                    # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
+                    reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
+        if keep_keys:
+            keep_keys(keys.presses())
+        for line in messages.lines:
+            self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
+        if reader.error is not None:
+            raise reader.error
+        return reply
 
     def _wait_for_model(self) -> bool:
         """Wait for the model with a spinner; False when it failed or the user pressed Ctrl-C."""
@@ -284,12 +314,37 @@ class ReplSession:
                            "Commands may be shortened to a unique prefix (:sa for :save).", style="hint")
 
 
-def _drain(stream) -> None:
-    """Let a cancelled stream wind down, whatever further Ctrl-Cs arrive meanwhile."""
+class _StreamReader:
+    """Reads a reply stream to its end in a thread, so the session's thread stays free for Ctrl-C. Not a daemon: an
+    interrupted reply whose backend is still busy is waited for at exit (a thread inside torch at interpreter exit
+    aborts the process)."""
+
+    def __init__(self, stream):
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+        self._stream = stream
+        threading.Thread(target=self._read, name="stream-reader").start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    for _ in self._stream:
+                        pass
+                    return
+                except KeyboardInterrupt:  # a stream that reports Ctrl-C from inside: cancel, then let it wind down
+                    self._stream.cancel()
+        except BaseException as error:  # raised again in the session's thread
+            self.error = error
+        finally:
+            self.finished.set()
+
+
+def _wait_through_interrupts(event: threading.Event, timeout: float) -> bool:
+    """event.wait(timeout), which further Ctrl-Cs do not cut short."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            for _ in stream:
-                pass
-            return
+            return event.wait(max(deadline - time.monotonic(), 0))
         except KeyboardInterrupt:
             continue

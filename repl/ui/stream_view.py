@@ -1,18 +1,24 @@
 """The live view of a reply as it streams, and the copy-friendly print of the finished kernel.
 
-rich's Live cannot redraw what has scrolled off screen, so the live region is kept shorter than the terminal: only the
-newest lines are shown while streaming, with their real line numbers. Each line is highlighted once, when it is
+No terminal can redraw what has scrolled off screen, so the live region is kept to half the terminal: only the newest
+lines are shown while streaming, with their real line numbers, and a window made smaller (by up to half) keeps it
+whole on screen. The region is drawn by ``LiveRegion`` rather than rich's Live, to erase the lines a narrower window
+re-wrapped the previous frame into; keys are not echoed meanwhile (``repl.ui.typeahead``) and library warnings are
+held back (``LibraryMessages``), so nothing else writes into it. Each line is highlighted once, when it is
 complete, and cached, so a refresh costs the same at line 10 as at line 2000 (the benchmark's render-overhead figure
 measures it). Lines are highlighted in the chunks that completed between two frames, so a docstring that spans
 frames may be coloured as code until the stream ends; then the whole kernel is printed once, highlighted as a whole,
 with no borders or gutters that would end up in copied code.
 """
 
+import logging
+import sys
 import time
+import warnings
 
 from rich.console import Console, Group
-from rich.live import Live
 from rich.rule import Rule
+from rich.segment import Segment, Segments
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -55,18 +61,17 @@ class StreamView:
         self.title = title
         self.render_seconds = 0.0  # total time spent building and drawing frames (for the render-overhead benchmark)
         self.frames = 0
-        self._live = Live(console=console, auto_refresh=False, transient=True, vertical_overflow="crop")
+        self._live = LiveRegion(console)
         self._next_refresh = 0.0
         self._highlighter = Syntax("", "python", theme=syntax_theme(), background_color="default")
         self._highlighted: list[Text] = []  # complete lines of the reply, highlighted once
 
     def __enter__(self) -> "StreamView":
-        self._live.start()
         self._refresh()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._live.stop()
+        self._live.clear()
 
     def update(self, force: bool = False) -> None:
         """Redraw if enough time has passed since the last frame."""
@@ -75,7 +80,7 @@ class StreamView:
 
     def _refresh(self) -> None:
         started = time.perf_counter()
-        self._live.update(self._frame(), refresh=True)
+        self._live.show(self._frame())
         render_time = time.perf_counter() - started
         self.render_seconds += render_time
         self.frames += 1
@@ -89,8 +94,8 @@ class StreamView:
 
     def _frame(self):
         header = Rule(Text.assemble((f" {self.title} ", "accent"), status_line(self.reply), " "), style="hint")
-        # Room for the header and a margin; the region must stay shorter than the terminal.
-        visible = max(self.console.size.height - 3, 1)
+        # Half the terminal: it must stay on screen to be redrawn, also when the window is made smaller.
+        visible = max(self.console.size.height // 2 - 1, 1)
         lines = self.reply.text.split("\n")
         complete = len(lines) - 1  # the last line may still grow
         if complete > len(self._highlighted):
@@ -108,6 +113,120 @@ class StreamView:
             if number < len(lines) - 1:
                 code.append("\n")
         return Group(header, code)
+
+
+class LiveRegion:
+    """A few lines at the end of the output, redrawn in place. Before each frame it moves up over the previous one and
+    erases to the end of the screen, counting the rows that frame takes at the terminal's width now: a window made
+    narrower re-wraps each line into several rows (xterm-style terminals that cut lines instead are rare)."""
+
+    HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._line_lengths: list[int] = []  # the cells of each line of the frame on screen
+        self._shown = False
+
+    def _erase(self) -> str:
+        if not self._shown:
+            return ""
+        width = max(self.console.size.width, 1)
+        rows = sum(max(1, -(-length // width)) for length in self._line_lengths)
+        return "\r" + (f"\x1b[{rows - 1}A" if rows > 1 else "") + "\x1b[J"
+
+    def show(self, renderable) -> None:
+        if not self.console.is_terminal:
+            return  # a pipe gets the finished reply only
+        width = max(self.console.size.width - 1, 1)  # never the last column: no pending wrap to account for
+        lines = self.console.render_lines(renderable, self.console.options.update(width=width), pad=False)
+        segments: list[Segment] = []
+        for number, line in enumerate(lines):
+            if number:
+                segments.append(Segment.line())
+            segments.extend(line)
+        with self.console.capture() as frame:
+            self.console.print(Segments(segments), end="", soft_wrap=True)
+        self._write(self._erase() + (self.HIDE_CURSOR if not self._shown else "") + frame.get())
+        self._line_lengths = [Segment.get_line_length(line) for line in lines]
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self._write(self._erase() + self.SHOW_CURSOR)
+            self._shown = False
+
+    def _write(self, text: str) -> None:
+        self.console.file.write(text)
+        self.console.file.flush()
+
+
+class LibraryMessages:
+    """While a reply streams, what libraries say (Python warnings, logging records of WARNING and above, stray prints
+    to sys.stdout/sys.stderr, e.g. transformers' "friendly reminder") is held back instead of being written into the
+    live region; ``lines`` holds it afterwards, one line per distinct message, for the session to show as notes."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self._handler = _CollectingHandler(self._add)
+        self._handler.setLevel(logging.WARNING)
+
+    def _add(self, text: str) -> None:
+        line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+        if line and line not in self.lines:
+            self.lines.append(line)
+
+    def __enter__(self) -> "LibraryMessages":
+        self._showwarning = warnings.showwarning
+        warnings.showwarning = lambda message, category, *rest, **kwargs: self._add(f"{category.__name__}: {message}")
+        loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
+                                           if isinstance(logger, logging.Logger) and logger.handlers]
+        self._handlers = [(logger, logger.handlers) for logger in loggers]
+        for logger, _ in self._handlers:
+            logger.handlers = [self._handler]
+        self._last_resort, logging.lastResort = logging.lastResort, self._handler
+        self._streams = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = _CollectingFile(self._add)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        sys.stdout, sys.stderr = self._streams
+        logging.lastResort = self._last_resort
+        for logger, handlers in self._handlers:
+            logger.handlers = handlers
+        warnings.showwarning = self._showwarning
+
+
+class _CollectingHandler(logging.Handler):
+    def __init__(self, add):
+        super().__init__()
+        self._add = add
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._add(record.getMessage())
+        except Exception:  # a malformed record must not break the stream
+            pass
+
+
+class _CollectingFile:
+    def __init__(self, add):
+        self._add = add
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._add(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._add(self._pending)
+            self._pending = ""
+
+    def isatty(self) -> bool:
+        return False
 
 
 def print_kernel(console: Console, code: str, title: str, footer: Text | None = None) -> None:
@@ -136,7 +255,7 @@ def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") 
         console.print(Rule(status_line(reply), style="hint"))
     else:
         console.print(status_line(reply))
-        if reply.finish_reason != FAILED:
+        if reply.finish_reason not in (FAILED, INTERRUPTED):
             console.print("The model returned no text; :regen samples again.", style="warn")
 
 
