@@ -123,23 +123,33 @@ class ReplSession:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self._wait_for_model():
             return
-        try:
-            stream = self.engine.stream_kernel(self.module.code)
-        except GenerationError as error:
-            self.console.print(str(error), style="bad")
+        messages = LibraryMessages()  # e.g. the tokenizer's "sequence length is longer than" while encoding the prompt
+        with messages:
+            try:
+                stream = self.engine.stream_kernel(self.module.code)
+            except GenerationError as error:
+                stream = None
+                failure = str(error)
+        if stream is None:
+            self._print_notes(messages)
+            self.console.print(failure, style="bad")
             return
         module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
         reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
         reply = stream.reply
         try:
-            reply = self._show_stream(stream, reply_id)
+            reply = self._show_stream(stream, reply_id, messages)
         finally:
             self.log.finish_reply(reply_id, reply)
         print_finished_reply(self.console, reply)
         self.attempt = new_attempt(self.module.code, reply, self.source_name)
         self.attempt.log_id = reply_id
 
-    def _show_stream(self, stream, reply_id) -> Reply:
+    def _print_notes(self, messages: LibraryMessages) -> None:
+        for line in messages.lines:
+            self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
+
+    def _show_stream(self, stream, reply_id, messages: LibraryMessages) -> Reply:
         """The live view while a thread reads the stream; keys typed meanwhile go to the next prompt, library messages
         are shown after it. Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
         reader = _StreamReader(stream)
@@ -147,7 +157,6 @@ class ReplSession:
         keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         reply, logged = stream.reply, 0
-        messages = LibraryMessages()
         with messages, keys, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
@@ -162,8 +171,7 @@ class ReplSession:
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
         if keep_keys:
             keep_keys(keys.presses())
-        for line in messages.lines:
-            self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
+        self._print_notes(messages)
         if reader.error is not None:
             raise reader.error
         return reply

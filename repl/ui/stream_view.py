@@ -13,6 +13,7 @@ with no borders or gutters that would end up in copied code.
 
 import logging
 import sys
+import threading
 import time
 import warnings
 
@@ -163,49 +164,83 @@ class LiveRegion:
 class LibraryMessages:
     """While a reply streams, what libraries say (Python warnings, logging records of WARNING and above, stray prints
     to sys.stdout/sys.stderr, e.g. transformers' "friendly reminder") is held back instead of being written into the
-    live region; ``lines`` holds it afterwards, one line per distinct message, for the session to show as notes."""
+    live region; ``lines`` holds it afterwards, one line per distinct message, for the session to show as notes.
+
+    Warnings and logging are routed for the rest of the process once a stream has run: a backend left to finish an
+    interrupted reply in its thread would otherwise write over the next prompt. What a thread other than the main one
+    says while no stream runs goes to ``LibraryMessages.late`` instead of the terminal."""
+
+    late: list[str] = []
+    _active: "LibraryMessages | None" = None
+    _installed = False
 
     def __init__(self):
         self.lines: list[str] = []
-        self._handler = _CollectingHandler(self._add)
-        self._handler.setLevel(logging.WARNING)
 
     def _add(self, text: str) -> None:
         line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
         if line and line not in self.lines:
             self.lines.append(line)
 
-    def __enter__(self) -> "LibraryMessages":
-        self._showwarning = warnings.showwarning
-        warnings.showwarning = lambda message, category, *rest, **kwargs: self._add(f"{category.__name__}: {message}")
+    @classmethod
+    def _held_back(cls, text: str) -> bool:
+        active = cls._active
+        if active is not None:
+            active._add(text)
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            cls.late.append(text)
+            return True
+        return False
+
+    @classmethod
+    def _install(cls) -> None:
+        if cls._installed:
+            return
+        cls._installed = True
+        show = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if not cls._held_back(f"{category.__name__}: {message}"):
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
         loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
                                            if isinstance(logger, logging.Logger) and logger.handlers]
-        self._handlers = [(logger, logger.handlers) for logger in loggers]
-        for logger, _ in self._handlers:
-            logger.handlers = [self._handler]
-        self._last_resort, logging.lastResort = logging.lastResort, self._handler
+        for logger in loggers:
+            logger.handlers = [_RoutedHandler(handler, cls._held_back) for handler in logger.handlers]
+        logging.lastResort = _RoutedHandler(logging.lastResort, cls._held_back)
+
+    def __enter__(self) -> "LibraryMessages":
+        self._install()
+        LibraryMessages._active = self
         self._streams = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = _CollectingFile(self._add)
         return self
 
     def __exit__(self, *exc_info) -> None:
         sys.stdout, sys.stderr = self._streams
-        logging.lastResort = self._last_resort
-        for logger, handlers in self._handlers:
-            logger.handlers = handlers
-        warnings.showwarning = self._showwarning
+        LibraryMessages._active = None
 
 
-class _CollectingHandler(logging.Handler):
-    def __init__(self, add):
-        super().__init__()
-        self._add = add
+class _RoutedHandler(logging.Handler):
+    """Wraps a logging handler: records of WARNING and above go to ``held_back`` first, which may keep them."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def __init__(self, handler: logging.Handler | None, held_back):
+        super().__init__(handler.level if handler is not None else logging.NOTSET)
+        self._handler = handler
+        self._held_back = held_back
+
+    def handle(self, record: logging.LogRecord) -> bool:
         try:
-            self._add(record.getMessage())
+            if record.levelno >= logging.WARNING and self._held_back(record.getMessage()):
+                return True
         except Exception:  # a malformed record must not break the stream
-            pass
+            return True
+        return self._handler.handle(record) if self._handler is not None else True
+
+    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
+        pass
 
 
 class _CollectingFile:
