@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -151,3 +152,46 @@ def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow
         terminal.wait_for("max_new_tokens +100000")
     finally:
         terminal.child.terminate(force=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a terminal that re-wraps lines on resize)")
+def test_resizing_the_window_mid_stream_leaves_one_copy_of_the_reply_in_the_scrollback(
+        endless_chatty_model_dir, tmp_path):
+    """In tmux, as a user would: tmux re-wraps lines when the window narrows and pushes rows into the scrollback when
+    it gets shorter, which is where stale copies of the live region used to pile up."""
+    socket = f"kernelllm-test-{os.getpid()}"
+    tmux = lambda *arguments: subprocess.run(["tmux", "-L", socket, *arguments], capture_output=True, text=True,
+                                             check=True).stdout
+    (tmp_path / "module.py").write_text(RELU_MODULE)
+    command = (f"KERNELLLM_HOME={tmp_path / 'home'} {sys.executable} {REPO / 'kernelllm.py'} --model "
+               f"{endless_chatty_model_dir} --max-new-tokens 100000 --no-log; sleep 600")
+    tmux("new-session", "-d", "-s", "repl", "-x", "120", "-y", "40", command)
+    try:
+        def wait_for(pattern, history=False, timeout=120):
+            deadline = time.monotonic() + timeout
+            while True:
+                screen = tmux("capture-pane", "-p", "-t", "repl", *(["-S", "-"] if history else []))
+                if re.search(pattern, screen):
+                    return screen
+                assert time.monotonic() < deadline, f"{pattern!r} not on the screen:\n{screen[-3000:]}"
+                time.sleep(0.1)
+
+        wait_for(r"endless on cpu \(float32\)")
+        tmux("load-buffer", str(tmp_path / "module.py"))
+        tmux("paste-buffer", "-p", "-t", "repl")
+        wait_for("Enter: generate")
+        tmux("send-keys", "-t", "repl", "Enter")
+        def wait_for_a_new_frame():
+            shown = re.search(r"kernel (\d+) tokens", wait_for(LIVE_HEADER)).group(1)
+            wait_for(rf"kernel (?!{shown} )\d+ tokens")
+
+        wait_for(LIVE_HEADER)
+        tmux("resize-window", "-t", "repl", "-x", "80", "-y", "30")  # narrower and shorter
+        wait_for_a_new_frame()
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
+        wait_for_a_new_frame()
+        tmux("send-keys", "-t", "repl", "C-c")
+        scrollback = wait_for(STATUS + r" +interrupted", history=True)
+        assert len(re.findall(r"\d+ tokens · ", scrollback)) == 1, scrollback
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
