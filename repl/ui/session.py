@@ -169,6 +169,7 @@ class ReplSession:
                 if not _wait_through_interrupts(reader.finished, STOP_WAIT_S):
                     # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
+                    reader.say_so_at_exit(self.console)
         if keep_keys:
             keep_keys(keys.presses())
         self._print_notes(messages)
@@ -332,6 +333,14 @@ class _StreamReader:
         self.error: BaseException | None = None
         self._stream = stream
         threading.Thread(target=self._read, name="stream-reader").start()
+
+    def say_so_at_exit(self, console: Console) -> None:
+        """If the session ends while the backend still works on this reply, say what the exit waits for."""
+        def note() -> None:
+            if not self.finished.is_set():
+                console.print("Waiting for the model to finish reading the interrupted module…", style="hint")
+
+        threading._register_atexit(note)  # runs before the interpreter waits for this thread (as concurrent.futures)
 
     def _read(self) -> None:
         try:
