@@ -145,3 +145,4 @@ def test_a_backend_thread_warning_after_the_stream_does_not_reach_the_terminal(c
     late.start(), late.join()
     assert "late friendly reminder" in LibraryMessages.late
     assert "late friendly reminder" not in capsys.readouterr().err
+

@@ -12,6 +12,7 @@ with no borders or gutters that would end up in copied code.
 """
 
 import logging
+import signal
 import sys
 import threading
 import time
@@ -97,7 +98,7 @@ class StreamView:
         header = Rule(Text.assemble((f" {self.title} ", "accent"), status_line(self.reply), " "), style="hint")
         # Half the terminal: it must stay on screen to be redrawn, also when the window is made smaller.
         visible = max(self.console.size.height // 2 - 1, 1)
-        lines = self.reply.text.split("\n")
+        lines = [_printable(line) for line in self.reply.text.split("\n")]
         complete = len(lines) - 1  # the last line may still grow
         if complete > len(self._highlighted):
             new_lines = lines[len(self._highlighted):complete]
@@ -114,6 +115,15 @@ class StreamView:
             if number < len(lines) - 1:
                 code.append("\n")
         return Group(header, code)
+
+
+# Control characters would move the cursor (a vertical tab or form feed is a line feed to a terminal), so the live
+# region's rows would no longer be where it counts them; tabs are expanded for the same reason.
+_CONTROL_CHARACTERS = {code: "\ufffd" for code in [*range(0x20), 0x7f] if code != 0x0a}
+
+
+def _printable(line: str) -> str:
+    return line.expandtabs(4).translate(_CONTROL_CHARACTERS)
 
 
 class LiveRegion:
@@ -157,8 +167,17 @@ class LiveRegion:
             self._shown = False
 
     def _write(self, text: str) -> None:
-        self.console.file.write(text)
-        self.console.file.flush()
+        # Ctrl-C mid-write would leave part of a frame on screen that the next erase does not count: hold SIGINT
+        # until the frame is out (it is delivered right after).
+        blocked = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.console.file.write(text)
+            self.console.file.flush()
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class LibraryMessages:
