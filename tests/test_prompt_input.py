@@ -109,3 +109,44 @@ def test_tab_completes_command_names_and_paths(tmp_path, monkeypatch):
     assert complete(":s") == [":save", ":set", ":show"]
     assert complete(":load relu_m") == ["odule.py"]
     assert complete(":set relu_m") == []  # :set takes no path
+
+
+def test_typing_into_a_big_paste_does_not_parse_the_module_on_every_key(monkeypatch):
+    """The toolbar's hint parses the whole buffer; with 2000 lines that cost 30-80 ms a key (issue 11, item 9)."""
+    import repl.ui.prompt_input as prompt_input
+
+    parses = []
+    real_inspect = prompt_input.inspect_module_source
+    monkeypatch.setattr(prompt_input, "inspect_module_source", lambda code: parses.append(1) or real_inspect(code))
+    big = MODULE + "".join(f"x_{n} = {n}\n" for n in range(2000))
+    typed = list("abcdefghijklmnopqrst")
+    with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+        module_input = ModuleInput(InputOptions(), input=pipe, output=DummyOutput())
+        buffer = module_input.session.default_buffer
+
+        def next_key(_):  # one key per redraw, as a person types
+            if buffer.text.startswith(big):
+                pipe.send_text(typed.pop(0) if typed else ESC_ENTER)
+
+        module_input.session.app.after_render += next_key
+        pipe.send_text(PASTE_START + big + PASTE_END)
+        text = module_input.read()
+    assert text == big + "abcdefghijklmnopqrst"
+    assert len(parses) < 10, f"{len(parses)} parses for 20 keys"  # debounced: one per pause in typing
+
+
+def test_enter_on_an_empty_prompt_adds_no_blank_line():
+    assert read_with_keys(ENTER + ENTER + ":help" + ENTER) == ":help"
+
+
+@pytest.mark.parametrize("left", ["paste a PyTorch module or type :help",
+                                  "Enter: newline · Esc-Enter: submit anyway · Not valid Python (line 3: invalid "
+                                  "decimal literal) and some more words"])
+def test_toolbar_fits_80_columns(left):
+    from repl.ui.prompt_input import fit_toolbar
+
+    for right in ["model: facebook/KernelLLM on cuda (bfloat16)",
+                  "model: downloading facebook/KernelLLM into the Hugging Face cache: 3.2 of 16.1 GB…", ""]:
+        line = fit_toolbar(left, right, 80)
+        assert len(line) < 80, line
+        assert line.startswith(" " + left[:20]) and ("│" in line) == bool(right)

@@ -1,6 +1,7 @@
 """The streaming view: a live region shorter than the terminal, then one copy-friendly print of the kernel."""
 
 import io
+import re
 
 import pyte
 
@@ -91,4 +92,57 @@ def test_no_color_means_no_colour_codes(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     console = make_console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT)
     stream_through_view(console, REPLY_TEXT)
-    assert "\x1b[38;" not in console.file.getvalue() and "\x1b[3" not in console.file.getvalue()
+    colours = [code for sgr in re.findall(r"\x1b\[([\d;]*)m", console.file.getvalue())
+               for code in sgr.split(";") if code.startswith(("3", "4", "9")) and code not in {"3", "4"}]
+    assert not colours
+
+
+def test_a_narrower_window_gets_every_row_of_the_previous_frame_erased():
+    """A terminal re-wraps each line of the last frame when the window narrows; the next frame must first move up
+    over all those rows, or the top of the old frame stays behind as a stale copy (issue 11, item 2)."""
+    from rich.text import Text as RichText
+
+    from repl.ui.stream_view import LiveRegion
+
+    console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=HEIGHT)
+    region = LiveRegion(console)
+    region.show(RichText("x" * 90 + "\n" + "y" * 30 + "\n" + "z" * 90))  # 3 rows at 100 columns
+    console.width = 40  # 90 cells re-wrap into 3 rows: 3 + 1 + 3 rows
+    console.file.truncate(0), console.file.seek(0)
+    region.show(RichText("new"))
+    assert console.file.getvalue().startswith("\r\x1b[6A\x1b[J")
+
+
+def test_library_warnings_during_a_stream_become_lines_not_output(capsys, caplog):
+    import logging
+    import warnings
+
+    from repl.ui.stream_view import LibraryMessages
+
+    with LibraryMessages() as messages:
+        logging.getLogger("transformers.generation").warning("This is a friendly reminder - the length")
+        warnings.warn("TypedStorage is deprecated", UserWarning)
+        print("a stray print")
+        logging.getLogger("transformers.generation").warning("This is a friendly reminder - the length")
+    logging.getLogger("kernelllm-test").warning("after the stream")
+    assert messages.lines == ["This is a friendly reminder - the length", "UserWarning: TypedStorage is deprecated",
+                              "a stray print"]
+    captured = capsys.readouterr()
+    assert "friendly" not in captured.out + captured.err
+    assert [record.getMessage() for record in caplog.records] == ["after the stream"]  # handlers are back
+
+
+def test_a_backend_thread_warning_after_the_stream_does_not_reach_the_terminal(capsys):
+    """An interrupted reply's backend finishes in its thread; what it logs then must not draw over the prompt."""
+    import logging
+    import threading
+
+    from repl.ui.stream_view import LibraryMessages
+
+    with LibraryMessages():
+        pass
+    late = threading.Thread(target=lambda: logging.getLogger("transformers.x").warning("late friendly reminder"))
+    late.start(), late.join()
+    assert "late friendly reminder" in LibraryMessages.late
+    assert "late friendly reminder" not in capsys.readouterr().err
+

@@ -2,6 +2,7 @@
 completion, a toolbar with the model's state, and Ctrl-C / Ctrl-D that behave like a shell."""
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -10,7 +11,8 @@ from prompt_toolkit.completion import Completer, Completion, PathCompleter, Thre
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory, InMemoryHistory
-from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.input.typeahead import store_typeahead
+from prompt_toolkit.key_binding import KeyBindings, KeyPress
 from prompt_toolkit.lexers import PygmentsLexer
 from pygments.lexers.python import PythonLexer
 
@@ -47,6 +49,48 @@ def enter_hint(text: str) -> str:
     return f"Enter: newline · Esc-Enter: submit anyway · {problem.split(';')[0]}"
 
 
+# Above this size the toolbar's hint (which parses the whole buffer) is worked out off the keystroke path: a parse of
+# a 2000-line paste takes 30-80 ms, and the toolbar is redrawn on every key.
+HINT_INLINE_LIMIT = 4000  # characters
+HINT_DEBOUNCE_S = 0.15
+
+
+class DebouncedHint:
+    """enter_hint() of the buffer text: at once for small texts; for big ones in a thread once typing pauses for
+    HINT_DEBOUNCE_S, showing the previous hint meanwhile (``on_ready`` redraws the toolbar)."""
+
+    def __init__(self, on_ready: Callable[[], None]):
+        self._on_ready = on_ready
+        self._text: str | None = None  # the text the hint below describes
+        self._hint = ""
+        self._timer: threading.Timer | None = None
+        self._latest = ""
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> str:
+        with self._lock:
+            if text == self._text:
+                return self._hint
+            if len(text) <= HINT_INLINE_LIMIT:
+                self._text, self._hint = text, enter_hint(text)
+                return self._hint
+            self._latest = text
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(HINT_DEBOUNCE_S, self._work_out)
+            self._timer.daemon = True
+            self._timer.start()
+            return self._hint if self._text is not None and self._text.strip() else "checking the module…"
+
+    def _work_out(self) -> None:
+        with self._lock:
+            text = self._latest
+        hint = enter_hint(text)
+        with self._lock:
+            self._text, self._hint = text, hint
+        self._on_ready()
+
+
 class CommandCompleter(Completer):
     """Completes :command names, then file paths for the commands that take one."""
 
@@ -69,6 +113,20 @@ class CommandCompleter(Completer):
         if self._takes_path(name) and not argument.startswith("-"):
             path_document = Document(argument.lstrip(), len(argument.lstrip()))
             yield from self._paths.get_completions(path_document, complete_event)
+
+
+def fit_toolbar(left: str, right: str, columns: int) -> str:
+    """' left  │  right' in one line of the terminal: the right part (the model's state) keeps up to half the width,
+    and each part is cut with '…' rather than wrapped onto a second line."""
+    room = max(columns - 1, 10)
+    if not right:
+        return _cut(f" {left}", room)
+    right = _cut(right, max(room // 2, room - len(left) - 6))
+    return f"{_cut(f' {left}', room - len(right) - 5)}  │  {right}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 @dataclass
@@ -100,7 +158,8 @@ class ModuleInput:
             history=history,
             completer=ThreadedCompleter(CommandCompleter(options.command_names, options.takes_path)),
             complete_while_typing=False,
-            lexer=PygmentsLexer(PythonLexer),
+            # Lex from the nearest def/class above the lines shown, not from the top on every key (big pastes).
+            lexer=PygmentsLexer(PythonLexer, sync_from_start=False),
             bottom_toolbar=self._toolbar,
             refresh_interval=0.5,  # the toolbar follows the model's loading progress
             input=input,
@@ -108,6 +167,16 @@ class ModuleInput:
             enable_open_in_editor=True,
         )
         self.session.default_buffer.on_text_changed += lambda _: self._disarm()
+        self._hint = DebouncedHint(on_ready=self._redraw)
+
+    def _redraw(self) -> None:
+        if self.session.app.is_running:
+            self.session.app.invalidate()
+
+    def keep_typeahead(self, presses: list[KeyPress]) -> None:
+        """Keys that arrived while no prompt was open (during a stream): the next read() starts with them."""
+        if presses:
+            store_typeahead(self.session.input, presses)
 
     def _disarm(self) -> None:
         self.exit_armed = False
@@ -117,9 +186,9 @@ class ModuleInput:
 
     def _toolbar(self):
         text = self.session.default_buffer.text if self.session.app.is_running else ""
-        left = "Ctrl-C again or Ctrl-D to exit" if self.exit_armed else enter_hint(text)
+        left = "Ctrl-C again or Ctrl-D to exit" if self.exit_armed else self._hint(text)
         right = self.options.toolbar() if self.options.toolbar else ""
-        return f" {left}  │  {right}" if right else f" {left}"
+        return fit_toolbar(left, right, self.session.app.output.get_size().columns)
 
     def _key_bindings(self) -> KeyBindings:
         bindings = KeyBindings()
@@ -128,6 +197,8 @@ class ModuleInput:
         def _enter(event):
             buffer = event.current_buffer
             at_end = buffer.cursor_position == len(buffer.text)
+            if not buffer.text:
+                return  # Enter on an empty prompt (or pressed during a stream, replayed here) does nothing
             if enter_submits(buffer.text, at_end):
                 buffer.validate_and_handle()
             else:

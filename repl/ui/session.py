@@ -1,5 +1,7 @@
 """The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
 
+import dataclasses
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,14 +14,19 @@ from rich.text import Text
 
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
-from repl.generation import GenerationError
+from repl.generation import INTERRUPTED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
 from repl.session_log import SessionLog
 from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
-from repl.ui.stream_view import StreamView, print_finished_reply, print_kernel
+from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
+from repl.ui.typeahead import KeyCapture
+
+# After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
+# to finish in its thread and the reply is shown as interrupted at once.
+STOP_WAIT_S = 0.3
 
 WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_inputs() and get_init_inputs()) "
            "and press Enter. :help lists the commands; Ctrl-D exits.")
@@ -144,27 +151,59 @@ class ReplSession:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self.wait_for_model():
             return
-        try:
-            stream = self.engine.stream_kernel(self.module.code)
-        except GenerationError as error:
-            self.console.print(str(error), style="bad")
+        messages = LibraryMessages()  # e.g. the tokenizer's "sequence length is longer than" while encoding the prompt
+        with messages:
+            try:
+                stream = self.engine.stream_kernel(self.module.code)
+            except GenerationError as error:
+                stream = None
+                failure = str(error)
+        if stream is None:
+            self._print_notes(messages)
+            self.console.print(failure, style="bad")
             return
         module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
         reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
+        reply = stream.reply
         try:
-            with StreamView(self.console, stream.reply) as view:
-                try:
-                    for _ in stream:
-                        view.update()
-                        self.log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
-                except KeyboardInterrupt:
-                    stream.cancel()
-                    _drain(stream)
+            reply = self._show_stream(stream, reply_id, messages)
         finally:
-            self.log.finish_reply(reply_id, stream.reply)
-        print_finished_reply(self.console, stream.reply)
-        self.attempt = new_attempt(self.module.code, stream.reply, self.source_name)
+            self.log.finish_reply(reply_id, reply)
+        print_finished_reply(self.console, reply)
+        self.attempt = new_attempt(self.module.code, reply, self.source_name)
         self.attempt.log_id = reply_id
+
+    def _print_notes(self, messages: LibraryMessages) -> None:
+        for line in messages.lines:
+            self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
+
+    def _show_stream(self, stream, reply_id, messages: LibraryMessages) -> Reply:
+        """The live view while a thread reads the stream; keys typed meanwhile go to the next prompt, library messages
+        are shown after it. Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
+        reader = _StreamReader(stream)
+        keep_keys = getattr(self.input, "keep_typeahead", None)
+        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
+                          write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
+        reply, logged = stream.reply, 0
+        with messages, keys, StreamView(self.console, stream.reply) as view:
+            try:
+                while not reader.finished.wait(0.05):
+                    view.update()
+                    if len(reply.text) != logged:
+                        logged = len(reply.text)
+                        self.log.append_reply_text(reply_id, reply.text, reply.tokens)
+            except KeyboardInterrupt:
+                stream.cancel()
+                if not _wait_through_interrupts(reader.finished, STOP_WAIT_S):
+                    # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
+                    reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
+                    reader.say_so_at_exit(self.console)
+        if keep_keys:
+            keep_keys(keys.presses())
+        self._print_notes(messages)
+        if reader.error is not None:
+            raise reader.error
+        return reply
 
     def wait_for_model(self) -> bool:
         """Wait for the model with a spinner; False (with the reason) when it failed or the user pressed Ctrl-C."""
@@ -333,12 +372,45 @@ class ReplSession:
                            "Commands may be shortened to a unique prefix (:sa for :save).", style="hint")
 
 
-def _drain(stream) -> None:
-    """Let a cancelled stream wind down, whatever further Ctrl-Cs arrive meanwhile."""
+class _StreamReader:
+    """Reads a reply stream to its end in a thread, so the session's thread stays free for Ctrl-C. Not a daemon: an
+    interrupted reply whose backend is still busy is waited for at exit (a thread inside torch at interpreter exit
+    aborts the process)."""
+
+    def __init__(self, stream):
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+        self._stream = stream
+        threading.Thread(target=self._read, name="stream-reader").start()
+
+    def say_so_at_exit(self, console: Console) -> None:
+        """If the session ends while the backend still works on this reply, say what the exit waits for."""
+        def note() -> None:
+            if not self.finished.is_set():
+                console.print("Waiting for the model to finish reading the interrupted module…", style="hint")
+
+        threading._register_atexit(note)  # runs before the interpreter waits for this thread (as concurrent.futures)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    for _ in self._stream:
+                        pass
+                    return
+                except KeyboardInterrupt:  # a stream that reports Ctrl-C from inside: cancel, then let it wind down
+                    self._stream.cancel()
+        except BaseException as error:  # raised again in the session's thread
+            self.error = error
+        finally:
+            self.finished.set()
+
+
+def _wait_through_interrupts(event: threading.Event, timeout: float) -> bool:
+    """event.wait(timeout), which further Ctrl-Cs do not cut short."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            for _ in stream:
-                pass
-            return
+            return event.wait(max(deadline - time.monotonic(), 0))
         except KeyboardInterrupt:
             continue

@@ -1,18 +1,26 @@
 """The live view of a reply as it streams, and the copy-friendly print of the finished kernel.
 
-rich's Live cannot redraw what has scrolled off screen, so the live region is kept shorter than the terminal: only the
-newest lines are shown while streaming, with their real line numbers. Each line is highlighted once, when it is
+No terminal can redraw what has scrolled off screen, so the live region is kept to half the terminal: only the newest
+lines are shown while streaming, with their real line numbers, and a window made smaller (by up to half) keeps it
+whole on screen. The region is drawn by ``LiveRegion`` rather than rich's Live, to erase the lines a narrower window
+re-wrapped the previous frame into; keys are not echoed meanwhile (``repl.ui.typeahead``) and library warnings are
+held back (``LibraryMessages``), so nothing else writes into it. Each line is highlighted once, when it is
 complete, and cached, so a refresh costs the same at line 10 as at line 2000 (the benchmark's render-overhead figure
 measures it). Lines are highlighted in the chunks that completed between two frames, so a docstring that spans
 frames may be coloured as code until the stream ends; then the whole kernel is printed once, highlighted as a whole,
 with no borders or gutters that would end up in copied code.
 """
 
+import logging
+import signal
+import sys
+import threading
 import time
+import warnings
 
 from rich.console import Console, Group
-from rich.live import Live
 from rich.rule import Rule
+from rich.segment import Segment, Segments
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -55,18 +63,17 @@ class StreamView:
         self.title = title
         self.render_seconds = 0.0  # total time spent building and drawing frames (for the render-overhead benchmark)
         self.frames = 0
-        self._live = Live(console=console, auto_refresh=False, transient=True, vertical_overflow="crop")
+        self._live = LiveRegion(console)
         self._next_refresh = 0.0
         self._highlighter = Syntax("", "python", theme=syntax_theme(), background_color="default")
         self._highlighted: list[Text] = []  # complete lines of the reply, highlighted once
 
     def __enter__(self) -> "StreamView":
-        self._live.start()
         self._refresh()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._live.stop()
+        self._live.clear()
 
     def update(self, force: bool = False) -> None:
         """Redraw if enough time has passed since the last frame."""
@@ -75,7 +82,7 @@ class StreamView:
 
     def _refresh(self) -> None:
         started = time.perf_counter()
-        self._live.update(self._frame(), refresh=True)
+        self._live.show(self._frame())
         render_time = time.perf_counter() - started
         self.render_seconds += render_time
         self.frames += 1
@@ -89,9 +96,9 @@ class StreamView:
 
     def _frame(self):
         header = Rule(Text.assemble((f" {self.title} ", "accent"), status_line(self.reply), " "), style="hint")
-        # Room for the header and a margin; the region must stay shorter than the terminal.
-        visible = max(self.console.size.height - 3, 1)
-        lines = self.reply.text.split("\n")
+        # Half the terminal: it must stay on screen to be redrawn, also when the window is made smaller.
+        visible = max(self.console.size.height // 2 - 1, 1)
+        lines = [_printable(line) for line in self.reply.text.split("\n")]
         complete = len(lines) - 1  # the last line may still grow
         if complete > len(self._highlighted):
             new_lines = lines[len(self._highlighted):complete]
@@ -108,6 +115,172 @@ class StreamView:
             if number < len(lines) - 1:
                 code.append("\n")
         return Group(header, code)
+
+
+# Control characters would move the cursor (a vertical tab or form feed is a line feed to a terminal), so the live
+# region's rows would no longer be where it counts them; tabs are expanded for the same reason.
+_CONTROL_CHARACTERS = {code: "\ufffd" for code in [*range(0x20), 0x7f] if code != 0x0a}
+
+
+def _printable(line: str) -> str:
+    return line.expandtabs(4).translate(_CONTROL_CHARACTERS)
+
+
+class LiveRegion:
+    """A few lines at the end of the output, redrawn in place. Before each frame it moves up over the previous one and
+    erases to the end of the screen, counting the rows that frame takes at the terminal's width now: a window made
+    narrower re-wraps each line into several rows (xterm-style terminals that cut lines instead are rare)."""
+
+    HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._line_lengths: list[int] = []  # the cells of each line of the frame on screen
+        self._shown = False
+
+    def _erase(self) -> str:
+        if not self._shown:
+            return ""
+        width = max(self.console.size.width, 1)
+        rows = sum(max(1, -(-length // width)) for length in self._line_lengths)
+        return "\r" + (f"\x1b[{rows - 1}A" if rows > 1 else "") + "\x1b[J"
+
+    def show(self, renderable) -> None:
+        if not self.console.is_terminal:
+            return  # a pipe gets the finished reply only
+        width = max(self.console.size.width - 1, 1)  # never the last column: no pending wrap to account for
+        lines = self.console.render_lines(renderable, self.console.options.update(width=width), pad=False)
+        segments: list[Segment] = []
+        for number, line in enumerate(lines):
+            if number:
+                segments.append(Segment.line())
+            segments.extend(line)
+        with self.console.capture() as frame:
+            self.console.print(Segments(segments), end="", soft_wrap=True)
+        self._write(self._erase() + (self.HIDE_CURSOR if not self._shown else "") + frame.get())
+        self._line_lengths = [Segment.get_line_length(line) for line in lines]
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self._write(self._erase() + self.SHOW_CURSOR)
+            self._shown = False
+
+    def _write(self, text: str) -> None:
+        # Ctrl-C mid-write would leave part of a frame on screen that the next erase does not count: hold SIGINT
+        # until the frame is out (it is delivered right after).
+        blocked = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.console.file.write(text)
+            self.console.file.flush()
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class LibraryMessages:
+    """While a reply streams, what libraries say (Python warnings, logging records of WARNING and above, stray prints
+    to sys.stdout/sys.stderr, e.g. transformers' "friendly reminder") is held back instead of being written into the
+    live region; ``lines`` holds it afterwards, one line per distinct message, for the session to show as notes.
+
+    Warnings and logging are routed for the rest of the process once a stream has run: a backend left to finish an
+    interrupted reply in its thread would otherwise write over the next prompt. What a thread other than the main one
+    says while no stream runs goes to ``LibraryMessages.late`` instead of the terminal."""
+
+    late: list[str] = []
+    _active: "LibraryMessages | None" = None
+    _installed = False
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def _add(self, text: str) -> None:
+        line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+        if line and line not in self.lines:
+            self.lines.append(line)
+
+    @classmethod
+    def _held_back(cls, text: str) -> bool:
+        active = cls._active
+        if active is not None:
+            active._add(text)
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            cls.late.append(text)
+            return True
+        return False
+
+    @classmethod
+    def _install(cls) -> None:
+        if cls._installed:
+            return
+        cls._installed = True
+        show = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if not cls._held_back(f"{category.__name__}: {message}"):
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+        loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
+                                           if isinstance(logger, logging.Logger) and logger.handlers]
+        for logger in loggers:
+            logger.handlers = [_RoutedHandler(handler, cls._held_back) for handler in logger.handlers]
+        logging.lastResort = _RoutedHandler(logging.lastResort, cls._held_back)
+
+    def __enter__(self) -> "LibraryMessages":
+        self._install()
+        LibraryMessages._active = self
+        self._streams = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = _CollectingFile(self._add)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        sys.stdout, sys.stderr = self._streams
+        LibraryMessages._active = None
+
+
+class _RoutedHandler(logging.Handler):
+    """Wraps a logging handler: records of WARNING and above go to ``held_back`` first, which may keep them."""
+
+    def __init__(self, handler: logging.Handler | None, held_back):
+        super().__init__(handler.level if handler is not None else logging.NOTSET)
+        self._handler = handler
+        self._held_back = held_back
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        try:
+            if record.levelno >= logging.WARNING and self._held_back(record.getMessage()):
+                return True
+        except Exception:  # a malformed record must not break the stream
+            return True
+        return self._handler.handle(record) if self._handler is not None else True
+
+    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
+        pass
+
+
+class _CollectingFile:
+    def __init__(self, add):
+        self._add = add
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._add(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._add(self._pending)
+            self._pending = ""
+
+    def isatty(self) -> bool:
+        return False
 
 
 def print_kernel(console: Console, code: str, title: str, footer: Text | None = None) -> None:
@@ -136,7 +309,7 @@ def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") 
         console.print(Rule(status_line(reply), style="hint"))
     else:
         console.print(status_line(reply))
-        if reply.finish_reason != FAILED:
+        if reply.finish_reason not in (FAILED, INTERRUPTED):
             console.print("The model returned no text; :regen samples again.", style="warn")
 
 

@@ -1,0 +1,197 @@
+"""End to end in a pseudo-terminal, while a reply streams (issue 11, items 1-3): what is pasted or typed meanwhile
+reaches the next prompt whole, the scrollback holds one copy of the reply, library warnings stay out of the live
+region, and Ctrl-C before the first token returns at once."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pexpect
+import pytest
+
+from test_repl_e2e import COLUMNS, PASTE_END, PASTE_START, REPO, ROWS, Terminal
+from tiny_models import RELU_MODULE
+
+STATUS = r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s"
+LIVE_HEADER = r"kernel [1-9]\d* tokens · [\d.]+ tok/s"  # only the live region's header has the title beside it
+
+
+def start(model_dir, tmp_path) -> Terminal:
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
+    environment.pop("NO_COLOR", None)
+    child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(model_dir),
+                                           "--max-new-tokens", "100000", "--no-log"],
+                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    terminal = PumpedTerminal(child)
+    terminal.wait_for(rf"{model_dir.name} on cpu \(float32\)")
+    return terminal
+
+
+class PumpedTerminal(Terminal):
+    """Reads the program's output all the time, not only while a test waits: prompt_toolkit's cursor-position
+    requests are then answered at once even on a loaded machine (a late answer made it draw the toolbar on a row the
+    emulated screen did not expect)."""
+
+    def __init__(self, child):
+        super().__init__(child)
+        self._lock = threading.Lock()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                data = self.child.read_nonblocking(65536, timeout=0.05)
+            except pexpect.TIMEOUT:
+                continue
+            except (pexpect.EOF, OSError, ValueError):
+                return
+            with self._lock:
+                self.stream.feed(data)
+
+    def text(self) -> str:
+        with self._lock:
+            return super().text()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            match = re.search(pattern, self.text())
+            if match:
+                return match
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def endless_chatty_model_dir(tiny_model_dir, tmp_path):
+    """The random tiny model, endless (an end-of-text id it never emits), and with 1000 positions declared, so that
+    transformers logs its "friendly reminder" about the length in the middle of the stream (the prompt for
+    RELU_MODULE is 945 tokens)."""
+    directory = tmp_path / "endless"
+    shutil.copytree(tiny_model_dir, directory)
+    for name, change in [("generation_config.json", {"eos_token_id": [10**6]}),
+                         ("config.json", {"max_position_embeddings": 1000})]:
+        config = json.loads((directory / name).read_text())
+        (directory / name).write_text(json.dumps({**config, **change}))
+    return directory
+
+
+def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_no_stale_frames(
+        endless_chatty_model_dir, tmp_path):
+    terminal = start(endless_chatty_model_dir, tmp_path)
+    try:
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for(LIVE_HEADER)  # streaming
+        terminal.send("\r")  # an impatient Enter: it used to push the live region down, leaving a copy behind
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)  # the next module, pasted while this one streams
+        terminal.wait_for(r"kernel [1-9]\d\d+ tokens · [\d.]+ tok/s")  # the stream goes on over it
+        terminal.child.sendintr()
+        terminal.wait_for(STATUS + r" +interrupted")
+        # The paste is the next prompt's text, indentation intact: a complete module, ready to submit.
+        terminal.wait_for("Enter: generate a Triton kernel for this module")
+        screen = terminal.text()
+        prompt_at = screen.rindex("› import torch")
+        shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
+        assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
+        # One header and one status line for the reply in the whole scrollback; the warning once, as a note.
+        assert len(re.findall(STATUS, screen)) == 1, screen[-4000:]
+        assert len(re.findall("friendly reminder", screen)) == 1
+        assert re.search(r"^note: .*friendly reminder", screen, re.MULTILINE)
+        terminal.send("\r")  # and Enter submits it
+        terminal.wait_for(LIVE_HEADER)
+        terminal.child.sendintr()
+        terminal.wait_for(r"(?s)interrupted.*interrupted")
+    finally:
+        terminal.child.terminate(force=True)
+
+
+@pytest.fixture
+def slow_prefill_model_dir(tmp_path):
+    """A random model big enough that reading a long module (the prefill) takes seconds before the first token."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    import tiny_models
+
+    tokenizer = tiny_models.build_tiny_tokenizer()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(tiny_models._llama_config(tokenizer, hidden=256, layers=12, heads=4, kv_heads=2,
+                                                           intermediate=1024))
+    return tiny_models._save(model, tokenizer, tmp_path / "slow-prefill")
+
+
+LONG_MODULE = RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long to read\n"
+                                    for n in range(160))
+
+
+def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow_prefill_model_dir, tmp_path):
+    terminal = start(slow_prefill_model_dir, tmp_path)
+    try:
+        terminal.send(PASTE_START + LONG_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for("waiting for the first token")
+        terminal.child.sendintr()
+        interrupted_at = time.monotonic()
+        terminal.wait_for(r"0 tokens · [\d.]+ s +interrupted", timeout=30)
+        returned_in = time.monotonic() - interrupted_at
+        # Waiting for the prefill to end took 8 s and more (about 20 s for this model here); the UI stops waiting
+        # after 0.3 s. The margin is for a loaded machine and for reading the screen.
+        assert returned_in < 5, f"{returned_in:.1f} s"
+        assert "returned no text" not in terminal.text()
+        terminal.send(":set\r")  # the prompt works while the backend finishes in its thread
+        terminal.wait_for("max_new_tokens +100000")
+    finally:
+        terminal.child.terminate(force=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a terminal that re-wraps lines on resize)")
+def test_resizing_the_window_mid_stream_leaves_one_copy_of_the_reply_in_the_scrollback(
+        endless_chatty_model_dir, tmp_path):
+    """In tmux, as a user would: tmux re-wraps lines when the window narrows and pushes rows into the scrollback when
+    it gets shorter, which is where stale copies of the live region used to pile up."""
+    socket = f"kernelllm-test-{os.getpid()}"
+    tmux = lambda *arguments: subprocess.run(["tmux", "-L", socket, *arguments], capture_output=True, text=True,
+                                             check=True).stdout
+    (tmp_path / "module.py").write_text(RELU_MODULE)
+    command = (f"KERNELLLM_HOME={tmp_path / 'home'} {sys.executable} {REPO / 'kernelllm.py'} --model "
+               f"{endless_chatty_model_dir} --max-new-tokens 100000 --no-log; sleep 600")
+    tmux("new-session", "-d", "-s", "repl", "-x", "120", "-y", "40", command)
+    try:
+        def wait_for(pattern, history=False, timeout=120):
+            deadline = time.monotonic() + timeout
+            while True:
+                screen = tmux("capture-pane", "-p", "-t", "repl", *(["-S", "-"] if history else []))
+                if re.search(pattern, screen):
+                    return screen
+                assert time.monotonic() < deadline, f"{pattern!r} not on the screen:\n{screen[-3000:]}"
+                time.sleep(0.1)
+
+        wait_for(r"endless on cpu \(float32\)")
+        tmux("load-buffer", str(tmp_path / "module.py"))
+        tmux("paste-buffer", "-p", "-t", "repl")
+        wait_for("Enter: generate")
+        tmux("send-keys", "-t", "repl", "Enter")
+        def wait_for_a_new_frame():
+            shown = re.search(r"kernel (\d+) tokens", wait_for(LIVE_HEADER)).group(1)
+            wait_for(rf"kernel (?!{shown} )\d+ tokens")
+
+        wait_for(LIVE_HEADER)
+        tmux("resize-window", "-t", "repl", "-x", "80", "-y", "30")  # narrower and shorter
+        wait_for_a_new_frame()
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
+        wait_for_a_new_frame()
+        tmux("send-keys", "-t", "repl", "C-c")
+        scrollback = wait_for(STATUS + r" +interrupted", history=True)
+        assert len(re.findall(r"\d+ tokens · ", scrollback)) == 1, scrollback
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
