@@ -146,3 +146,47 @@ def test_a_backend_thread_warning_after_the_stream_does_not_reach_the_terminal(c
     assert "late friendly reminder" in LibraryMessages.late
     assert "late friendly reminder" not in capsys.readouterr().err
 
+
+
+def test_routing_survives_a_library_that_replaced_showwarning_after_an_earlier_stream():
+    import warnings
+
+    from repl.ui.stream_view import LibraryMessages
+
+    with LibraryMessages():
+        pass
+    original = warnings.showwarning
+    warnings.showwarning = lambda *args, **kwargs: None  # as a test runner or a library's catch_warnings may leave it
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            with LibraryMessages() as messages:
+                warnings.warn("said during the second stream", UserWarning)
+    finally:
+        warnings.showwarning = original
+    assert messages.lines == ["UserWarning: said during the second stream"]
+
+
+HOSTILE = ("\x1b]52;c;cm0gLXJmIH4=\x07 clipboard \x9b2J wipe \x85 next-line \x0b tab\there\r\n"
+           "```python\nclass ModelNew:  # \x1b[2J\x1b[H\n    pass\n```\n")
+
+
+def test_escape_sequences_in_a_reply_never_reach_the_terminal(tmp_path, monkeypatch):
+    """A reply is untrusted text: the live region, the final print and :raw show its control characters as U+FFFD."""
+    from repl.engine import Engine
+    from repl.ui.session import ReplSession
+    from replay_backend import ReplayBackend
+
+    console = terminal_console()
+    stream_through_view(console, HOSTILE)
+    monkeypatch.chdir(tmp_path)
+    session = ReplSession(Engine(backend_override=ReplayBackend(HOSTILE)), console, module_input=object())
+    session.handle("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                   "        return x\n\ndef get_inputs():\n    return [torch.randn(2)]\n\n"
+                   "def get_init_inputs():\n    return []\n")
+    session.handle(":raw")
+    session.engine.close_checkers()
+    written = console.file.getvalue()
+    for sequence in ("\x1b]52", "\x1b[2J", "\x1b[H", "\x9b", "\x85", "\x0b", "\x07"):
+        assert sequence not in written, repr(sequence)
+    assert "clipboard" in written and "\ufffd" in written  # shown, defused

@@ -13,6 +13,7 @@ from repl.checker import Verdict
 from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
+from repl.ui.console import terminal_safe
 from repl.ui.stream_view import print_kernel, status_line
 
 DEFAULT_FIX_TRIES = 5
@@ -59,7 +60,7 @@ def show_candidate(session, n) -> None:
         footer = Text.assemble(" ", verdict_text(candidate), f": {candidate.check.message} · ", footer)
     kernel = candidate.kernel
     if kernel is None:
-        session.console.print(Text(candidate.reply.text or "(empty reply)"))
+        session.console.print(Text(terminal_safe(candidate.reply.text) or "(empty reply)"))
         session.console.print(footer)
         return
     print_kernel(session.console, kernel, f"candidate {candidate.index}", footer=footer)

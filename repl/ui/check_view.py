@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.checker.result import CheckResult
+from repl.ui.console import terminal_safe
 
 TRACEBACK_LINES = 12
 
@@ -20,7 +21,7 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False):
     table.add_column()
     table.add_row("verdict", Text(result.verdict.label, style=result.verdict.style))
     if result.message:
-        table.add_row("", Text(result.message))
+        table.add_row("", Text(terminal_safe(result.message)))
     if result.device:
         table.add_row("device", result.device)
     if result.trials:
@@ -44,10 +45,10 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False):
 
     parts = [table]
     if result.traceback:
-        text = result.traceback if full_traceback else _user_frames_only(result.traceback)
+        text = terminal_safe(result.traceback if full_traceback else _user_frames_only(result.traceback))
         parts.append(_excerpt("traceback", text, full_traceback, from_end=False))
     elif result.output_tail:
-        parts.append(_excerpt("last output", result.output_tail, full_traceback, from_end=True))
+        parts.append(_excerpt("last output", terminal_safe(result.output_tail), full_traceback, from_end=True))
     return Group(*parts)
 
 

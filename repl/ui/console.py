@@ -28,3 +28,16 @@ def make_console(file=None, **overrides) -> Console:
 
 def syntax_theme() -> str:
     return "ansi_dark"
+
+
+# What a terminal acts on instead of showing: C0 controls (a vertical tab or form feed is a line feed to it; ESC starts
+# an escape sequence that can move the cursor, retitle the window or write the clipboard), DEL, and the C1 range
+# (U+009B is CSI to many terminals). Model replies and a candidate's output are untrusted text.
+_UNSAFE = {code: "\ufffd" for code in [*range(0x20), *range(0x7f, 0xa0)] if code not in (0x09, 0x0a, 0x0d)}
+_UNSAFE[0x0d] = None  # carriage returns of CRLF line ends
+
+
+def terminal_safe(text: str) -> str:
+    """Untrusted text made fit to print: every character a terminal would act on replaced by U+FFFD, carriage
+    returns dropped, tabs expanded (layouts count cells)."""
+    return text.translate(_UNSAFE).expandtabs(4)

@@ -23,6 +23,7 @@ from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
 from repl.ui.typeahead import KeyCapture
+from repl.ui.console import terminal_safe
 
 # After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
 # to finish in its thread and the reply is shown as interrupted at once.
@@ -265,7 +266,7 @@ class ReplSession:
 
     def show_raw(self) -> None:
         reply = self._current().reply
-        self.console.print(Text(reply.text or "(empty reply)"))
+        self.console.print(Text(terminal_safe(reply.text) or "(empty reply)"))
 
     def _check_summary(self, attempt: Attempt) -> str:
         if attempt.check is None:

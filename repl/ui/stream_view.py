@@ -26,7 +26,7 @@ from rich.text import Text
 
 from repl.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, Reply
-from repl.ui.console import syntax_theme
+from repl.ui.console import syntax_theme, terminal_safe
 
 # Refresh at most 20 times a second, and wait RENDER_COST_FACTOR times the last frame's render time before the next:
 # the view then costs at most 1/RENDER_COST_FACTOR (2%) of the time it streams, however slow the terminal or the
@@ -98,7 +98,7 @@ class StreamView:
         header = Rule(Text.assemble((f" {self.title} ", "accent"), status_line(self.reply), " "), style="hint")
         # Half the terminal: it must stay on screen to be redrawn, also when the window is made smaller.
         visible = max(self.console.size.height // 2 - 1, 1)
-        lines = [_printable(line) for line in self.reply.text.split("\n")]
+        lines = terminal_safe(self.reply.text).split("\n")
         complete = len(lines) - 1  # the last line may still grow
         if complete > len(self._highlighted):
             new_lines = lines[len(self._highlighted):complete]
@@ -115,15 +115,6 @@ class StreamView:
             if number < len(lines) - 1:
                 code.append("\n")
         return Group(header, code)
-
-
-# Control characters would move the cursor (a vertical tab or form feed is a line feed to a terminal), so the live
-# region's rows would no longer be where it counts them; tabs are expanded for the same reason.
-_CONTROL_CHARACTERS = {code: "\ufffd" for code in [*range(0x20), 0x7f] if code != 0x0a}
-
-
-def _printable(line: str) -> str:
-    return line.expandtabs(4).translate(_CONTROL_CHARACTERS)
 
 
 class LiveRegion:
@@ -191,7 +182,6 @@ class LibraryMessages:
 
     late: list[str] = []
     _active: "LibraryMessages | None" = None
-    _installed = False
 
     def __init__(self):
         self.lines: list[str] = []
@@ -214,21 +204,23 @@ class LibraryMessages:
 
     @classmethod
     def _install(cls) -> None:
-        if cls._installed:
-            return
-        cls._installed = True
-        show = warnings.showwarning
+        """Route warnings and logging through ``_held_back``. Done again at every stream, and idempotent: something
+        may have replaced ``warnings.showwarning`` since (a test runner, a library), or a logger gained handlers."""
+        if not getattr(warnings.showwarning, "routed_by_kernelllm", False):
+            show = warnings.showwarning
 
-        def showwarning(message, category, filename, lineno, file=None, line=None):
-            if not cls._held_back(f"{category.__name__}: {message}"):
-                show(message, category, filename, lineno, file, line)
+            def showwarning(message, category, filename, lineno, file=None, line=None):
+                if not cls._held_back(f"{category.__name__}: {message}"):
+                    show(message, category, filename, lineno, file, line)
 
-        warnings.showwarning = showwarning
+            showwarning.routed_by_kernelllm = True
+            warnings.showwarning = showwarning
+        # A filter on each handler, not a wrapper around it: the handler stays the object its owner may remove.
         loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
                                            if isinstance(logger, logging.Logger) and logger.handlers]
-        for logger in loggers:
-            logger.handlers = [_RoutedHandler(handler, cls._held_back) for handler in logger.handlers]
-        logging.lastResort = _RoutedHandler(logging.lastResort, cls._held_back)
+        for handler in [handler for logger in loggers for handler in logger.handlers] + [logging.lastResort]:
+            if handler is not None and _HOLD_BACK not in handler.filters:
+                handler.addFilter(_HOLD_BACK)
 
     def __enter__(self) -> "LibraryMessages":
         self._install()
@@ -242,24 +234,15 @@ class LibraryMessages:
         LibraryMessages._active = None
 
 
-class _RoutedHandler(logging.Handler):
-    """Wraps a logging handler: records of WARNING and above go to ``held_back`` first, which may keep them."""
+def _not_held_back(record: logging.LogRecord) -> bool:
+    """A logging filter: records of WARNING and above go to LibraryMessages first, which may keep them."""
+    try:
+        return not (record.levelno >= logging.WARNING and LibraryMessages._held_back(record.getMessage()))
+    except Exception:  # a malformed record must not break the stream
+        return False
 
-    def __init__(self, handler: logging.Handler | None, held_back):
-        super().__init__(handler.level if handler is not None else logging.NOTSET)
-        self._handler = handler
-        self._held_back = held_back
 
-    def handle(self, record: logging.LogRecord) -> bool:
-        try:
-            if record.levelno >= logging.WARNING and self._held_back(record.getMessage()):
-                return True
-        except Exception:  # a malformed record must not break the stream
-            return True
-        return self._handler.handle(record) if self._handler is not None else True
-
-    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
-        pass
+_HOLD_BACK = _not_held_back
 
 
 class _CollectingFile:
@@ -286,8 +269,8 @@ class _CollectingFile:
 def print_kernel(console: Console, code: str, title: str, footer: Text | None = None) -> None:
     """The kernel, highlighted, between two rules: no box and no gutter inside the code lines, so it copies cleanly."""
     console.print(Rule(Text(f" {title} ", style="accent"), style="hint"))
-    console.print(Syntax(code.rstrip("\n"), "python", theme=syntax_theme(), line_numbers=False, word_wrap=False,
-                         background_color="default"))
+    console.print(Syntax(terminal_safe(code).rstrip("\n"), "python", theme=syntax_theme(), line_numbers=False,
+                         word_wrap=False, background_color="default"))
     console.print(Rule(footer or "", style="hint"))
 
 
@@ -305,7 +288,7 @@ def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") 
                           style="warn")
     elif reply.text.strip():
         console.print(Rule(Text(" reply (no code block found) ", style="warn"), style="hint"))
-        console.print(Text(reply.text.rstrip("\n")))
+        console.print(Text(terminal_safe(reply.text).rstrip("\n")))
         console.print(Rule(status_line(reply), style="hint"))
     else:
         console.print(status_line(reply))
