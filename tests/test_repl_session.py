@@ -1,6 +1,7 @@
 """The interactive session's behaviour, driven with a replaying backend and a recorded console."""
 
 import io
+import re
 
 import pytest
 
@@ -266,3 +267,66 @@ def test_a_module_too_large_to_check_here_is_said_before_generating(tmp_path, mo
         session.engine.close_checkers()
     assert "too large for" in seen_when_generating[0]  # said by the judge before the model was asked
     assert session.attempt.kernel == KERNEL  # and the kernel is still generated
+
+
+def test_ctrl_c_during_a_stream_is_acted_on_between_frames_and_the_console_keeps_printing(tmp_path, monkeypatch):
+    """A real SIGINT mid-stream: the reply ends interrupted, the final status is printed (a KeyboardInterrupt inside
+    rich's rendering once left the console buffering everything after it), and Ctrl-C is a KeyboardInterrupt again."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from repl.generation import INTERRUPTED, Backend, Reply
+
+    class EndlessStream:
+        def __init__(self, settings):
+            self.reply = Reply(model="endless", settings=settings)
+            self._cancelled = threading.Event()
+
+        def cancel(self):
+            self._cancelled.set()
+
+        def __iter__(self):
+            while not self._cancelled.wait(0.001):
+                self.reply.first_token_at = self.reply.first_token_at or time.monotonic()
+                self.reply.text += "x = 1\n"
+                self.reply.tokens += 1
+                yield "x = 1\n"
+            self.reply.finished_at, self.reply.finish_reason = time.monotonic(), INTERRUPTED
+
+    class EndlessBackend(Backend):
+        description = "endless"
+
+        def stream(self, prompt, settings):
+            self.current = EndlessStream(settings)
+            return self.current
+
+    backend = EndlessBackend()
+    monkeypatch.chdir(tmp_path)
+    console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=20, record=True)
+    session = ReplSession(Engine(backend_override=backend), console, module_input=object())
+    monkeypatch.setattr(session.engine, "too_large", lambda *args: None)  # no judge needed here
+
+    from repl.ui import stream_view
+
+    show, escaped = stream_view.LiveRegion.show, []
+
+    def show_with_ctrl_c_mid_frame(region, renderable):  # the key lands while rich renders a frame
+        if backend.current.reply.tokens > 50 and not escaped:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler runs here, inside the frame
+            except KeyboardInterrupt:
+                escaped.append("inside a frame")
+                raise
+            escaped.append("not inside a frame")
+        show(region, renderable)
+
+    monkeypatch.setattr(stream_view.LiveRegion, "show", show_with_ctrl_c_mid_frame)
+    assert session.handle(RELU) is None
+    assert escaped == ["not inside a frame"]
+    assert session.attempt.reply.interrupted
+    last_lines = [line for line in output(console).splitlines() if line.strip()][-1:]
+    assert re.search(r"\d+ tokens · .* interrupted", last_lines[0]), last_lines  # printed after the stream
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -1,6 +1,8 @@
 """The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
 
+import contextlib
 import dataclasses
+import signal
 import sys
 import threading
 import time
@@ -186,9 +188,11 @@ class ReplSession:
         keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         reply, logged = stream.reply, 0
-        with messages, keys, StreamView(self.console, stream.reply) as view:
+        with messages, keys, _interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
+                    if interrupted.is_set():
+                        raise KeyboardInterrupt  # here, between frames
                     view.update()
                     if len(reply.text) != logged:
                         logged = len(reply.text)
@@ -405,6 +409,23 @@ class _StreamReader:
             self.error = error
         finally:
             self.finished.set()
+
+
+@contextlib.contextmanager
+def _interrupts_as_event():
+    """While a reply streams, Ctrl-C sets an event that the stream loop acts on between frames, instead of raising
+    KeyboardInterrupt wherever the main thread happens to be: inside rich's capture it left the console buffering for
+    good (nothing printed afterwards was shown), and a `with lock:` it interrupts can leave the lock taken. Blocking
+    SIGINT does not do this: the kernel then hands the signal to another thread and Python still raises it here."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _wait_through_interrupts(event: threading.Event, timeout: float) -> bool:

@@ -12,7 +12,6 @@ with no borders or gutters that would end up in copied code.
 """
 
 import logging
-import signal
 import sys
 import threading
 import time
@@ -158,17 +157,8 @@ class LiveRegion:
             self._shown = False
 
     def _write(self, text: str) -> None:
-        # Ctrl-C mid-write would leave part of a frame on screen that the next erase does not count: hold SIGINT
-        # until the frame is out (it is delivered right after).
-        blocked = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
-        if blocked:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            self.console.file.write(text)
-            self.console.file.flush()
-        finally:
-            if blocked:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        self.console.file.write(text)
+        self.console.file.flush()
 
 
 class LibraryMessages:
