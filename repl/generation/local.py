@@ -13,6 +13,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from repl.errors import one_line
 from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
@@ -97,7 +98,7 @@ def settle_reply(reply: Reply, decoder: IncrementalDecoder, end_ids: set[int], *
 
 
 def _describe_generation_failure(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = one_line(error)
     if "out of memory" in text.lower():
         return f"generation ran out of memory: {text}. Lower --max-new-tokens or use a smaller --dtype."
     return f"generation failed: {type(error).__name__}: {text}"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from repl.errors import one_line
+
 DEFAULT_MODEL = "facebook/KernelLLM"
 
 # Only what from_pretrained needs: skips the original/ consolidated checkpoint some Llama repos carry.
@@ -114,7 +116,7 @@ def _local_weights(model_id: str, report: Callable[[str], None]) -> str:
     except LocalEntryNotFoundError:
         raise ModelLoadError(_not_cached_message(model_id, "the hub cannot be reached")) from None
     except OSError as error:
-        raise ModelLoadError(f"downloading {model_id} failed: {_first_line(error)}") from None
+        raise ModelLoadError(f"downloading {model_id} failed: {one_line(error)}") from None
 
 
 def _not_cached_message(model_id: str, reason: str) -> str:
@@ -127,15 +129,10 @@ def _not_cached_message(model_id: str, reason: str) -> str:
 
 
 def _describe_load_failure(model_id: str, error: Exception) -> str:
-    text = _first_line(error)
+    text = one_line(error)
     if "out of memory" in text.lower() or isinstance(error, MemoryError):
         return f"not enough memory to load {model_id}: {text}. Try another --device or --dtype."
     return f"could not load {model_id}: {type(error).__name__}: {text}"
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _progress_bar_class(report: Callable[[str], None]):
@@ -179,7 +176,7 @@ class ModelLoader:
         except ModelLoadError as error:
             self.state, self.error, self.message = "failed", str(error), str(error)
         except Exception as error:  # a bug or an unforeseen failure must still surface as a message
-            self.state, self.error = "failed", f"model loading failed: {type(error).__name__}: {_first_line(error)}"
+            self.state, self.error = "failed", f"model loading failed: {type(error).__name__}: {one_line(error)}"
             self.message = self.error
         finally:
             self._done.set()
