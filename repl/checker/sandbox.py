@@ -257,7 +257,8 @@ def kill_process_tree(process: subprocess.Popen) -> None:
     if confinement is not None and confinement.cgroup is not None:
         _kill_cgroup(confinement.cgroup)
     process.wait()
-    if confinement is not None:
+    if confinement is not None and confinement.cgroup is not None:
+        confinement.memory_exceeded = memory_exceeded(process)  # before the cgroup and its counters go
         _remove_cgroup(confinement.cgroup)
         confinement.cgroup = None
 
@@ -270,7 +271,8 @@ def memory_exceeded(process: subprocess.Popen) -> str | None:
     if confinement.memory_exceeded:
         return confinement.memory_exceeded
     if confinement.cgroup is not None and _cgroup_oom_killed(confinement.cgroup):
-        return f"its processes reached the memory limit of {_gib(confinement.memory_limit_bytes)} and were killed"
+        return (f"its processes reached the memory limit of {_gib(confinement.memory_limit_bytes)} together; "
+                "the kernel killed the largest")
     return None
 
 
@@ -387,7 +389,7 @@ def _watch_memory(process: subprocess.Popen) -> None:
     while process.poll() is None:
         total = sum(_pss_bytes(pid) for pid in _descendants(process.pid))
         if total > confinement.memory_limit_bytes:
-            confinement.memory_exceeded = (f"its processes held {_gib(total)}, over the limit of "
+            confinement.memory_exceeded = (f"its processes held {_gib(total)} together, over the memory limit of "
                                            f"{_gib(confinement.memory_limit_bytes)}, and were killed")
             _kill_group(process)
             for pid in _descendants(process.pid):
@@ -671,17 +673,18 @@ def confine_worker(sandbox_dir: str, memory_limit_bytes: int | None) -> list[str
 
 
 def _writable_dirs(sandbox_dir: str) -> list[str]:
-    """The sandbox, and the places the view bound into it (/tmp, /dev/shm...): Landlock rules follow paths, and a
-    bind mount's root is not beneath the sandbox on any path. Only when they are the sandbox's tmpfs."""
-    found = [sandbox_dir]
-    try:
-        if not os.path.ismount(sandbox_dir):
-            return found
-        device = os.stat(sandbox_dir).st_dev
-        found += [path for path in ("/tmp", "/var/tmp", "/dev/shm") if os.stat(path).st_dev == device]
-    except OSError:
-        pass
-    return found
+    """The sandbox, and the places the view bound into its tmpfs (/tmp, /var/tmp, /dev/shm): Landlock rules follow
+    paths, and a bind mount's root is beneath the sandbox on no path. Only mounts of the sandbox's own tmpfs count:
+    without the view, /tmp is the host's."""
+    mounts = {}
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            mounts[fields[4].replace("\\040", " ")] = (fields[2], fields[3])  # mount point: (device, root)
+    device, root = mounts.get(sandbox_dir, (None, None))
+    if device is None or root != "/":
+        return [sandbox_dir]
+    return [sandbox_dir, *(path for path in ("/tmp", "/var/tmp", "/dev/shm") if mounts.get(path, ("",))[0] == device)]
 
 
 def _landlock(sandbox_dir: str, gpu: bool) -> list[str]:

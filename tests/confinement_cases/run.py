@@ -1,0 +1,13 @@
+"""Runs one attack case as the checker's candidate process would run it: confined (start_confined) and with
+Landlock applied to itself first (confine_self). Usage: run.py SANDBOX_DIR CASE_FILE [ARGS...]."""
+import json
+import runpy
+import sys
+
+from repl.checker.sandbox import confine_self
+
+sandbox_dir, case, *args = sys.argv[1:]
+notes = confine_self(sandbox_dir, memory_limit_bytes=None, gpu="gpu" in case)
+print(json.dumps({"confine_self_notes": notes}), file=sys.stderr, flush=True)
+sys.argv = [case, *args]
+runpy.run_path(case, run_name="__main__")

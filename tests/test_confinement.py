@@ -1,0 +1,317 @@
+"""Confinement of candidate code (repl/checker/sandbox.py): each attack of issue 10 run in a confined process, and
+its denial asserted. The attacks are small programs in tests/confinement_cases/ (no torch import, except the GPU
+case), started as the checker starts a candidate: start_confined, then confine_self (cases/run.py)."""
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from repl.checker import sandbox
+from repl.checker.sandbox import (PipeCollector, is_allowed_env_name, kill_process_tree, make_sandbox_dir,
+                                  memory_exceeded, remove_sandbox_dir, start_confined)
+
+CASES = Path(__file__).resolve().parent / "confinement_cases"
+LINUX_WITH_NAMESPACES = sys.platform.startswith("linux") and bool(sandbox.namespace_prefix())
+needs_namespaces = pytest.mark.skipif(not LINUX_WITH_NAMESPACES, reason="no user namespaces on this machine")
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+    notes: list[str]
+    process: subprocess.Popen
+
+    @property
+    def report(self):
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        assert lines, f"the case printed nothing (status {self.returncode}): {self.stderr[-2000:]}"
+        return json.loads(lines[-1])
+
+
+def run_case(case: str, *args: str, timeout: float = 60, **options) -> Ran:
+    sandbox_dir = make_sandbox_dir()
+    process, notes = start_confined([sys.executable, str(CASES / "run.py"), str(sandbox_dir), str(CASES / case),
+                                     *args], sandbox_dir=sandbox_dir, gpu=options.pop("gpu", False),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    return Ran(process.returncode, stdout.decode(), stderr.decode(), notes, process)
+
+
+@pytest.fixture
+def outside_dir():
+    """A directory outside the sandbox that no rule hides (inside this checkout), so a candidate can see it."""
+    path = CASES / f".outside-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    yield path
+    for child in sorted(path.rglob("*"), reverse=True):
+        child.unlink() if not child.is_dir() or child.is_symlink() else child.rmdir()
+    path.rmdir()
+
+
+class Listener:
+    """A socket server on a thread that records every connection it accepts."""
+
+    def __init__(self, family: int, address):
+        self.server = socket.socket(family, socket.SOCK_STREAM)
+        self.server.bind(address)
+        self.server.listen(8)
+        self.address = self.server.getsockname()
+        self.accepted = 0
+        self.accepted_event = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.accepted_event.set()
+            connection.close()
+
+    def prove_it_listens(self, family: int):
+        with socket.socket(family, socket.SOCK_STREAM) as client:
+            client.connect(self.address)
+        assert self.accepted_event.wait(10)
+        self.accepted, self.accepted_event = 0, threading.Event()
+
+    def close(self):
+        self.server.close()
+
+
+# ---- escapes --------------------------------------------------------------------------------------------------
+
+
+@needs_namespaces
+def test_unix_sockets_named_in_tmux_ssh_auth_sock_and_dbus_cannot_be_reached(tmp_path, outside_dir, monkeypatch):
+    in_tmp = Listener(socket.AF_UNIX, str(tmp_path / "tmux-socket"))
+    in_checkout = Listener(socket.AF_UNIX, str(outside_dir / "agent.sock"))
+    abstract_name = f"kernelllm-test-{uuid.uuid4().hex[:8]}"
+    abstract = Listener(socket.AF_UNIX, "\0" + abstract_name)
+    listeners = (in_tmp, in_checkout, abstract)
+    try:
+        for listener in listeners:
+            listener.prove_it_listens(socket.AF_UNIX)
+        monkeypatch.setenv("TMUX", f"{in_tmp.address},4242,0")
+        monkeypatch.setenv("SSH_AUTH_SOCK", in_checkout.address)
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={in_checkout.address},guid=0")
+        ran = run_case("connect_unix.py", in_tmp.address, in_checkout.address, "@" + abstract_name)
+        assert "connected" not in ran.report.values(), ran.report
+        assert [listener.accepted for listener in listeners] == [0, 0, 0]
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+@needs_namespaces
+def test_a_loopback_listener_of_the_host_cannot_be_reached():
+    listener = Listener(socket.AF_INET, ("127.0.0.1", 0))
+    try:
+        listener.prove_it_listens(socket.AF_INET)
+        ran = run_case("connect_tcp.py", str(listener.address[1]))
+        assert ran.report != "connected"
+        assert listener.accepted == 0
+    finally:
+        listener.close()
+
+
+@needs_namespaces
+def test_only_the_minimal_dev_is_there_and_no_other_node_opens_for_writing():
+    host_nodes = [str(path) for path in Path("/dev").iterdir() if not path.is_symlink() and (
+                  path.is_block_device() or path.is_char_device() and path.name not in sandbox.MINIMAL_DEV)]
+    assert host_nodes
+    ran = run_case("dev_nodes.py", *host_nodes)
+    assert set(ran.report["dev"]) <= {*sandbox.MINIMAL_DEV, "fd", "stdin", "stdout", "stderr", "shm"}
+    assert set(sandbox.MINIMAL_DEV) <= set(ran.report["dev"])
+    assert ran.report["opened"] == []
+    assert ran.report["mknod"] == []
+
+
+def test_files_outside_cannot_be_changed_not_even_their_mode_times_or_xattrs(outside_dir):
+    target = outside_dir / "precious.txt"
+    target.write_text("keep me")
+    os.chmod(target, 0o644)
+    before = target.stat()
+    ran = run_case("change_outside.py", str(target))
+    assert ran.report["visible"], "the case must see the file, or the test proves nothing"
+    if any("not read-only" in note or "view incomplete" in note for note in ran.notes):
+        pytest.skip(f"no read-only view here: {ran.notes}")
+    assert ran.report["succeeded"] == []
+    after = target.stat()
+    assert (after.st_mode, after.st_mtime_ns, after.st_uid) == (before.st_mode, before.st_mtime_ns, before.st_uid)
+    assert target.read_text() == "keep me"
+    assert sorted(path.name for path in outside_dir.iterdir()) == ["precious.txt"]
+    try:
+        assert os.listxattr(target) == []
+    except OSError as error:
+        assert error.errno == errno.ENOTSUP
+
+
+@needs_namespaces
+def test_nothing_written_to_dev_shm_tmp_or_home_is_left_behind():
+    name = f"kernelllm-leftover-{uuid.uuid4().hex[:8]}"
+    sandbox_dir = make_sandbox_dir()
+    process, _ = start_confined([sys.executable, str(CASES / "run.py"), str(sandbox_dir),
+                                 str(CASES / "leave_behind.py"), name], sandbox_dir=sandbox_dir, gpu=False,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=60)
+    kill_process_tree(process)
+    written = json.loads(stdout)
+    assert "/dev/shm" in written and len(written) == 4, stderr  # the case could write everywhere it should
+    try:
+        assert not Path("/dev/shm", name).exists()
+        assert not Path("/tmp", name).exists()
+        assert [path for path in sandbox_dir.rglob(name)] == []  # the host's sandbox dir never saw it
+    finally:
+        remove_sandbox_dir(sandbox_dir)
+    assert not sandbox_dir.exists()
+
+
+@needs_namespaces
+def test_the_sandbox_disk_is_size_limited():
+    ran = run_case("fill_disk.py", "32", disk_limit_bytes=8 * 1024**2)
+    assert ran.report["mib"] < 9 and ran.report["error"] is not None, ran.report
+
+
+@pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
+def test_forked_children_cannot_hold_more_memory_together_than_the_limit(bound, monkeypatch):
+    if bound == "watchdog":
+        monkeypatch.setattr(sandbox, "_make_cgroup", lambda limit: None)  # as on a machine without cgroup rights
+    else:
+        probe = sandbox._make_cgroup(1024**3)
+        if probe is None:
+            pytest.skip("no memory cgroup can be made here")
+        sandbox._remove_cgroup(probe)
+    ran = run_case("fork_memory.py", "8", "64", memory_limit_bytes=256 * 1024**2)
+    held = ran.stdout.splitlines()
+    assert "1 held" in held, ran.stderr[-2000:]  # the case did allocate
+    assert "all held" not in held and "survived" not in held
+    assert "memory limit" in memory_exceeded(ran.process)
+    assert any("watchdog" in note for note in ran.notes) == (bound == "watchdog")
+
+
+def test_flooding_the_result_pipe_leaves_the_callers_buffer_capped():
+    sandbox_dir = make_sandbox_dir()
+    read_end, write_end = os.pipe()
+    process, _ = start_confined([sys.executable, str(CASES / "run.py"), str(sandbox_dir), str(CASES / "flood.py"),
+                                 str(write_end), "512"], sandbox_dir=sandbox_dir, gpu=False, pass_fds=(write_end,),
+                                stdout=subprocess.PIPE)
+    os.close(write_end)
+    killed = threading.Event()
+
+    def kill():
+        sandbox._kill_group(process)
+        killed.set()
+
+    collector = PipeCollector(read_end, limit_bytes=1024**2, on_overflow=kill)
+    try:
+        stdout, _ = process.communicate(timeout=60)
+        collector.join(timeout=10)
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    assert collector.overflowed and killed.is_set()
+    assert len(collector.data()) == 1024**2
+    assert b"flooded" not in stdout  # killed long before the 512 MiB were through
+
+
+# ---- the caller cannot be disabled ------------------------------------------------------------------------------
+
+
+@needs_namespaces
+def test_the_candidate_cannot_signal_stop_or_read_the_caller_or_the_test():
+    caller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    received = []
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: received.append(number))
+    try:
+        ran = run_case("signal_outside.py", str(caller.pid), str(os.getpgid(caller.pid)), str(os.getpid()),
+                       str(os.getpgrp()))
+        assert ran.report["pid"] == 1  # alone in its PID namespace: the kill(-1) ran
+        assert ran.report["succeeded"] == []
+        assert caller.poll() is None
+        state = Path(f"/proc/{caller.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "T", "the caller was stopped"
+        assert received == []
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        caller.kill()
+        caller.wait()
+
+
+# ---- what the candidate sees ------------------------------------------------------------------------------------
+
+
+def test_the_environment_holds_only_allowed_names(monkeypatch):
+    for name in ("HF_TOKEN", "FOO_SECRET_THING", "OPENAI_API_KEY", "SOME_TOOL_SETTING"):
+        monkeypatch.setenv(name, "planted")
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    ran = run_case("environment.py")
+    env = ran.report
+    set_by_the_sandbox = {"HOME", "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TRITON_CACHE_DIR",
+                          "TORCHINDUCTOR_CACHE_DIR", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PYTHONUSERBASE"}
+    assert [name for name in env if not is_allowed_env_name(name) and name not in set_by_the_sandbox] == []
+    assert "planted" not in env.values()
+    assert env["TRITON_PRINT_AUTOTUNING"] == "1"  # allowed names do pass
+    assert "kernelllm-check-" in env["HOME"] and env["TMPDIR"].startswith(env["HOME"].rsplit("/", 1)[0])
+
+
+@needs_namespaces
+def test_the_users_home_and_its_secrets_are_hidden(outside_dir, monkeypatch):
+    (outside_dir / "token").write_text("hf_secret")
+    monkeypatch.setenv("HOME", str(outside_dir))
+    monkeypatch.setenv("HF_HOME", str(outside_dir))
+    ran = run_case("read_file.py", str(outside_dir / "token"), str(CASES / "run.py"))
+    assert ran.report == [str(CASES / "run.py")]  # the checkout stays readable, the home does not
+
+
+@needs_namespaces
+def test_every_layer_is_applied_on_this_machine():
+    ran = run_case("environment.py")
+    assert ran.notes == []
+    assert "confine_self_notes\": []" in ran.stderr
+
+
+def test_missing_layers_are_reported_and_landlock_still_fences_writes(outside_dir, monkeypatch):
+    monkeypatch.setattr(sandbox, "namespace_prefix", lambda: ())
+    monkeypatch.setattr(sandbox, "network_cut_prefix", lambda: ())
+    target = outside_dir / "precious.txt"
+    target.write_text("keep me")
+    ran = run_case("change_outside.py", str(target))
+    assert any("network not cut" in note for note in ran.notes), ran.notes
+    assert any("process count not limited" in note for note in ran.notes)
+    if "Landlock" in ran.stderr:
+        pytest.skip(f"no Landlock here either: {ran.stderr}")
+    assert {"write", "create", "rename"}.isdisjoint(ran.report["succeeded"])  # what Landlock fences
+    assert target.read_text() == "keep me"
+
+
+# ---- the GPU ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_a_confined_process_uses_the_gpu_with_only_its_device_nodes():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    ran = run_case("gpu_kernel.py", gpu=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.report["torch_ok"]
+    assert "nvidiactl" in ran.report["dev"]
+    assert not any(name.startswith(("vd", "sd", "nvme", "loop")) for name in ran.report["dev"])
