@@ -50,6 +50,7 @@ RESULT_LIMIT_BYTES = 8 * 1024 * 1024  # what run_worker keeps from the result pi
 DISK_LIMIT_BYTES = 2 * 1024**3  # the sandbox's tmpfs: work dir, /tmp, /dev/shm and HOME together
 MAX_PROCESSES = 1024  # RLIMIT_NPROC inside the user namespace: processes and threads together
 WATCHDOG_INTERVAL_S = 0.05
+_WATCHDOG_NOTE = "total memory bounded by a watchdog"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # holds the `repl` package the worker runs from
 
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
@@ -220,6 +221,9 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         notes.append("the sandbox did not report how it was built")
     else:
         notes += reported
+    if confinement.cgroup is not None and any(note.startswith(_WATCHDOG_NOTE) for note in notes):
+        _remove_cgroup(confinement.cgroup)  # the init stage could not join it
+        confinement.cgroup = None
     if confinement.cgroup is None:
         confinement.watchdog = threading.Thread(target=_watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
@@ -502,7 +506,6 @@ def _init_main(spec: dict, argv: list[str]) -> None:
         try:
             Path(spec["cgroup"], "cgroup.procs").write_text("0")
         except OSError:
-            notes.append("total memory not bounded by a cgroup (joining it failed); a watchdog sums it instead")
             spec["cgroup"] = None
     if spec["namespaces"]:
         try:
@@ -523,8 +526,8 @@ def _init_main(spec: dict, argv: list[str]) -> None:
     lower(resource.RLIMIT_FSIZE, spec["disk_limit_bytes"])
     lower(resource.RLIMIT_CORE, 0)
     if not spec["cgroup"]:
-        notes.append("total memory bounded by a watchdog (no cgroup here): it counts resident memory, not shared "
-                     "memory that no process maps")
+        notes.append(f"{_WATCHDOG_NOTE} (no memory cgroup could be made or joined here): it counts resident "
+                     "memory, not shared memory that no process maps")
     os.chdir(spec["cwd"])
     with os.fdopen(spec["report_fd"], "w") as report:
         report.write(json.dumps(notes) + "\n")
