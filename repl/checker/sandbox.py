@@ -56,8 +56,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # holds the `repl` package t
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
 GPU_DEV_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
 SOCKET_VARIABLES = ("TMUX", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST",
-                    "WAYLAND_DISPLAY", "PULSE_SERVER", "GPG_AGENT_INFO", "KITTY_LISTEN_ON", "NVIM", "NVIM_LISTEN_ADDRESS",
-                    "VSCODE_IPC_HOOK_CLI", "SWAYSOCK", "I3SOCK")
+                    "WAYLAND_DISPLAY", "PULSE_SERVER", "GPG_AGENT_INFO", "KITTY_LISTEN_ON", "NVIM",
+                    "NVIM_LISTEN_ADDRESS", "VSCODE_IPC_HOOK_CLI", "SWAYSOCK", "I3SOCK")
 SECRET_DIR_VARIABLES = ("HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
                         "XDG_CACHE_HOME", "HF_HOME", "KERNELLLM_HOME", "GNUPGHOME")
 
@@ -170,7 +170,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     """Start argv confined (see the module's docstring), in a session of its own, with sandbox_dir/work as its
     working directory. Returns the process and one-line notes naming the layers this OS could not apply.
 
-    Blocks until the sandbox is built (tens of milliseconds). popen_kwargs go to subprocess.Popen (stdin, stdout,
+    Blocks until the sandbox is built (0.1-0.2 s). popen_kwargs go to subprocess.Popen (stdin, stdout,
     stderr, cwd...); `env`, when given, is the base environment the allow-list filters (default os.environ).
     memory_limit_bytes bounds the memory of all its processes together (default: half the machine's RAM).
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
@@ -181,19 +181,19 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     popen_kwargs.setdefault("cwd", sandbox_dir / "work")
     limit = memory_limit_bytes or default_memory_limit_bytes()
     confinement = _Confinement(memory_limit_bytes=limit, cgroup=_make_cgroup(limit))
-    prefix = namespace_prefix()
+    namespaces = bool(namespace_prefix())
+    prefix = namespace_prefix() or network_cut_prefix()
     notes = []
     if not prefix:
         notes.append("no user namespaces here: network not cut, filesystem not read-only, host sockets and other "
                      "processes reachable")
-        if network_cut_prefix():
-            prefix = network_cut_prefix()
-            notes[-1] = ("no PID and mount namespaces here: filesystem not read-only, host sockets and other "
-                         "processes reachable")
+    elif not namespaces:
+        notes.append("no PID and mount namespaces here: filesystem not read-only, host sockets and other processes "
+                     "reachable")
 
     report_read, report_write = os.pipe()
     spec = {
-        "namespaces": prefix == namespace_prefix() and bool(prefix),
+        "namespaces": namespaces,
         "user_namespace": bool(prefix),
         "report_fd": report_write,
         "sandbox_dir": str(sandbox_dir),
@@ -202,7 +202,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         "cgroup": str(confinement.cgroup) if confinement.cgroup else None,
         "max_processes": max(MAX_PROCESSES, 8 * (os.cpu_count() or 1)),
         "cwd": str(popen_kwargs["cwd"]),
-        **(_view_plan(base_env, sandbox_dir, gpu) if prefix == namespace_prefix() and prefix else {}),
+        **(_view_plan(base_env, sandbox_dir, gpu) if namespaces else {}),
     }
     popen_kwargs["cwd"] = "/"  # the init stage changes into it once its view is built
     init = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--init", json.dumps(spec), "--"]
@@ -395,12 +395,12 @@ def _watch_memory(process: subprocess.Popen) -> None:
         if total > confinement.memory_limit_bytes:
             confinement.memory_exceeded = (f"its processes held {_gib(total)} together, over the memory limit of "
                                            f"{_gib(confinement.memory_limit_bytes)}, and were killed")
-            _kill_group(process)
-            for pid in _descendants(process.pid):
+            for pid in _descendants(process.pid):  # all of them first: the tree is lost once its root dies
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            _kill_group(process)
             return
         time.sleep(WATCHDOG_INTERVAL_S)
 
@@ -416,10 +416,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _pss_bytes(pid: int) -> int:
+    """PSS; RSS where a process made itself unreadable (PR_SET_DUMPABLE 0 hides smaps, not statm)."""
     for line in _read(Path(f"/proc/{pid}/smaps_rollup")).splitlines():
         if line.startswith("Pss:"):
             return int(line.split()[1]) * 1024
-    return 0
+    fields = _read(Path(f"/proc/{pid}/statm")).split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
 
 
 # ---- what the mount view hides, keeps and blanks (computed by the caller, which sees the user's environment) ------
