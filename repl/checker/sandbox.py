@@ -53,6 +53,7 @@ WATCHDOG_INTERVAL_S = 0.05
 _WATCHDOG_NOTE = "total memory bounded by a watchdog"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # holds the `repl` package the worker runs from
 
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq")
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
 GPU_DEV_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
 SOCKET_VARIABLES = ("TMUX", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST",
@@ -640,6 +641,15 @@ def _build_view(spec: dict, notes: list[str]) -> None:
         mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as error:
         notes.append(f"other processes visible under /proc (a private /proc could not be mounted: {error.strerror})")
+        return
+    # Where the caller is root, root in the namespace is the host's root to sysctl and sysrq: read-only, as in docker.
+    for path in PROC_READ_ONLY:
+        if os.path.exists(path):
+            try:
+                mount(path, path, None, _MS_BIND | _MS_REC)
+                mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            except OSError as error:
+                notes.append(f"{path} stays writable ({error.strerror})")
 
 
 # ---- the confined process's side: Landlock and rlimits on itself --------------------------------------------------
