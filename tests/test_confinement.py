@@ -296,6 +296,20 @@ def test_the_users_home_and_its_secrets_are_hidden(outside_dir, monkeypatch):
 
 
 @needs_namespaces
+def test_the_view_cannot_be_undone_even_without_landlock(outside_dir, monkeypatch):
+    (outside_dir / "token").write_text("hf_secret")
+    monkeypatch.setenv("HOME", str(outside_dir))
+    sandbox_dir = make_sandbox_dir()
+    process, notes = start_confined([sys.executable, str(CASES / "undo_the_view.py"), str(outside_dir),
+                                     str(outside_dir / "token")], sandbox_dir=sandbox_dir, gpu=False,
+                                    stdout=subprocess.PIPE)
+    stdout, _ = process.communicate(timeout=60)
+    kill_process_tree(process)
+    remove_sandbox_dir(sandbox_dir)
+    assert json.loads(stdout) == [], notes
+
+
+@needs_namespaces
 def test_every_layer_is_applied_on_this_machine():
     ran = run_case("environment.py")
     # The watchdog is how total memory is bounded where this user may not make a cgroup: a choice, not a gap.

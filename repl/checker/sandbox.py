@@ -532,6 +532,8 @@ def _init_main(spec: dict, argv: list[str]) -> None:
         notes.append(f"{_WATCHDOG_NOTE} (no memory cgroup could be made or joined here): it counts resident "
                      "memory, not shared memory that no process maps")
     os.chdir(spec["cwd"])
+    if spec["user_namespace"] and not _drop_capabilities():
+        notes.append("capabilities in the namespace not dropped: the candidate could unmount the view's covers")
     with os.fdopen(spec["report_fd"], "w") as report:
         report.write(json.dumps(notes) + "\n")
     if spec["namespaces"]:
@@ -541,6 +543,21 @@ def _init_main(spec: dict, argv: list[str]) -> None:
     except OSError as error:
         print(f"cannot start {argv[0]}: {error}", file=sys.stderr)
         os._exit(127)
+
+
+def _drop_capabilities() -> bool:
+    """Root in the user namespace holds every capability there, enough to unmount what hides the user's files.
+    Not after exec: no root privilege for uid 0 (SECBIT_NOROOT, locked), an empty bounding set, no ambient ones."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, pr_set_securebits, pr_cap_ambient, pr_cap_ambient_clear_all = 24, 28, 47, 4
+    noroot, noroot_locked, no_setuid_fixup, no_setuid_fixup_locked = 1, 2, 4, 8
+    last_cap = int(_read(Path("/proc/sys/kernel/cap_last_cap")).strip() or 40)
+    for cap in range(last_cap + 1):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            return False
+    libc.prctl(pr_cap_ambient, pr_cap_ambient_clear_all, 0, 0, 0)
+    bits = noroot | noroot_locked | no_setuid_fixup | no_setuid_fixup_locked
+    return libc.prctl(pr_set_securebits, bits, 0, 0, 0) == 0 and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 
 
 def _build_view(spec: dict, notes: list[str]) -> None:
