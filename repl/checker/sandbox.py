@@ -14,7 +14,10 @@ process that holds CUDA or the model) that cannot reach, change or disturb anyth
   DBUS_SESSION_BUS_ADDRESS, DOCKER_HOST... name. The paths Python and this project live in are bound back,
   read-only. A read-only mount does not stop connect() on a socket file, so every listening filesystem socket of
   the host (/proc/net/unix) that remains visible has /dev/null bound over it. A minimal /dev (null, zero, full,
-  random, urandom; the NVIDIA and DRI nodes when gpu=True) and a private /proc.
+  random, urandom; the NVIDIA and DRI nodes when gpu=True) and a private /proc whose /proc/sys and sysrq-trigger are
+  read-only (root in the namespace of a root caller is the host's root to sysctl).
+- **no capabilities** once the candidate starts (empty bounding set, SECBIT_NOROOT): root in the user namespace could
+  otherwise unmount the covers.
 - **limits that forks cannot multiply**: RLIMIT_NPROC inside the user namespace (counted per namespace), RLIMIT_FSIZE,
   and a total-memory bound: a memory cgroup where one can be made, else a watchdog thread in the caller that sums
   the proportional set size (PSS) of the candidate's processes and kills them all past the limit.
