@@ -322,7 +322,9 @@ def _make_cgroup(limit: int) -> Path | None:
             files = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
         else:
             continue
-        cgroup = base / path.lstrip("/") / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
+        parent = base / path.lstrip("/")
+        _remove_stale_cgroups(parent)
+        cgroup = parent / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
         try:
             cgroup.mkdir()
         except OSError:
@@ -339,6 +341,21 @@ def _make_cgroup(limit: int) -> Path | None:
         except OSError:
             _remove_cgroup(cgroup)
     return None
+
+
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Empty cgroups left by callers that died before kill_process_tree (their pid is in the name)."""
+    for cgroup in parent.glob("kernelllm-check-*-*"):
+        try:
+            os.kill(int(cgroup.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            if not _read(cgroup / "cgroup.procs").strip():
+                try:
+                    cgroup.rmdir()
+                except OSError:
+                    pass
+        except (ValueError, PermissionError):
+            pass
 
 
 def _read(path: Path) -> str:
