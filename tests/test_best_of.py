@@ -25,6 +25,7 @@ from repl.ui.best_view import progress_table
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
 from replay_backend import ReplayBackend, ReplayStream
+from stand_in_checker import use_stand_in_checker
 from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
 
 WRONG_KERNEL = PREPARED_KERNEL.replace("tl.where(x > 0, x, 0.0)", "x")  # an identity: fails on signed inputs
@@ -42,23 +43,6 @@ def fake_check(reference_code, reply_text, *, device, cancel, **options):
     if "class ModelNew" in reply_text:
         return CheckResult(verdict="mismatch", device="cpu-interpreter", max_abs_error=1.5, message="differs")
     return CheckResult(verdict="compile_error", message="no code")
-
-
-class StandInChecker:
-    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
-
-    def __init__(self, decide, device="auto", jobs=1):
-        self.decide, self.device = decide, device
-
-    def check(self, reference_code, kernel_or_reply, *, cancel=None, **options):
-        return self.decide(reference_code, kernel_or_reply, device=self.device, cancel=cancel, **options)
-
-    def close(self):
-        pass
-
-
-def use_stand_in_checker(monkeypatch, decide):
-    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
 
 
 @pytest.fixture

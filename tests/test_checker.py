@@ -131,7 +131,6 @@ def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
 
 
 def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_allocating(tmp_path):
-    pytest.importorskip("repl.checker.sizing")
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
     with Checker(device="cpu") as checker:
         checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())  # warm

@@ -8,29 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import repl.best_of as best_of_module
 from repl.checker import CheckResult
 from repl.cli import main as main_cli
+from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
-
-
-class StandInChecker:
-    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
-
-    def __init__(self, decide, device="auto", jobs=1):
-        self.decide, self.device = decide, device
-
-    def check(self, reference_code, kernel_or_reply, **options):
-        return self.decide(reference_code, kernel_or_reply, device=self.device, **options)
-
-    def close(self):
-        pass
-
-
-def use_stand_in_checker(monkeypatch, decide):
-    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
 
 
 @pytest.fixture

@@ -8,35 +8,18 @@ from pathlib import Path
 
 import pytest
 
-import repl.best_of as best_of_module
 from repl.best_of import CheckOptions
 from repl.checker import CheckResult
 from repl.engine import Engine, EngineOptions
 from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, evaluate, find_problems,
                            overall_totals, pass_at_k, read_results, summarize)
 from repl.settings import SamplingSettings
+from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
 CANDIDATES = TESTS / "eval_candidates"
 PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "candidates"}
-
-
-class StandInChecker:
-    """The checker's API (Checker.check, close) without a worker: `decide` gives the verdict."""
-
-    def __init__(self, decide, device="auto", jobs=1):
-        self.decide, self.device = decide, device
-
-    def check(self, reference_code, kernel_or_reply, **options):
-        return self.decide(reference_code, kernel_or_reply, device=self.device, **options)
-
-    def close(self):
-        pass
-
-
-def use_stand_in_checker(monkeypatch, decide):
-    monkeypatch.setattr(best_of_module, "Checker", lambda device="auto", jobs=1: StandInChecker(decide, device, jobs))
 
 
 # -- arithmetic ----------------------------------------------------------------------------------------------------
