@@ -85,6 +85,8 @@ ATTACKS = {
         "attack_imports_reference.py", RELU, "compile_error", "No module named 'reference'"),
     "reads the trial seeds": Case("attack_reads_seeds.py", RELU, "mismatch", "elements differ"),
     "floods the result pipe": Case("attack_floods_result_pipe.py", RELU, "mismatch", "output refused"),
+    "shrinks or seals the shared buffers, then names more shared memory than they hold": Case(
+        "attack_shared_memory.py", RELU, "mismatch", "output refused"),
 }
 CASES.update(ATTACKS)
 

@@ -252,11 +252,84 @@ def test_a_frame_larger_than_the_receiver_accepts_is_refused_before_its_body_is_
     read_fd, write_fd = os.pipe()
     sender, receiver = Channel(None, write_fd), Channel(read_fd, None)
     tree, blob = encode(torch.zeros(1000))
-    sender.send({"outputs": tree}, blob[:64])  # the header announces 64 bytes; the receiver takes at most 16
+    sender.send({"outputs": tree}, bytes(blob)[:64])  # the header announces 64 bytes; the receiver takes at most 16
     with pytest.raises(WireError, match="above the 16 accepted"):
         receiver.receive(max_blob=16)
     sender.close()
     receiver.close()
+
+
+def _shared_channels():
+    """A judge-like sender (may grow both buffers) and a candidate-like receiver over one pipe and one memfd."""
+    import os
+
+    from repl.checker.wire import Channel, SharedBuffer
+
+    read_fd, write_fd = os.pipe()
+    judge_side = SharedBuffer.create()
+    candidate_side = SharedBuffer(os.dup(judge_side.fd), may_grow=False)
+    return Channel(None, write_fd, shared_out=judge_side), Channel(read_fd, None, shared_in=candidate_side)
+
+
+def test_a_large_blob_crosses_through_shared_memory_bit_for_bit_and_only_the_header_through_the_pipe():
+    from repl.checker.wire import SHARED_MIN_BYTES, decode, encode
+
+    value = [torch.randn(513, 257), torch.arange(7, dtype=torch.int16), torch.randn(1 << 16).to(torch.bfloat16)]
+    tree, blob = encode(value)
+    assert len(blob) > SHARED_MIN_BYTES
+    sender, receiver = _shared_channels()
+    sender.send({"inputs": tree}, blob)
+    message, data = receiver.receive(max_blob=len(blob))
+    assert not receiver._buffer, "nothing but the frame's header and JSON came through the pipe"
+    got = decode(message["inputs"], data)
+    data[:] = b"\xff" * len(data)  # the peer may scribble on the buffer afterwards: what was decoded is a copy
+    assert all(torch.equal(copy, original) and copy.dtype == original.dtype for copy, original in zip(got, value))
+    sender.close()
+    receiver.close()
+
+
+def test_shared_buffers_cannot_be_shrunk_or_sealed_and_a_side_that_may_not_grow_them_uses_the_pipe():
+    import fcntl
+    import os
+
+    from repl.checker.wire import Channel, SharedBuffer, decode, encode
+
+    judge_side = SharedBuffer.create()
+    judge_side.make_room(1 << 20)
+    candidate_side = SharedBuffer(os.dup(judge_side.fd), may_grow=False)
+    with pytest.raises(PermissionError):
+        os.ftruncate(candidate_side.fd, 0)  # the judge would die of SIGBUS reading a truncated mapping
+    with pytest.raises(PermissionError):
+        fcntl.fcntl(candidate_side.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)  # the judge's next write would fail
+    assert not candidate_side.make_room(2 << 20) and candidate_side.size() == 1 << 20
+    read_fd, write_fd = os.pipe()
+    sender, receiver = Channel(None, write_fd, shared_out=candidate_side), Channel(read_fd, None, shared_in=judge_side)
+    tree, blob = encode(torch.ones(1 << 19))  # 2 MB: more room than the judge made, so it goes through the pipe
+
+    import threading
+
+    threading.Thread(target=sender.send, args=({"outputs": tree}, blob), daemon=True).start()
+    message, data = receiver.receive(max_blob=len(blob))
+    assert isinstance(data, bytearray) and torch.equal(decode(message["outputs"], data), torch.ones(1 << 19))
+    sender.close()
+    receiver.close()
+
+
+def test_a_frame_naming_shared_memory_that_is_not_there_is_refused():
+    import os
+    import struct
+
+    from repl.checker.wire import Channel, SharedBuffer, WireError
+
+    read_fd, write_fd = os.pipe()
+    text = b"{}"
+    os.write(write_fd, struct.pack("!IQ", len(text), (1 << 63) | 4096) + text)
+    with pytest.raises(WireError, match="shared memory this channel does not have"):
+        Channel(read_fd, None).receive(max_blob=1 << 20)
+    os.write(write_fd, struct.pack("!IQ", len(text), (1 << 63) | 4096) + text)
+    with pytest.raises(WireError, match="the buffer holds 0"):
+        Channel(read_fd, None, shared_in=SharedBuffer.create()).receive(max_blob=1 << 20)
+    os.close(write_fd)
 
 
 @pytest.mark.parametrize("value, complaint", [
@@ -278,6 +351,26 @@ def test_integer_outputs_must_be_equal_and_complex_outputs_are_compared_as_compl
     assert compare_outputs(reference.clone(), reference, 1e-2, 1e-2).matches
     complex_reference = torch.complex(torch.ones(3), torch.ones(3))
     assert not compare_outputs(torch.complex(torch.ones(3), torch.zeros(3)), complex_reference, 1e-2, 1e-2).matches
+
+
+def test_outputs_compared_a_slice_at_a_time_get_the_same_answers(monkeypatch):
+    import repl.checker.compare as compare
+
+    reference = torch.randn(4, 1000)
+    wrong = reference.clone()
+    wrong[3, 999] += 1.0
+    nan = reference.clone()
+    nan[0, 5] = float("nan")
+    softmax = torch.softmax(torch.randn(4, 1000) * 0.1, dim=1)
+    integers = torch.arange(1000, dtype=torch.int32)
+    pairs = [(reference * (1 + 1e-5), reference), (wrong, reference), (nan, reference),
+             (torch.zeros_like(softmax), softmax), (softmax * (1 + 1e-4), softmax), (integers + (integers == 999), integers)]
+    whole = [compare.compare_outputs(got, expected, 1e-2, 1e-2) for got, expected in pairs]
+    monkeypatch.setattr(compare, "SLICE_ELEMENTS", 7)
+    sliced = [compare.compare_outputs(got, expected, 1e-2, 1e-2) for got, expected in pairs]
+    assert sliced == whole
+    assert [c.matches for c in whole] == [True, False, False, False, True, False]
+    assert "1 of 4000 elements differ" in whole[1].problem and "1 NaN where" in whole[2].problem
 
 
 def test_outputs_all_below_atol_get_a_tolerance_that_tells_zeros_apart_and_a_note():

@@ -29,13 +29,22 @@ GRACE_S = 3.0  # the judge enforces the timeout itself; past this, the caller st
 
 
 
+def default_spares(jobs: int) -> int:
+    """Candidate processes each of `jobs` judges keeps starting ahead of need. Starting one (importing torch and
+    triton, the CUDA context, Triton's warm-up) takes about 10 s on a GPU host, a check of a small kernel one or two:
+    a stream of checks (eval) is only as fast as spares are started, so a machine with cores to spare keeps several
+    in flight: one per two cores, up to 8, shared among the judges (on a GPU also at most one per 10 GB of its
+    memory: judge.GPU_MEMORY_PER_SPARE)."""
+    return max(1, min(8, (os.cpu_count() or 1) // 2) // jobs)
+
+
 class Checker:
     """Checks kernels for one session or run. ``check`` is thread-safe; up to `jobs` checks run at once, each in its
     own judge. ``close()`` (or ``with``) ends the judges and their candidate processes.
 
     device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
     memory_limit_bytes: the candidate's address-space cap on the CPU path (default: half the machine's RAM).
-    spares: candidate processes each judge keeps starting ahead of need (default: judge.default_spares()).
+    spares: candidate processes each judge keeps starting ahead of need (default: default_spares(jobs)).
     Raises ValueError for a device that cannot be used.
     """
 
@@ -46,7 +55,7 @@ class Checker:
         self.device = device
         self.jobs = jobs
         self._device, self._cuda_visible = _placement(device)
-        self._options = (memory_limit_bytes, spares)
+        self._options = (memory_limit_bytes, default_spares(jobs) if spares is None else spares)
         self._idle: list = []  # judge_process.JudgeProcess, ready for a check
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(jobs)

@@ -109,6 +109,7 @@ def main(argv=None) -> int:
         goal = f" (goal <= {goals['warm_s']:g} s)" if "warm_s" in goals else ""
         report("warm_s", round(statistics.median(warm), 2),
                f"warm check, median of 5: {statistics.median(warm):.2f} s{goal}; runs {warm}")
+        report("warm_phases_s", result.phases_s, f"where the last warm check's time went (s): {result.phases_s}")
         if result.kernel_ms is not None:
             report("timed", {"kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms,
                              "compiled_ms": result.compiled_ms},

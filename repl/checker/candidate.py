@@ -2,10 +2,12 @@
 
 Started by the judge ahead of need (`python -m repl.checker.candidate`), it gets ready before any candidate exists:
 1. torch and triton imported (Triton's interpreter on the CPU), the CUDA-to-CPU mapping (CPU) or the CUDA context
-   and the timer (GPU), the Inductor compat names and the launch recorder installed;
+   and the timer (GPU), one small kernel compiled and launched (triton_warmup.py), the Inductor compat names and the
+   launch recorder installed;
 2. it confines itself (sandbox.confine_self: Landlock with signal/socket scoping, rlimits) and says "ready";
 3. then it waits. The judge sends, on a private pipe, in order:
    ``load`` (the kernel's source, the init arguments, the reference's weights) -> ``loaded`` or an error;
+   (large blobs travel through the two shared buffers of wire.py, not the pipes)
    ``run`` (inputs; ``skip_launches`` for the extra trial) -> ``outputs`` (dtype, shape, raw bytes) or an error;
    ``warm`` / ``time`` (CUDA) -> an estimate / per-call batch times.
 It never sees the reference's source, the judge's objects or the seeds that made its inputs; what it patches in its
@@ -23,7 +25,7 @@ import time
 
 from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
                                   traceback_text)
-from repl.checker.wire import Channel, PeerGone, WireError, decode, encode
+from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
 KERNEL_PATH = os.path.join(os.getcwd(), "kernel.py")  # the judge starts this process in its work directory
@@ -53,20 +55,20 @@ class Candidate:
 
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
             install_cuda_on_cpu([KERNEL_PATH])
-        import triton  # noqa: F401  (imported now, not on the clock of a check)
-
         from repl.checker.compat import install_inductor_compat
         from repl.checker.launches import LaunchRecorder
+        from repl.checker.triton_warmup import warm_up
 
-        install_inductor_compat()
-        self.recorder = LaunchRecorder()
-        self.recorder.install()
         self.device = torch.device("cuda" if self.on_cuda else "cpu")
         if self.on_cuda:
             from repl.checker.timing import CudaTimer
 
             torch.empty(1, device=self.device)  # the CUDA context, now
             self.timer = CudaTimer(self.device)
+        warm_up(self.device)  # Triton's driver helper and compiler ready, not on the clock of a check
+        install_inductor_compat()
+        self.recorder = LaunchRecorder()
+        self.recorder.install()
         self.precision = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
 
     # ---- requests -----------------------------------------------------------------------------------------------
@@ -115,8 +117,7 @@ class Candidate:
     def run(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         import torch
 
-        inputs = [value.to(self.device) if isinstance(value, torch.Tensor) else value
-                  for value in decode(request["inputs"], blob)]
+        inputs = decode(request["inputs"], blob, device=self.device)
         self.recorder.launched.clear()
         self.recorder.skipping = bool(request.get("skip_launches"))
         self.recorder.recording = True
@@ -146,11 +147,8 @@ class Candidate:
         return {"batch_ms": self.timer.batch_ms(lambda: self.forward(inputs), batches, calls)}
 
     def _timing_inputs(self, request, blob):
-        import torch
-
         if getattr(self, "_timing", None) is None or request.get("inputs") is not None:
-            self._timing = [value.to(self.device) if isinstance(value, torch.Tensor) else value
-                            for value in decode(request["inputs"], blob)]
+            self._timing = decode(request["inputs"], blob, device=self.device)
         return self._timing
 
 
@@ -174,6 +172,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--replies", type=int, required=True)
+    parser.add_argument("--shared-requests", type=int, required=True)
+    parser.add_argument("--shared-replies", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--sandbox", required=True)
     parser.add_argument("--memory-limit", type=int, default=0)
@@ -181,9 +181,11 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)  # the candidate's input() gets EOF instead of waiting
     os.dup2(devnull, 0)
     os.close(devnull)
-    for fd in (options.requests, options.replies):
+    for fd in (options.requests, options.replies, options.shared_requests, options.shared_replies):
         os.set_inheritable(fd, False)  # processes the candidate starts do not get them
-    channel = Channel(options.requests, options.replies)
+    channel = Channel(options.requests, options.replies,
+                      shared_in=SharedBuffer(options.shared_requests, may_grow=False),
+                      shared_out=SharedBuffer(options.shared_replies, may_grow=False))
     started = time.monotonic()
     candidate = Candidate(options.device, channel)
     try:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+SLICE_ELEMENTS = 1 << 24  # compared this many elements at a time (see _wide_slices)
+
 
 @dataclass
 class Comparison:
@@ -75,62 +77,84 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
     if not (reference.is_floating_point() or reference.is_complex()):
         _compare_exactly(candidate, reference, where, comparison)
         return
-    wide = torch.complex128 if reference.is_complex() else torch.float64
-    got = candidate.detach().to(device=reference.device, dtype=wide)
-    expected = reference.detach().to(dtype=wide)
-
-    got_finite, expected_finite = torch.isfinite(got), torch.isfinite(expected)
-    unexpected = ~got_finite & expected_finite
-    if unexpected.any():
-        comparison.problem = f"{where} has {_count_non_finite(got, unexpected)} where the reference is finite"
+    # Pass 1: NaN/Inf agreement and the largest reference magnitude (it decides the tolerance of pass 2).
+    nans = infs = 0
+    special_differs = False
+    largest = 0.0
+    for got, expected in _wide_slices(candidate, reference):
+        got_finite, expected_finite = torch.isfinite(got), torch.isfinite(expected)
+        unexpected = ~got_finite & expected_finite
+        if unexpected.any():
+            count_nan = int(torch.isnan(got[unexpected]).sum())
+            nans, infs = nans + count_nan, infs + int(unexpected.sum()) - count_nan
+        # Where the reference itself is NaN/Inf the candidate must agree exactly (NaN matching NaN).
+        special = ~expected_finite
+        if special.any():
+            got_special, expected_special = got[special], expected[special]
+            same = (got_special == expected_special) | (torch.isnan(got_special) & torch.isnan(expected_special))
+            special_differs |= not bool(same.all())
+        magnitude = expected.abs()[got_finite & expected_finite]
+        if magnitude.numel():
+            largest = max(largest, magnitude.max().item())
+    if nans or infs:
+        parts = [f"{nans} NaN" if nans else "", f"{infs} Inf" if infs else ""]
+        comparison.problem = f"{where} has {' and '.join(part for part in parts if part)} where the reference is finite"
         return
-    # Where the reference itself is NaN/Inf the candidate must agree exactly (NaN matching NaN).
-    special = ~expected_finite
-    if special.any():
-        got_special, expected_special = got[special], expected[special]
-        same = (got_special == expected_special) | (torch.isnan(got_special) & torch.isnan(expected_special))
-        if not same.all():
-            comparison.problem = f"{where} differs from the reference where the reference is NaN/Inf"
-            return
-
-    finite = got_finite & expected_finite
-    difference = (got - expected).abs()[finite]
-    magnitude = expected.abs()[finite]
-    largest = magnitude.max().item() if magnitude.numel() else 0.0
+    if special_differs:
+        comparison.problem = f"{where} differs from the reference where the reference is NaN/Inf"
+        return
     if 0.0 < largest < atol:
         lowered = rtol * largest
         comparison.notes.append(f"{where}: every reference magnitude is below atol={atol:g} (largest {largest:.3g}): "
                                 f"compared with atol={lowered:.3g} instead")
         atol = lowered
-    if difference.numel():
-        comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
+
+    # Pass 2: the errors, and how many elements are outside the tolerance.
+    outside = 0
+    max_abs = None
+    for got, expected in _wide_slices(candidate, reference):
+        finite = torch.isfinite(got) & torch.isfinite(expected)
+        difference = (got - expected).abs()[finite]
+        magnitude = expected.abs()[finite]
+        if not difference.numel():
+            continue
+        max_abs = max(max_abs or 0.0, difference.max().item())
         above_atol = magnitude > atol
         if above_atol.any():
             relative = (difference[above_atol] / magnitude[above_atol]).max().item()
             comparison.max_rel_error = max(comparison.max_rel_error, relative)
-    outside = difference > atol + rtol * magnitude
-    if outside.any():
-        comparison.problem = (
-            f"{where}: {int(outside.sum())} of {candidate.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g} "
-            f"(max abs error {difference.max().item():.3g})"
-        )
+        outside += int((difference > atol + rtol * magnitude).sum())
+    if max_abs is not None:
+        comparison.max_abs_error = max(comparison.max_abs_error, max_abs)
+    if outside:
+        comparison.problem = (f"{where}: {outside} of {candidate.numel()} elements differ beyond atol={atol:g}, "
+                              f"rtol={rtol:g} (max abs error {max_abs:.3g})")
+
+
+def _wide_slices(candidate, reference):
+    """Both outputs, flattened, a slice at a time, widened (float64, or complex128 for complex outputs) and on the
+    reference's device: a 1.6-billion-element output widened at once would need tens of GB."""
+    wide = torch.complex128 if reference.is_complex() else torch.float64
+    got, expected = candidate.detach().reshape(-1), reference.detach().reshape(-1)
+    for start in range(0, expected.numel(), SLICE_ELEMENTS):
+        yield (got[start:start + SLICE_ELEMENTS].to(device=expected.device, dtype=wide),
+               expected[start:start + SLICE_ELEMENTS].to(dtype=wide))
 
 
 def _compare_exactly(candidate, reference, where, comparison: Comparison) -> None:
-    got = candidate.detach().to(device=reference.device)
-    unequal = got != reference
-    if unequal.any():
-        difference = (got.to(torch.float64) - reference.to(torch.float64)).abs()
-        comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
-        comparison.problem = (f"{where}: {int(unequal.sum())} of {candidate.numel()} elements differ "
+    unequal = 0
+    got, expected = candidate.detach().reshape(-1), reference.detach().reshape(-1)
+    for start in range(0, expected.numel(), SLICE_ELEMENTS):
+        got_slice = got[start:start + SLICE_ELEMENTS].to(device=expected.device)
+        expected_slice = expected[start:start + SLICE_ELEMENTS]
+        differs = got_slice != expected_slice
+        if differs.any():
+            unequal += int(differs.sum())
+            difference = (got_slice.to(torch.float64) - expected_slice.to(torch.float64)).abs()
+            comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
+    if unequal:
+        comparison.problem = (f"{where}: {unequal} of {candidate.numel()} elements differ "
                               f"({_dtype_name(reference.dtype)} outputs must be equal)")
-
-
-def _count_non_finite(values: torch.Tensor, where: torch.Tensor) -> str:
-    nans = int(torch.isnan(values[where]).sum())
-    infs = int(where.sum()) - nans
-    parts = [f"{nans} NaN" if nans else "", f"{infs} Inf" if infs else ""]
-    return " and ".join(part for part in parts if part)
 
 
 def _kind(value) -> str:

@@ -35,10 +35,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from repl.checker import default_spares
 from repl.checker.compare import compare_outputs
 from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
 from repl.checker.result import CheckResult, Verdict
-from repl.checker.wire import Channel, PeerGone, Stopped, WireError, decode, encode, encode_at
+from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
 
 MODEL_SEED = 42
 REFERENCE_PATH = "<reference>/reference.py"  # in memory only: linecache serves its lines to tracebacks
@@ -48,6 +49,10 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 CANDIDATE_START_S = 120.0  # a fresh candidate process imports torch and triton: slow on a loaded machine
 OUTPUT_SLACK_BYTES = 1 << 20
 TIMER_TRUST = 0.5  # the candidate's timed span may be at most this much below the judge's wall clock
+GPU_MEMORY_PER_SPARE = 10 * 1024**3  # a spare takes about 1 GB of GPU memory; most of it stays the problems'
+# Moving a blob to the candidate and back is the checker's work, not the kernel's: each exchange's deadline gets this
+# much time per byte on top (1 s a GB: a 6.4 GB KernelBench input and its output add about 13 s to a trial).
+TRANSFER_S_PER_BYTE = 1 / 1e9
 
 
 class Ended(Exception):
@@ -66,7 +71,8 @@ class Problem:
     module: object
     model: object
     init_data: object  # encoded init inputs and weights, sent to every candidate
-    init_blob: bytes
+    init_blob: object  # their wire.Payload (views of the weights, not copies)
+    output_bytes: int = 0  # of the reference's output: the room a candidate's reply gets
     eager_ms: float | None = None
     compiled_ms: float | None = None
     timing_notes: list[str] = field(default_factory=list)
@@ -88,6 +94,9 @@ class Judge:
 
             install_cuda_on_cpu([])  # KernelBench-style get_inputs() often ends in .cuda()
         self.device = torch.device("cuda" if self.on_cuda else "cpu")
+        if self.on_cuda:  # each spare holds a CUDA context and the timer's L2-flush buffer
+            gpu_memory = torch.cuda.get_device_properties(self.device).total_memory
+            self.pool.spares = max(1, min(self.pool.spares, gpu_memory // GPU_MEMORY_PER_SPARE))
         self.memory_limit = memory_limit
         self.device_label = "cuda" if self.on_cuda else "cpu-interpreter"
         self.problems: OrderedDict[str, Problem] = OrderedDict()
@@ -137,7 +146,7 @@ class Judge:
             raise Ended(Verdict.INVALID_REFERENCE, f"reference init inputs cannot be sent: {error}")
         problem = Problem(module, model, init_data, init_blob)
         try:
-            self.run_reference(problem, self.make_inputs(problem))
+            problem.output_bytes = _tensor_bytes(self.run_reference(problem, self.make_inputs(problem)))
         except Ended:
             raise
         except BaseException as error:
@@ -179,10 +188,18 @@ class Judge:
         return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
 
     def make_inputs(self, problem: Problem) -> list:
-        """Fresh inputs from a seed drawn here and forgotten: no candidate can predict or replay them."""
+        """Fresh inputs from a seed drawn here and forgotten: no candidate can predict or replay them. Made on the
+        judge's device where get_inputs() allows (KernelBench's torch.rand(4096, 393216) takes seconds on a CPU,
+        milliseconds on a GPU), else on the CPU and moved."""
         import torch
 
         torch.manual_seed(secrets.randbits(63))
+        if self.on_cuda:
+            try:
+                with self.device:
+                    return list(to_device(list(problem.module.get_inputs()), self.device))
+            except Exception:
+                torch.manual_seed(secrets.randbits(63))
         return list(to_device(list(problem.module.get_inputs()), self.device))
 
     def run_reference(self, problem: Problem, inputs: list):
@@ -262,18 +279,21 @@ class CheckRun:
         self.shape_specialised = bool(reply.get("shape_specialised"))
         self.phase("load")
 
-    def exchange(self, request: dict, blob: bytes = b"", *, max_blob: int = 0, reference=None):
-        """Send a request; run `reference()` (if given) while the candidate works; return (reply, blob[, ref])."""
+    def exchange(self, request: dict, blob=b"", *, max_blob: int = 0, reference=None):
+        """Send a request; run `reference()` (if given) while the candidate works; return (reply, blob[, ref]).
+        max_blob: the most reply bytes accepted (room is made for them in shared memory)."""
+        channel = self.candidate.channel
+        max_blob = max_blob or OUTPUT_SLACK_BYTES
         try:
-            self.candidate.channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
+            channel.expect(max_blob)
+            self.deadline += (len(blob) + max_blob) * TRANSFER_S_PER_BYTE
+            channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
             reference_output = None
             if reference is not None:
                 self.stage("reference")
                 reference_output = reference()
                 self.stage("candidate")
-                max_blob = max_blob or (_tensor_bytes(reference_output) * 2 + OUTPUT_SLACK_BYTES)
-            reply, data = self.candidate.channel.receive(max_blob=max_blob or OUTPUT_SLACK_BYTES,
-                                                         deadline=self.deadline, cancel=self.cancel)
+            reply, data = channel.receive(max_blob=max_blob, deadline=self.deadline, cancel=self.cancel)
         except Stopped as stopped:
             self.candidate.kill()
             if stopped.reason == "cancelled":
@@ -295,11 +315,9 @@ class CheckRun:
         return (reply, data, reference_output) if reference is not None else (reply, data)
 
     def trial(self, problem: Problem, *, skip_launches: bool, label: str):
-        import torch
-
         inputs = self.judge.make_inputs(problem)
         self.inputs_all_non_negative &= _all_non_negative(inputs)
-        tree, blob = encode_at([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], "input")
+        tree, blob = encode_at(inputs, "input")
 
         def reference():
             try:
@@ -307,13 +325,16 @@ class CheckRun:
             except BaseException as error:
                 raise self.judge.reference_failed(f"reference fails on {label}", error)
 
+        # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
         reply, data, expected = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
+                                              max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES,
                                               reference=reference)
+        if _tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
+            problem.output_bytes = _tensor_bytes(expected)
         try:
-            got = decode(reply.get("outputs"), data)
+            got = decode(reply.get("outputs"), data, device=self.judge.device)  # compared where the reference is
         except WireError as error:
             raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
-        expected = _to_cpu(expected)
         return compare_outputs(got, expected, self.request["atol"], self.request["rtol"]), reply.get("launched", [])
 
     def run_trials(self, problem: Problem) -> None:
@@ -350,8 +371,6 @@ class CheckRun:
     # ---- timing (CUDA) -----------------------------------------------------------------------------------------
 
     def measure_speed(self, problem: Problem, result: CheckResult) -> None:
-        import torch
-
         judge = self.judge
         if not self.candidate.alive():
             # The trial without launches failed and the process was stopped: time in a fresh one.
@@ -368,7 +387,7 @@ class CheckRun:
                 self.stage("reference")
                 self.time_reference(problem, inputs)
                 self.stage("candidate")
-            tree, blob = encode_at([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], "input")
+            tree, blob = encode_at(inputs, "input")
             reply, _ = self.exchange({"op": "warm", "inputs": tree}, blob)
             batches, calls = judge.timer.batches(float(reply["estimate_ms"]))
             started = time.monotonic()
@@ -452,19 +471,26 @@ class CandidateProcess:
         self.sandbox_dir = make_sandbox_dir()
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
+        shared_requests, shared_replies = SharedBuffer.create(), SharedBuffer.create()
         argv = [sys.executable, "-m", "repl.checker.candidate", "--requests", str(request_read), "--replies",
-                str(reply_write), "--device", device, "--sandbox", str(self.sandbox_dir)]
+                str(reply_write), "--shared-requests", str(shared_requests.fd), "--shared-replies",
+                str(shared_replies.fd), "--device", device, "--sandbox", str(self.sandbox_dir)]
         if memory_limit:
             argv += ["--memory-limit", str(memory_limit)]
         try:
             self.process, self.notes = start_confined(
                 argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
-                pass_fds=(request_read, reply_write), memory_limit_bytes=memory_limit, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                pass_fds=(request_read, reply_write, shared_requests.fd, shared_replies.fd),
+                memory_limit_bytes=memory_limit, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT)
+        except BaseException:
+            shared_requests.close()
+            shared_replies.close()
+            raise
         finally:
             os.close(request_read)
             os.close(reply_write)
-        self.channel = Channel(reply_read, request_write)
+        self.channel = Channel(reply_read, request_write, shared_in=shared_replies, shared_out=shared_requests)
         self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
         self.ready = False
 
@@ -546,16 +572,6 @@ class CandidatePool:
 # ---- helpers ----------------------------------------------------------------------------------------------------
 
 
-def _to_cpu(value):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(item) for item in value)
-    return value
-
-
 def _tensor_bytes(value) -> int:
     import torch
 
@@ -573,13 +589,6 @@ def _all_non_negative(inputs: list) -> bool:
     return bool(floating) and all(bool((x >= 0).all()) for x in floating)
 
 
-def default_spares() -> int:
-    """Candidate processes kept starting ahead of need. Starting one (importing torch and triton, and the CUDA
-    context) takes seconds, a check of a small kernel well under one: a stream of checks (eval) is only as fast as
-    spares are started, so a machine with cores to spare keeps several in flight (one per four cores, up to 4)."""
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
-
-
 # ---- the process ------------------------------------------------------------------------------------------------
 
 
@@ -595,7 +604,7 @@ def main() -> None:
         os.set_inheritable(fd, False)
     channel = Channel(options.requests, options.replies)
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    spares = default_spares() if options.spares is None else options.spares
+    spares = default_spares(jobs=1) if options.spares is None else options.spares
     try:
         judge = Judge(options.device, options.memory_limit or None, cuda_visible, spares)
     except BaseException as error:

@@ -6,11 +6,19 @@ the blob; tuples as ``{"$tuple": [...]}``, dicts as ``{"$dict": [[key, value], .
 pickle, no tensor subclasses, no objects with behaviour. A receiver states the most it accepts, and a frame that
 announces more is refused before a byte of its body is read.
 
+Large blobs (issue 14: KernelBench inputs of 6.4 GB) do not go through the pipe. Between the judge and a candidate
+each direction also has a `SharedBuffer`, a memfd both map: the sender writes the blob there (a GPU tensor is copied
+straight into the mapping) and the header's top bit says so. The memfd is sealed against shrinking, so a peer cannot
+truncate it under the other's mapping (SIGBUS); only the judge grows it, so a candidate's frames stay within what the
+judge made room for.
+
 Reads and writes take a deadline and a cancel event and wait in short slices (`select`), so a peer that stops reading
 or writing cannot block the other side past its deadline.
 """
 
+import fcntl
 import json
+import mmap
 import os
 import select
 import struct
@@ -18,8 +26,11 @@ import threading
 import time
 
 HEADER = struct.Struct("!IQ")
+IN_SHARED_MEMORY = 1 << 63  # header flag: the blob is in the receiver's SharedBuffer, not in the frame
 MAX_JSON_BYTES = 64 * 1024 * 1024
 POLL_S = 0.05
+SHARED_MIN_BYTES = 1 << 16  # smaller blobs go through the pipe: one write, no mapping to check
+ALIGNMENT = 64  # every tensor's bytes start at a multiple of this in a blob
 
 # The dtypes that may cross, by the name str(dtype) gives without "torch.".
 _DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32",
@@ -45,11 +56,10 @@ class Stopped(Exception):
 # ---- plain data <-> (JSON-able object, blob) ---------------------------------------------------------------------
 
 
-def encode(value) -> tuple[object, bytes]:
+def encode(value) -> tuple[object, "Payload"]:
     """Turn plain data (tensors, numbers, strings, None, lists, tuples, dicts with str keys) into a JSON-able object
-    and the blob its tensors point into. Raises WireError naming the first thing that may not cross."""
-    chunks: list[bytes] = []
-    offset = [0]
+    and the Payload its tensors point into. Raises WireError naming the first thing that may not cross."""
+    payload = Payload()
 
     def walk(item, where: str):
         import torch
@@ -66,11 +76,8 @@ def encode(value) -> tuple[object, bytes]:
             name = str(item.dtype).removeprefix("torch.")
             if name not in _DTYPE_NAMES:
                 raise WireError(f"{where} has dtype {name}, which the checker does not accept")
-            data = _tensor_bytes(item)
-            entry = {"$tensor": [offset[0], len(data)], "dtype": name, "shape": list(item.shape)}
-            chunks.append(data)
-            offset[0] += len(data)
-            return entry
+            data = item.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+            return {"$tensor": [payload.add(data), data.numel()], "dtype": name, "shape": list(item.shape)}
         if type(item) is tuple:
             return {"$tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(item)]}
         if type(item) is list:
@@ -79,7 +86,51 @@ def encode(value) -> tuple[object, bytes]:
             return {"$dict": [[key, walk(x, f"{where}[{key!r}]")] for key, x in item.items()]}
         raise WireError(f"{where} is a {type(item).__name__}: only tensors, numbers, tuples and lists cross")
 
-    return walk(value, "output"), b"".join(chunks)
+    return walk(value, "output"), payload
+
+
+class Payload:
+    """A frame's tensor bytes, gathered when the frame is written: into shared memory (a GPU tensor copied straight
+    into the mapping) or into the frame itself. Holds views of the tensors, not copies."""
+
+    def __init__(self):
+        self.parts: list[tuple[int, object]] = []  # (offset, flat uint8 tensor or bytes)
+        self.nbytes = 0
+
+    def add(self, data) -> int:
+        offset = -(-self.nbytes // ALIGNMENT) * ALIGNMENT
+        self.parts.append((offset, data))
+        self.nbytes = offset + len(data)
+        return offset
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __bytes__(self) -> bytes:
+        data = bytearray(self.nbytes)
+        self.write_into(memoryview(data))
+        return bytes(data)
+
+    def write_into(self, view: memoryview) -> None:
+        import torch
+
+        for offset, data in self.parts:
+            size = len(data)
+            if not size:
+                continue
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                view[offset:offset + size] = data
+            else:
+                torch.frombuffer(view[offset:offset + size], dtype=torch.uint8).copy_(data)
+
+
+def as_payload(blob) -> Payload:
+    if isinstance(blob, Payload):
+        return blob
+    payload = Payload()
+    if len(blob):
+        payload.add(bytes(blob))
+    return payload
 
 
 def encode_at(value, where: str) -> tuple[object, bytes]:
@@ -90,11 +141,12 @@ def encode_at(value, where: str) -> tuple[object, bytes]:
         raise WireError(str(error).replace("output", where, 1)) from None
 
 
-def decode(tree, blob: bytes):
-    """The inverse of encode: plain torch.Tensors (CPU) and Python values."""
+def decode(tree, blob, device=None):
+    """The inverse of encode: plain torch.Tensors (on `device`, default the CPU) and Python values. Every tensor is a
+    copy: nothing decoded aliases the blob, which may be memory the peer can still write."""
     import torch
 
-    view = memoryview(blob)
+    view = memoryview(blob).cast("B")
 
     def walk(item):
         if isinstance(item, list):
@@ -117,21 +169,20 @@ def decode(tree, blob: bytes):
             if count * torch.empty((), dtype=dtype).element_size() != length or any(n < 0 for n in shape):
                 raise WireError("a tensor's shape does not match its byte count")
             if length == 0:
-                return torch.empty(shape, dtype=dtype)
-            flat = torch.frombuffer(bytearray(view[start:start + length]), dtype=torch.uint8)
-            return flat.view(dtype).reshape(shape)
+                return torch.empty(shape, dtype=dtype, device=device)
+            return _copy_out(view[start:start + length], device).view(dtype).reshape(shape)
         raise WireError("an unknown object in a frame")
 
     return walk(tree)
 
 
-def _tensor_bytes(tensor) -> bytes:
+def _copy_out(view: memoryview, device):
+    """A uint8 tensor on `device` (default CPU) holding a copy of the bytes in view."""
     import torch
 
-    flat = tensor.detach().resolve_conj().resolve_neg().to("cpu").contiguous().reshape(-1)
-    if flat.numel() == 0:
-        return b""
-    return flat.view(torch.uint8).numpy().tobytes()
+    if view.readonly:
+        return torch.frombuffer(bytearray(view), dtype=torch.uint8).to(device or "cpu")
+    return torch.frombuffer(view, dtype=torch.uint8).to(device or "cpu", copy=True)
 
 
 def nbytes(tree) -> int:
@@ -148,25 +199,96 @@ def nbytes(tree) -> int:
 # ---- frames on file descriptors ---------------------------------------------------------------------------------
 
 
-class Channel:
-    """One direction each way: reads frames from `read_fd`, writes them to `write_fd` (either may be None)."""
+class SharedBuffer:
+    """One direction's memory for large blobs: a memfd both sides map (MAP_SHARED). Sealed at creation so that it
+    can never shrink (a peer truncating it would crash the other with SIGBUS) and no seal can be added (a peer sealing
+    it against writes would fail the other's next write). Only the side with `may_grow` makes it larger: the judge,
+    for both directions; a candidate writes only into the room the judge made (its RLIMIT_FSIZE stops it growing a
+    file past the sandbox's disk limit anyway)."""
 
-    def __init__(self, read_fd: int | None = None, write_fd: int | None = None):
+    def __init__(self, fd: int, *, may_grow: bool):
+        self.fd, self.may_grow = fd, may_grow
+        self._mapping: mmap.mmap | None = None
+
+    @classmethod
+    def create(cls) -> "SharedBuffer":
+        fd = os.memfd_create("kernelllm-wire", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+        return cls(fd, may_grow=True)
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def make_room(self, nbytes: int) -> bool:
+        """At least nbytes in the buffer (grown where this side may); False when it cannot hold them."""
+        if self.size() >= nbytes:
+            return True
+        if not self.may_grow:
+            return False
+        os.ftruncate(self.fd, nbytes)
+        return True
+
+    def view(self, nbytes: int) -> memoryview:
+        """The first nbytes of the buffer, writable. A size the buffer does not have is the peer's lie: WireError."""
+        size = self.size()
+        if nbytes > size:
+            raise WireError(f"a frame names {nbytes} bytes of shared memory; the buffer holds {size}")
+        if nbytes == 0:
+            return memoryview(bytearray())
+        if self._mapping is None or len(self._mapping) < nbytes:
+            # The old mapping is dropped, not closed: a view of it may still be alive; it goes with its last user.
+            try:
+                self._mapping = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED,
+                                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            except (OSError, ValueError) as error:
+                raise WireError(f"the shared buffer cannot be mapped: {error}") from None
+        return memoryview(self._mapping)[:nbytes]
+
+    def close(self) -> None:
+        self._mapping = None
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class Channel:
+    """One direction each way: reads frames from `read_fd`, writes them to `write_fd` (either may be None). With
+    `shared_in`/`shared_out`, large blobs travel through shared memory instead (see the module's docstring)."""
+
+    def __init__(self, read_fd: int | None = None, write_fd: int | None = None, *,
+                 shared_in: SharedBuffer | None = None, shared_out: SharedBuffer | None = None):
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.shared_in, self.shared_out = shared_in, shared_out
         for fd in (read_fd, write_fd):
             if fd is not None:
                 os.set_blocking(fd, False)
         self._write_lock = threading.Lock()
         self._buffer = bytearray()
 
-    def send(self, message: dict, blob: bytes = b"", *, deadline: float | None = None,
+    def expect(self, nbytes: int) -> None:
+        """Make room for a reply blob of up to nbytes in shared memory (the peer cannot grow it)."""
+        if self.shared_in is not None and nbytes >= SHARED_MIN_BYTES:
+            self.shared_in.make_room(nbytes)
+
+    def send(self, message: dict, blob=b"", *, deadline: float | None = None,
              cancel: threading.Event | None = None) -> None:
-        """Stopped midway leaves a partial frame behind: the peer can then only be stopped, as the judge does."""
+        """blob: bytes or a Payload. Stopped midway leaves a partial frame behind: the peer can then only be
+        stopped, as the judge does."""
         text = json.dumps(message).encode()
         if len(text) > MAX_JSON_BYTES:
             raise WireError(f"message too large ({len(text)} bytes of JSON)")
-        data = memoryview(HEADER.pack(len(text), len(blob)) + text + blob)
+        payload = as_payload(blob)
         with self._write_lock:
+            shared = self.shared_out
+            if shared is not None and payload.nbytes >= SHARED_MIN_BYTES and shared.make_room(payload.nbytes):
+                payload.write_into(shared.view(payload.nbytes))
+                frame = bytearray(HEADER.pack(len(text), payload.nbytes | IN_SHARED_MEMORY) + text)
+            else:
+                frame = bytearray(HEADER.size + len(text) + payload.nbytes)
+                frame[:HEADER.size + len(text)] = HEADER.pack(len(text), payload.nbytes) + text
+                payload.write_into(memoryview(frame)[HEADER.size + len(text):])
+            data = memoryview(frame)
             while data:
                 _wait_ready(self.write_fd, "w", deadline, cancel)
                 try:
@@ -178,16 +300,21 @@ class Channel:
                 data = data[written:]
 
     def receive(self, *, max_blob: int, deadline: float | None = None,
-                cancel: threading.Event | None = None) -> tuple[dict, bytes]:
-        """The next frame as (message, blob). Raises WireError when it announces more than max_blob tensor bytes.
+                cancel: threading.Event | None = None) -> tuple[dict, object]:
+        """The next frame as (message, blob): blob is a bytearray, or a view of shared memory valid until the peer's
+        next frame (decode copies out of it). Raises WireError when it announces more than max_blob tensor bytes.
         Stopped leaves a partly read frame buffered: the next call goes on with it."""
         self._fill(HEADER.size, deadline, cancel)
-        json_length, blob_length = HEADER.unpack(self._buffer[:HEADER.size])
+        json_length, blob_field = HEADER.unpack(self._buffer[:HEADER.size])
+        in_shared = bool(blob_field & IN_SHARED_MEMORY)
+        blob_length = blob_field & ~IN_SHARED_MEMORY
         if json_length > MAX_JSON_BYTES:
             raise WireError(f"a message of {json_length} bytes of JSON, above the {MAX_JSON_BYTES} accepted")
         if blob_length > max_blob:
             raise WireError(f"{blob_length} bytes of tensors sent, above the {max_blob} accepted")
-        end = HEADER.size + json_length + blob_length
+        if in_shared and self.shared_in is None:
+            raise WireError("a frame names shared memory this channel does not have")
+        end = HEADER.size + json_length + (0 if in_shared else blob_length)
         self._fill(end, deadline, cancel)
         frame, self._buffer = self._buffer[:end], self._buffer[end:]
         try:
@@ -196,7 +323,9 @@ class Channel:
             raise WireError("a frame that is not JSON") from None
         if not isinstance(message, dict):
             raise WireError("a frame that is not a JSON object")
-        return message, bytes(frame[HEADER.size + json_length:])
+        if in_shared:
+            return message, self.shared_in.view(blob_length)
+        return message, frame[HEADER.size + json_length:]
 
     def _fill(self, count: int, deadline, cancel) -> None:
         while len(self._buffer) < count:
@@ -217,6 +346,9 @@ class Channel:
                 except OSError:
                     pass
         self.read_fd = self.write_fd = None
+        for shared in (self.shared_in, self.shared_out):
+            if shared is not None:
+                shared.close()
 
 
 def _wait_ready(fd: int, mode: str, deadline: float | None, cancel: threading.Event | None) -> None:
