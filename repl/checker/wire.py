@@ -60,33 +60,35 @@ def encode(value) -> tuple[object, "Payload"]:
     """Turn plain data (tensors, numbers, strings, None, lists, tuples, dicts with str keys) into a JSON-able object
     and the Payload its tensors point into. Raises WireError naming the first thing that may not cross."""
     payload = Payload()
+    return _encode(value, "output", payload), payload
 
-    def walk(item, where: str):
-        import torch
 
-        if item is None or isinstance(item, (bool, str)):
-            return item
-        if isinstance(item, (int, float)) and type(item) in (int, float):
-            return item
-        if isinstance(item, torch.Tensor):
-            if type(item) not in (torch.Tensor, torch.nn.Parameter):
-                raise WireError(f"{where} is a tensor subclass ({type(item).__name__}): only plain tensors cross")
-            if item.layout != torch.strided:
-                raise WireError(f"{where} is a {item.layout} tensor: only dense tensors cross")
-            name = str(item.dtype).removeprefix("torch.")
-            if name not in _DTYPE_NAMES:
-                raise WireError(f"{where} has dtype {name}, which the checker does not accept")
-            data = item.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
-            return {"$tensor": [payload.add(data), data.numel()], "dtype": name, "shape": list(item.shape)}
-        if type(item) is tuple:
-            return {"$tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(item)]}
-        if type(item) is list:
-            return [walk(x, f"{where}[{i}]") for i, x in enumerate(item)]
-        if type(item) is dict and all(isinstance(key, str) for key in item):
-            return {"$dict": [[key, walk(x, f"{where}[{key!r}]")] for key, x in item.items()]}
-        raise WireError(f"{where} is a {type(item).__name__}: only tensors, numbers, tuples and lists cross")
+# encode and decode recurse through module-level functions, not nested closures: a closure that calls itself is a
+# reference cycle, and one holding the payload kept each trial's multi-GB tensors alive until the cyclic collector ran.
+def _encode(item, where: str, payload: "Payload"):
+    import torch
 
-    return walk(value, "output"), payload
+    if item is None or isinstance(item, (bool, str)):
+        return item
+    if isinstance(item, (int, float)) and type(item) in (int, float):
+        return item
+    if isinstance(item, torch.Tensor):
+        if type(item) not in (torch.Tensor, torch.nn.Parameter):
+            raise WireError(f"{where} is a tensor subclass ({type(item).__name__}): only plain tensors cross")
+        if item.layout != torch.strided:
+            raise WireError(f"{where} is a {item.layout} tensor: only dense tensors cross")
+        name = str(item.dtype).removeprefix("torch.")
+        if name not in _DTYPE_NAMES:
+            raise WireError(f"{where} has dtype {name}, which the checker does not accept")
+        data = item.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+        return {"$tensor": [payload.add(data), data.numel()], "dtype": name, "shape": list(item.shape)}
+    if type(item) is tuple:
+        return {"$tuple": [_encode(x, f"{where}[{i}]", payload) for i, x in enumerate(item)]}
+    if type(item) is list:
+        return [_encode(x, f"{where}[{i}]", payload) for i, x in enumerate(item)]
+    if type(item) is dict and all(isinstance(key, str) for key in item):
+        return {"$dict": [[key, _encode(x, f"{where}[{key!r}]", payload)] for key, x in item.items()]}
+    raise WireError(f"{where} is a {type(item).__name__}: only tensors, numbers, tuples and lists cross")
 
 
 class Payload:
@@ -144,36 +146,35 @@ def encode_at(value, where: str) -> tuple[object, bytes]:
 def decode(tree, blob, device=None):
     """The inverse of encode: plain torch.Tensors (on `device`, default the CPU) and Python values. Every tensor is a
     copy: nothing decoded aliases the blob, which may be memory the peer can still write."""
+    return _decode(tree, memoryview(blob).cast("B"), device)
+
+
+def _decode(item, view: memoryview, device):
     import torch
 
-    view = memoryview(blob).cast("B")
-
-    def walk(item):
-        if isinstance(item, list):
-            return [walk(x) for x in item]
-        if not isinstance(item, dict):
-            return item
-        if "$tuple" in item:
-            return tuple(walk(x) for x in item["$tuple"])
-        if "$dict" in item:
-            return {str(key): walk(x) for key, x in item["$dict"]}
-        if "$tensor" in item:
-            start, length = (int(n) for n in item["$tensor"])
-            name, shape = item.get("dtype"), [int(n) for n in item.get("shape", [])]
-            if name not in _DTYPE_NAMES or start < 0 or start + length > len(blob):
-                raise WireError("a tensor entry points outside its frame or names an unknown dtype")
-            dtype = getattr(torch, name)
-            count = 1
-            for size in shape:
-                count *= size
-            if count * torch.empty((), dtype=dtype).element_size() != length or any(n < 0 for n in shape):
-                raise WireError("a tensor's shape does not match its byte count")
-            if length == 0:
-                return torch.empty(shape, dtype=dtype, device=device)
-            return _copy_out(view[start:start + length], device).view(dtype).reshape(shape)
-        raise WireError("an unknown object in a frame")
-
-    return walk(tree)
+    if isinstance(item, list):
+        return [_decode(x, view, device) for x in item]
+    if not isinstance(item, dict):
+        return item
+    if "$tuple" in item:
+        return tuple(_decode(x, view, device) for x in item["$tuple"])
+    if "$dict" in item:
+        return {str(key): _decode(x, view, device) for key, x in item["$dict"]}
+    if "$tensor" in item:
+        start, length = (int(n) for n in item["$tensor"])
+        name, shape = item.get("dtype"), [int(n) for n in item.get("shape", [])]
+        if name not in _DTYPE_NAMES or start < 0 or start + length > len(view):
+            raise WireError("a tensor entry points outside its frame or names an unknown dtype")
+        dtype = getattr(torch, name)
+        count = 1
+        for size in shape:
+            count *= size
+        if count * torch.empty((), dtype=dtype).element_size() != length or any(n < 0 for n in shape):
+            raise WireError("a tensor's shape does not match its byte count")
+        if length == 0:
+            return torch.empty(shape, dtype=dtype, device=device)
+        return _copy_out(view[start:start + length], device).view(dtype).reshape(shape)
+    raise WireError("an unknown object in a frame")
 
 
 def _copy_out(view: memoryview, device):
