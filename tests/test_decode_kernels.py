@@ -1,0 +1,80 @@
+"""The decode step's own Triton kernels against torch: on the CPU through the Triton interpreter (TRITON_INTERPRET=1,
+in a subprocess, since the interpreter is chosen when triton is imported), on CUDA compiled and tuned."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+MATVEC_CHECK = """
+import torch
+from repl.generation import decode_matvec, llama_math
+from repl.generation.decode_matvec import matvec_residual
+torch.manual_seed(0)
+device, dtype, tolerance = {device!r}, {dtype}, {tolerance}
+
+def relative_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+# Shapes that are not multiples of the tiles exercise the masks; the last are the 8B's o and down products.
+for hidden, inter in {shapes}:
+    x, attention = (torch.randn(1, 1, hidden, device=device, dtype=dtype) for _ in range(2))
+    o = (torch.randn(hidden, hidden, device=device) / hidden ** 0.5).to(dtype)
+    norm = (torch.rand(hidden, device=device) + 0.5).to(dtype)
+    gate_up = (torch.randn(2 * inter, hidden, device=device) / hidden ** 0.5).to(dtype)
+    down = (torch.randn(hidden, inter, device=device) / inter ** 0.5).to(dtype)
+    double = lambda *tensors: [t.double() for t in tensors]
+
+    out = matvec_residual(attention, o, x, False)
+    assert out.shape == x.shape and out.dtype == dtype
+    error = relative_error(out, x.double() + attention.double() @ o.double().T)
+    assert error < tolerance, ("o", hidden, error)
+
+    gate_up_out = torch.randn(1, 1, 2 * inter, device=device, dtype=dtype)
+    gate, up = gate_up_out.double().chunk(2, dim=-1)
+    out = matvec_residual(gate_up_out, down, x, True)
+    error = relative_error(out, x.double() + (torch.nn.functional.silu(gate) * up) @ down.double().T)
+    assert error < tolerance, ("down", hidden, inter, error)
+
+    ref = llama_math.layer_output(*double(x, attention, o, norm, gate_up, down), 1e-5)
+    for layer_output in (decode_matvec.layer_output,
+                         torch.compile(decode_matvec.layer_output, fullgraph=True, dynamic=False, backend={backend!r})):
+        error = relative_error(layer_output(x, attention, o, norm, gate_up, down, 1e-5), ref)
+        assert error < tolerance, ("layer", hidden, inter, error)
+
+    # More than one row: llama_math's layer (cuBLAS), same answer.
+    rows = torch.randn(2, 1, hidden, device=device, dtype=dtype), torch.randn(2, 1, hidden, device=device, dtype=dtype)
+    out = decode_matvec.layer_output(*rows, o, norm, gate_up, down, 1e-5)
+    assert torch.equal(out, llama_math.layer_output(*rows, o, norm, gate_up, down, 1e-5))
+
+try:
+    matvec_residual(torch.zeros(1, 1, 8, device=device), torch.zeros(16, 8, device=device),
+                    torch.zeros(1, 1, 8, device=device), False)
+except ValueError as error:
+    assert "matvec_residual" in str(error)
+else:
+    raise AssertionError("a residual of the wrong length was accepted")
+print("ok")
+"""
+
+
+def test_matvec_kernel_matches_torch_in_the_interpreter():
+    code = MATVEC_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-6, backend="aot_eager",
+                               shapes=[(64, 160), (40, 72), (8, 1000)])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_matvec_kernel_matches_torch_compiled_and_tuned(dtype, tolerance):
+    code = MATVEC_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance, backend="inductor",
+                               shapes=[(64, 160), (40, 72), (4096, 14336)])
+    exec(code, {})
