@@ -340,8 +340,8 @@ def profile_lines(profile: dict, top: int = 12) -> list[str]:
 
 def _kernel_kind(name: str) -> str:
     lowered = name.lower()
-    if "matvec" in lowered:
-        return "o / down products (decode_matvec)"
+    if "matvec" in lowered or "qkv_rope_cache" in lowered:
+        return "q/k/v, o, down products (decode_matvec)"
     if "attend_slices" in lowered or "combine_slices" in lowered:
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):

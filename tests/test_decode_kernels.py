@@ -78,3 +78,62 @@ def test_cuda_matvec_kernel_matches_torch_compiled_and_tuned(dtype, tolerance):
     code = MATVEC_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance, backend="inductor",
                                shapes=[(64, 160), (40, 72), (4096, 14336)])
     exec(code, {})
+
+
+QKV_CHECK = """
+import torch
+from repl.generation import decode_matvec, llama_math
+torch.manual_seed(0)
+device, dtype, tolerance = {device!r}, {dtype}, {tolerance}
+
+def relative_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+for hidden, heads, kv_heads, dim, length, position in {shapes}:
+    x = torch.randn(1, 1, hidden, device=device, dtype=dtype)
+    norm = (torch.rand(hidden, device=device) + 0.5).to(dtype)
+    qkv = (torch.randn((heads + 2 * kv_heads) * dim, hidden, device=device) / hidden ** 0.5).to(dtype)
+    angles = torch.rand(1, dim // 2, device=device) * 6  # rotate-half tables, as transformers builds them
+    cos, sin = torch.cat([angles.cos()] * 2, -1).to(dtype), torch.cat([angles.sin()] * 2, -1).to(dtype)
+    caches = [torch.randn(1, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2)]
+    positions = torch.tensor([position], device=device)
+    expected_caches = [cache.double() for cache in caches]
+    expected_q, _, _ = llama_math.attention_input(x.double(), norm.double(), qkv.double(), cos.double(), sin.double(),
+                                                  *expected_caches, positions, heads, kv_heads, 1e-5)
+    for attention_input in (decode_matvec.attention_input, torch.compile(
+            decode_matvec.attention_input, fullgraph=True, dynamic=False, backend={backend!r})):
+        written = [cache.clone() for cache in caches]
+        q, k, v = attention_input(x, norm, qkv, cos, sin, *written, positions, heads, kv_heads, 1e-5)
+        assert q.shape == (1, heads, 1, dim) and q.dtype == dtype and k is None and v is None
+        error = relative_error(q, expected_q)
+        assert error < tolerance, ("q", heads, dim, error)
+        for name, cache, expected, before in zip("kv", written, expected_caches, caches):
+            error = relative_error(cache[:, :, position], expected[:, :, position])
+            assert error < tolerance, (name, heads, dim, error)
+            others = torch.arange(length, device=device) != position
+            assert torch.equal(cache[:, :, others], before[:, :, others]), name  # only the position is written
+
+try:
+    decode_matvec.qkv_rope_cache(x, norm, qkv[:-1], cos, sin, *caches, positions, heads, kv_heads, 1e-5)
+except ValueError as error:
+    assert "qkv_rope_cache" in str(error)
+else:
+    raise AssertionError("a q/k/v weight of the wrong shape was accepted")
+print("ok")
+"""
+
+
+def test_qkv_rope_cache_kernel_matches_torch_in_the_interpreter():
+    code = QKV_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-6, backend="aot_eager",
+                            shapes=[(72, 4, 2, 32, 16, 5), (128, 2, 1, 64, 8, 0), (40, 2, 2, 32, 8, 7)])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_qkv_rope_cache_kernel_matches_torch_compiled_and_tuned(dtype, tolerance):
+    exec(QKV_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance, backend="inductor",
+                          shapes=[(72, 4, 2, 32, 16, 5), (4096, 32, 8, 128, 4096, 1234)]), {})

@@ -29,7 +29,7 @@ from repl.settings import SamplingSettings
 MAX_SEQ_LEN = 4096  # prompt + reply: the REPL's longest is a ~1500-token prompt and a 2048-token reply
 BUCKET = 256  # attention reads the cache up to the next multiple of this many positions
 TIERS = ("eager", "graphs", "compiled")
-MATVECS = ("triton", "inductor")  # who writes the compiled tier's o and down products, see compile_pieces()
+MATVECS = ("triton", "inductor")  # who writes the compiled tier's batch-1 products: see compile_pieces()
 
 
 def sample(logits, temperature, top_p):
@@ -70,19 +70,19 @@ class DecodeBatch:
 def compile_pieces(attend, matvec: str = "triton") -> Pieces:
     """The step's pieces under torch.compile. As gpt-fast: with coordinate descent tuning Inductor writes the batch-1
     matrix-vector products as Triton reductions fused with the norm before them and tunes their block sizes.
-    ``matvec="triton"``: the o and down products of a batch-1 step are our kernel instead (``decode_matvec``), which
-    reads their weights faster than Inductor's reductions; ``"inductor"``: all products are Inductor's."""
+    ``matvec="triton"``: at batch 1, the q/k/v (with its norm, RoPE and cache write), o and down products (with their
+    residuals and SiLU) are our kernels instead (``decode_matvec``), which read the weights faster and launch fewer
+    kernels; ``"inductor"``: all products are Inductor's."""
     options = dict(fullgraph=True, dynamic=False, options={"coordinate_descent_tuning": True})
     if matvec not in MATVECS:
         raise ValueError(f"unknown matvec {matvec!r}")
     if matvec == "triton":
         from repl.generation import decode_matvec
 
-        output = decode_matvec.layer_output
+        inputs, output = decode_matvec.attention_input, decode_matvec.layer_output
     else:
-        output = layer_output
-    return Pieces(attention_input=torch.compile(attention_input, **options),
-                  layer_output=torch.compile(output, **options),
+        inputs, output = attention_input, layer_output
+    return Pieces(attention_input=torch.compile(inputs, **options), layer_output=torch.compile(output, **options),
                   final_logits=torch.compile(final_logits, **options), attend_cache=attend)
 
 
