@@ -101,12 +101,11 @@ INTERPRETER_QKV_CONFIG = {"BLOCK_H": 4, "BLOCK_K": 32}
 @triton.jit
 def _qkv_rope_cache(x_ptr, norm_ptr, weight_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                     k, stride_w, stride_kh, stride_kn, stride_vh, stride_vn, eps,
-                    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr,
+                    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr):
     """One head of q, k or v (HEADS + 2 * KV_HEADS of them, in the fused weight's row order), BLOCK_H of its first
-    DIM / 2 dims and their rotate-half partners: rows of weight @ (rms_norm(x) * norm), rotated (q, k), then q
+    HALF = DIM / 2 dims and their rotate-half partners: rows of weight @ (rms_norm(x) * norm), rotated (q, k), then q
     stored and k, v written into the cache at the position."""
-    HALF: tl.constexpr = DIM // 2
     head = tl.program_id(0) // (HALF // BLOCK_H)
     dims = (tl.program_id(0) % (HALF // BLOCK_H)) * BLOCK_H + tl.arange(0, BLOCK_H)
     rows = head * DIM + dims  # the partners are rows + HALF
@@ -168,9 +167,10 @@ def qkv_rope_cache_launch(x, norm, qkv, cos, sin, k_cache, v_cache, positions, h
     arguments = (x, norm, qkv, cos, sin, positions, q, k_cache, v_cache, hidden, qkv.stride(0), k_cache.stride(1),
                  k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), eps)
     if x.is_cuda:
-        _qkv_tuned[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim)
+        _qkv_tuned[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
     else:  # the Triton interpreter (tests)
-        _qkv_rope_cache[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim, **INTERPRETER_QKV_CONFIG)
+        _qkv_rope_cache[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2,
+                               **INTERPRETER_QKV_CONFIG)
     return q
 
 
