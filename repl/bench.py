@@ -54,7 +54,7 @@ class BenchOptions:
     plain: bool = True
     profile_steps: int = 0  # >0 (CUDA): profile this many decode steps of the fast path
     attention: str | None = None  # the fast path's attention: None (its default), "triton" or "torch"
-    compare_matvec: bool = False  # CUDA: also measure the compiled tier with Inductor's o and down products
+    compare_matvec: bool = False  # CUDA: also measure the compiled tier with Inductor's products throughout
 
 
 def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda message: None,
@@ -340,9 +340,9 @@ def profile_lines(profile: dict, top: int = 12) -> list[str]:
 
 def _kernel_kind(name: str) -> str:
     lowered = name.lower()
-    if "matvec" in lowered or "qkv_rope_cache" in lowered:
+    if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
         return "q/k/v, o, down products (decode_matvec)"
-    if "attend_slices" in lowered or "combine_slices" in lowered:
+    if lowered.startswith(("_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
         return "matmul (cuBLAS)"

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="CUDA: profile this many fast decode steps (kernel time by kind)")
     parser.add_argument("--compare-matvec", action="store_true",
-                        help="CUDA: also measure the compiled tier with Inductor's o and down products (A/B)")
+                        help="CUDA: also measure the compiled tier with Inductor's products instead of ours (A/B)")
 
 
 def _architecture(name: str) -> str:
