@@ -54,6 +54,7 @@ class BenchOptions:
     plain: bool = True
     profile_steps: int = 0  # >0 (CUDA): profile this many decode steps of the fast path
     attention: str | None = None  # the fast path's attention: None (its default), "triton" or "torch"
+    compare_matvec: bool = False  # CUDA: also measure the compiled tier with Inductor's products throughout
 
 
 def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda message: None,
@@ -116,26 +117,39 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
         results["fast"]["traceback"] = "".join(traceback.format_exception(fast.warm_up_errors[0]))
         report(results["fast"]["traceback"])
     if fast.state == "ready":
-        for tier in (first_tier, *later_tiers):
+        # (label, tier, matvec): with compare_matvec the compiled tier is measured first with Inductor's products,
+        # then with ours (decode_matvec), in this one process.
+        variants = [(first_tier, first_tier, None)]
+        if later_tiers and options.compare_matvec:
+            variants.append(("compiled-inductor-matvec", "compiled", "inductor"))
+        variants += [(tier, tier, fast.decoder.matvec) for tier in later_tiers]
+        for label, tier, matvec in variants:
             if tier != first_tier:
-                report(f"fast path: warm-up of the {tier} tier")
-                seconds = results["fast"]["warm_up_s"].setdefault(tier, {})
+                report(f"fast path: warm-up of the {label} tier")
+                fast.decoder.matvec = matvec
+                seconds = results["fast"]["warm_up_s"].setdefault(label, {})
                 for size in batch_sizes:
                     started = time.monotonic()
                     fast.decoder.prepare(size, tier)
                     seconds[size] = time.monotonic() - started
-            report(f"fast path ({tier}): single stream and {options.samples} samples at once")
+            report(f"fast path ({label}): single stream and {options.samples} samples at once")
             _fast_generate(fast, prompt_ids, sampling, 16, 1)  # warm-up, each batch once
             _fast_generate(fast, prompt_ids, sampling, 16, options.samples)
             single = [_fast_generate(fast, prompt_ids, sampling, options.new_tokens, 1) for _ in range(options.runs)]
             many = [_fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
                     for _ in range(options.runs)]
-            results["fast"]["tiers"][tier] = _summary(single, many)
-            report(_brief(f"fast ({tier})", results["fast"]["tiers"][tier]) +
-                   f", warm-up {results['fast']['warm_up_s'][tier]}")
+            results["fast"]["tiers"][label] = _summary(single, many)
+            report(_brief(f"fast ({label})", results["fast"]["tiers"][label]) +
+                   f", warm-up {results['fast']['warm_up_s'][label]}")
             save(results)
         results["fast"]["mode"] = tier
-        results["fast"].update({key: value for key, value in results["fast"]["tiers"][tier].items() if key != "runs"})
+        results["fast"]["matvec"] = fast.decoder.matvec if tier == "compiled" else None
+        if results["fast"]["matvec"] == "triton":
+            from repl.generation.decode_matvec import tuned_configs
+
+            results["fast"]["matvec_configs"] = tuned_configs()
+            report(f"matvec block sizes: {results['fast']['matvec_configs']}")
+        results["fast"].update({key: value for key, value in results["fast"]["tiers"][label].items() if key != "runs"})
         if options.plain:
             report("greedy: plain and fast tokens compared")
             results["greedy"] = _greedy_agreement(model, fast, prompt_ids, greedy)
@@ -326,6 +340,10 @@ def profile_lines(profile: dict, top: int = 12) -> list[str]:
 
 def _kernel_kind(name: str) -> str:
     lowered = name.lower()
+    if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
+        return "q/k/v, o, down products (decode_matvec)"
+    if lowered.startswith(("_attend_slices", "_combine_slices")):
+        return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
         return "matmul (cuBLAS)"
     if "sort" in lowered or "scan" in lowered:

@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-startup", action="store_true", help="do not measure start-up time")
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="CUDA: profile this many fast decode steps (kernel time by kind)")
+    parser.add_argument("--compare-matvec", action="store_true",
+                        help="CUDA: also measure the compiled tier with Inductor's products instead of ours (A/B)")
 
 
 def _architecture(name: str) -> str:
@@ -71,7 +73,8 @@ def run(args) -> int:
         device=getattr(args, "device", None) or "auto", dtype=getattr(args, "dtype", None) or "auto",
         prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, samples=args.samples, runs=args.runs,
         max_seq_len=args.max_seq_len, render_tokens=args.render_tokens, render_rate=args.render_rate,
-        plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps)
+        plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps,
+        compare_matvec=args.compare_matvec)
     if options.arch is None and not options.model:
         console.print("error: give --random-weights --arch ARCH, or --model for real weights", style="red")
         return 2

@@ -29,6 +29,7 @@ from repl.settings import SamplingSettings
 MAX_SEQ_LEN = 4096  # prompt + reply: the REPL's longest is a ~1500-token prompt and a 2048-token reply
 BUCKET = 256  # attention reads the cache up to the next multiple of this many positions
 TIERS = ("eager", "graphs", "compiled")
+MATVECS = ("triton", "inductor")  # who writes the compiled tier's batch-1 products: see compile_pieces()
 
 
 def sample(logits, temperature, top_p):
@@ -66,20 +67,32 @@ class DecodeBatch:
         self.steps: dict[bool, list[Callable[[], None]]] = {}  # greedy? -> one step per attention bucket
 
 
-def compile_pieces(attend) -> Pieces:
+def compile_pieces(attend, matvec: str = "triton") -> Pieces:
     """The step's pieces under torch.compile. As gpt-fast: with coordinate descent tuning Inductor writes the batch-1
-    matrix-vector products as Triton reductions fused with the norm before them and tunes their block sizes."""
+    matrix-vector products as Triton reductions fused with the norm before them and tunes their block sizes.
+    ``matvec="triton"``: at batch 1, the q/k/v (with its norm, RoPE and cache write), o and down products (with their
+    residuals and SiLU) are our kernels instead (``decode_matvec``), which read the weights faster and launch fewer
+    kernels; ``"inductor"``: all products are Inductor's."""
     options = dict(fullgraph=True, dynamic=False, options={"coordinate_descent_tuning": True})
-    return Pieces(attention_input=torch.compile(attention_input, **options),
-                  layer_output=torch.compile(layer_output, **options),
+    if matvec not in MATVECS:
+        raise ValueError(f"unknown matvec {matvec!r}")
+    if matvec == "triton":
+        from repl.generation import decode_matvec
+
+        inputs, output = decode_matvec.attention_input, decode_matvec.layer_output
+    else:
+        inputs, output = attention_input, layer_output
+    return Pieces(attention_input=torch.compile(inputs, **options), layer_output=torch.compile(output, **options),
                   final_logits=torch.compile(final_logits, **options), attend_cache=attend)
 
 
 class FastDecoder:
     """Prefill and decode a Llama model with static buffers; ``prepare(size, tier)`` makes (or upgrades) a batch."""
 
-    def __init__(self, model, max_seq_len: int = MAX_SEQ_LEN, bucket: int = BUCKET, attention: str | None = None):
+    def __init__(self, model, max_seq_len: int = MAX_SEQ_LEN, bucket: int = BUCKET, attention: str | None = None,
+                 matvec: str = "triton"):
         self.weights = LlamaWeights(model, max_seq_len)
+        self.matvec = matvec  # for the compiled tier; a later prepare(..., "compiled") compiles anew if it changed
         # Attention over the cache: Triton kernels on CUDA ("triton"), else torch ops ("torch").
         self.attention = attention or ("triton" if self.weights.embed.device.type == "cuda" else "torch")
         if self.attention == "triton":
@@ -93,7 +106,7 @@ class FastDecoder:
         self.bucket = bucket
         self.batches: dict[int, DecodeBatch] = {}  # only batches that can serve appear here
         self.lock = generation_lock(model)  # one generation (plain or fast) at a time on this model
-        self._compiled: Pieces | None = None
+        self._compiled: dict[str, Pieces] = {}  # matvec -> the compiled pieces
 
     # -- warm-up ------------------------------------------------------------------------------------------------
     def prepare(self, size: int, tier: str) -> None:
@@ -117,9 +130,9 @@ class FastDecoder:
     def _compile_for(self, size: int) -> Pieces:
         """Compile the pieces for batches of ``size`` on scratch inputs of the real shapes (one layer's cache), so
         that compiling and tuning never touch the buffers a generation is using."""
-        if self._compiled is None:
-            self._compiled = compile_pieces(self._eager.attend_cache)
-        w, pieces = self.weights, self._compiled
+        if self.matvec not in self._compiled:
+            self._compiled[self.matvec] = compile_pieces(self._eager.attend_cache, self.matvec)
+        w, pieces = self.weights, self._compiled[self.matvec]
         device, dtype = w.embed.device, w.embed.dtype
         layer = w.layers[0]
         hidden = w.embed.shape[1]
