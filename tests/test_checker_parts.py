@@ -119,6 +119,19 @@ def test_compat_adds_only_what_is_missing_and_then_every_inductor_style_import_r
     assert output.strip() == "(2, 1, 1)"
 
 
+def test_compat_without_preloading_adds_grid_when_a_kernel_imports_it():
+    output = run_fresh_python("""
+        import sys
+        from repl.checker.compat import HEURISTICS, install_inductor_compat, missing_names
+        install_inductor_compat(preload=False)
+        assert HEURISTICS not in sys.modules, "imported before any kernel asked for it"
+        from torch._inductor.runtime.triton_heuristics import grid
+        assert missing_names() == [], missing_names()
+        print(grid(64)({"XBLOCK": 32}))
+    """)
+    assert output.strip() == "(2, 1, 1)"
+
+
 # ---- CUDA idioms on the CPU -------------------------------------------------------------------------------------
 
 

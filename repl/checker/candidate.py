@@ -66,7 +66,7 @@ class Candidate:
             torch.empty(1, device=self.device)  # the CUDA context, now
             self.timer = CudaTimer(self.device)
         warm_up(self.device)  # Triton's driver helper and compiler ready, not on the clock of a check
-        install_inductor_compat()
+        install_inductor_compat(preload=self.on_cuda)  # see its docstring: on a CPU, only when a kernel imports it
         self.recorder = LaunchRecorder()
         self.recorder.install()
         self.precision = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)

@@ -18,8 +18,13 @@ Installed in the checker's worker process only, never in the REPL: it edits PyTo
 """
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 import torch
+
+HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 
 # The names above, as (module, attribute); `missing_names()` reports which the installed PyTorch lacks.
 INDUCTOR_STYLE_NAMES = (
@@ -100,17 +105,54 @@ def missing_names() -> list[str]:
     return missing
 
 
-def install_inductor_compat() -> list[str]:
-    """Add the missing names; returns what was added (for the worker's notes and the tests)."""
-    import torch._inductor.runtime.triton_heuristics as triton_heuristics
+def install_inductor_compat(*, preload: bool = True) -> list[str]:
+    """Add the missing names; returns what was added (for the worker's notes and the tests).
 
+    preload=False does not import Inductor's heuristics module now (a second of CPU, as much as importing torch):
+    `grid` is added the moment something imports it. A CPU-only machine has few cores and most candidates never
+    import it; on a GPU host spare candidates preload it while they wait, off the clock of a check."""
     added = []
-    if not hasattr(triton_heuristics, "grid"):
-        triton_heuristics.grid = grid
-        added.append("torch._inductor.runtime.triton_heuristics.grid")
     if not hasattr(torch._C, "_cuda_getCurrentRawStream"):
         torch._C._cuda_getCurrentRawStream = _no_raw_stream
         added.append("torch._C._cuda_getCurrentRawStream")
+    if preload or HEURISTICS in sys.modules:
+        if _add_grid(importlib.import_module(HEURISTICS)):
+            added.append(f"{HEURISTICS}.grid")
+    else:
+        sys.meta_path.insert(0, _AddGridOnImport())
+        added.append(f"{HEURISTICS}.grid (when imported)")
     # Anything still missing on some future PyTorch is left missing: the candidate's import then fails with a
     # compile_error that names it, which is the signal to extend this module.
     return added
+
+
+def _add_grid(heuristics) -> bool:
+    if hasattr(heuristics, "grid"):
+        return False
+    heuristics.grid = grid
+    return True
+
+
+class _AddGridOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds Inductor's heuristics module the normal way and adds `grid` once it has run."""
+
+    def find_spec(self, name, path, target=None):
+        if name != HEURISTICS:
+            return None
+        sys.meta_path.remove(self)  # once, and not while finding the real module
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        self.inner = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.inner.exec_module(module)
+        _add_grid(module)
+
+    def get_source(self, name):  # tracebacks through the module keep its source lines
+        return self.inner.get_source(name)
