@@ -14,6 +14,7 @@ from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
+from repl.ui.interrupts import interrupts_as_event
 from repl.ui.stream_view import print_kernel, status_line
 
 DEFAULT_FIX_TRIES = 5
@@ -115,30 +116,17 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
         raise CommandError(one_line(error)) from None
     title = f"fix: up to {k} tries" if until_correct else f"best of {k}"
     interrupted = False
-    with BestView(session.console, lambda: run.candidates, title=title,
-                  hint="Ctrl-C stops and keeps the finished candidates") as view:
-        try:
-            run.start()
-            while not run.wait(0.1):
-                view.update()
-        except KeyboardInterrupt:
-            interrupted = True
-            run.cancel()
-            _wait_for(run, view)
+    with interrupts_as_event() as ctrl_c, BestView(session.console, lambda: run.candidates, title=title,
+                                                   hint="Ctrl-C stops and keeps the finished candidates") as view:
+        run.start()
+        while not run.wait(0.1):  # a cancelled run winds down within a second (its workers are killed)
+            if ctrl_c.is_set() and not interrupted:
+                interrupted = True
+                run.cancel()
+            view.update()
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
         session.console.print(one_line(run.error), style="bad")
     _conclude(session, run, interrupted, until_correct)
-
-
-def _wait_for(run: BestOfRun, view: BestView) -> None:
-    """Let a cancelled run wind down (workers are killed within a second), whatever further Ctrl-Cs arrive."""
-    while True:
-        try:
-            while not run.wait(0.1):
-                view.update()
-            return
-        except KeyboardInterrupt:
-            continue
 
 
 def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -> None:

@@ -1,8 +1,6 @@
 """The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
 
-import contextlib
 import dataclasses
-import signal
 import sys
 import threading
 import time
@@ -26,6 +24,7 @@ from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
 from repl.ui.typeahead import KeyCapture
 from repl.ui.console import terminal_safe
+from repl.ui.interrupts import interrupts_as_event, wait_through_interrupts
 
 # After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
 # to finish in its thread and the reply is shown as interrupted at once.
@@ -188,7 +187,7 @@ class ReplSession:
         keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         reply, logged = stream.reply, 0
-        with messages, keys, _interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
+        with messages, keys, interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
                     if interrupted.is_set():
@@ -199,7 +198,7 @@ class ReplSession:
                         self.log.append_reply_text(reply_id, reply.text, reply.tokens)
             except KeyboardInterrupt:
                 stream.cancel()
-                if not _wait_through_interrupts(reader.finished, STOP_WAIT_S):
+                if not wait_through_interrupts(reader.finished, STOP_WAIT_S):
                     # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
                     reader.say_so_at_exit(self.console)
@@ -409,30 +408,3 @@ class _StreamReader:
             self.error = error
         finally:
             self.finished.set()
-
-
-@contextlib.contextmanager
-def _interrupts_as_event():
-    """While a reply streams, Ctrl-C sets an event that the stream loop acts on between frames, instead of raising
-    KeyboardInterrupt wherever the main thread happens to be: inside rich's capture it left the console buffering for
-    good (nothing printed afterwards was shown), and a `with lock:` it interrupts can leave the lock taken. Blocking
-    SIGINT does not do this: the kernel then hands the signal to another thread and Python still raises it here."""
-    interrupted = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupted
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
-    try:
-        yield interrupted
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _wait_through_interrupts(event: threading.Event, timeout: float) -> bool:
-    """event.wait(timeout), which further Ctrl-Cs do not cut short."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return event.wait(max(deadline - time.monotonic(), 0))
-        except KeyboardInterrupt:
-            continue
