@@ -28,12 +28,16 @@ KERNEL = "import triton\n\nclass ModelNew(nn.Module):\n    def forward(self, x):
 REPLY = f"Here is the kernel:\n```python\n{KERNEL}```\nIt fuses nothing."
 
 
-def make_session(tmp_path, monkeypatch, *replies, interrupt_after=None):
+def make_session(tmp_path, monkeypatch, *replies, interrupt_after=None, sizing=False):
+    """A session over a replayed backend. Unless `sizing`, a pasted module is not sized by a real judge (that starts
+    a judge and a candidate process, seconds a test): the sizing test and the end-to-end tests use the real one."""
     monkeypatch.chdir(tmp_path)
     console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=20, record=True)
     backend = ReplayBackend(*(replies or (REPLY,)), interrupt_after=interrupt_after)
     # The prompt_toolkit input is not used by handle(); a placeholder object keeps it from being built.
     session = ReplSession(Engine(backend_override=backend), console, module_input=object())
+    if not sizing:
+        monkeypatch.setattr(session.engine, "too_large", lambda module_code, device="auto": None)
     return session, backend, console
 
 
@@ -255,7 +259,7 @@ def test_model_switches_are_refused_for_a_missing_directory_and_with_a_server(tm
 
 
 def test_a_module_too_large_to_check_here_is_said_before_generating(tmp_path, monkeypatch):
-    session, backend, console = make_session(tmp_path, monkeypatch)
+    session, backend, console = make_session(tmp_path, monkeypatch, sizing=True)
     session.check_device = "cpu"
     seen_when_generating = []
     stream = backend.stream
