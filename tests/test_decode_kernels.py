@@ -1,15 +1,9 @@
 """The decode step's own Triton kernels against torch: on the CPU through the Triton interpreter (TRITON_INTERPRET=1,
 in a subprocess, since the interpreter is chosen when triton is imported), on CUDA compiled and tuned."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
+from interpreter import run_under_interpreter
 
 MATVEC_CHECK = """
 import torch
@@ -67,9 +61,7 @@ print("ok")
 def test_matvec_kernel_matches_torch_in_the_interpreter():
     code = MATVEC_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-6, backend="aot_eager",
                                shapes=[(64, 160), (40, 72), (8, 1000)])
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_under_interpreter(code)
 
 
 @pytest.mark.gpu
@@ -128,9 +120,7 @@ print("ok")
 def test_qkv_rope_cache_kernel_matches_torch_in_the_interpreter():
     code = QKV_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-6, backend="aot_eager",
                             shapes=[(72, 4, 2, 32, 16, 5), (128, 2, 1, 64, 8, 0), (40, 2, 2, 32, 8, 7)])
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_under_interpreter(code)
 
 
 @pytest.mark.gpu

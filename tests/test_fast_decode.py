@@ -348,15 +348,9 @@ print("ok")
 
 
 def test_triton_attention_matches_torch_attention_in_the_interpreter():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from interpreter import run_under_interpreter
 
-    code = ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+    run_under_interpreter(ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
 
 
 @pytest.mark.gpu
