@@ -130,7 +130,9 @@ def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
         checker.check(RELU_REFERENCE, kernel)
 
 
-def test_megabytes_of_inputs_and_outputs_cross_through_shared_memory_and_are_checked():
+def test_megabytes_of_inputs_and_outputs_are_checked():
+    """End to end through the judge and a candidate (blobs this large take the shared buffers; that they do, and
+    bit for bit, is test_checker_parts' to show)."""
     big = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(3, 1 << 17)")  # 1.5 MB in, 1.5 MB out
     def big_blocks(name: str) -> str:  # 48 programs, not 49152: the interpreter runs each block as numpy
         text = (CASES_DIR / name).read_text()

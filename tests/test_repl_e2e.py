@@ -53,10 +53,14 @@ class Terminal:
                 return match
             if time.monotonic() > deadline:
                 raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{self.text()[-3000:]}")
-            try:
-                self.stream.feed(self.child.read_nonblocking(65536, timeout=0.2))
-            except pexpect.TIMEOUT:
-                pass
+            self._receive(0.2)
+
+    def _receive(self, timeout: float) -> None:
+        """Put on the screen what the program writes within timeout seconds."""
+        try:
+            self.stream.feed(self.child.read_nonblocking(65536, timeout=timeout))
+        except pexpect.TIMEOUT:
+            pass
 
     def send(self, keys: str) -> None:
         self.child.send(keys)

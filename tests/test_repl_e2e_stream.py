@@ -40,6 +40,7 @@ class PumpedTerminal(Terminal):
     def __init__(self, child):
         super().__init__(child)
         self._lock = threading.Lock()
+        self._fed = threading.Condition(self._lock)
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -50,22 +51,18 @@ class PumpedTerminal(Terminal):
                 continue
             except (pexpect.EOF, OSError, ValueError):
                 return
-            with self._lock:
+            with self._fed:
                 self.stream.feed(data)
+                self._fed.notify_all()
 
     def text(self) -> str:
         with self._lock:
             return super().text()
 
-    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while True:
-            match = re.search(pattern, self.text())
-            if match:
-                return match
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{self.text()[-3000:]}")
-            time.sleep(0.05)
+    def _receive(self, timeout: float) -> None:
+        """The pump puts the output on the screen: wait until it has fed some (or timeout passes)."""
+        with self._fed:
+            self._fed.wait(timeout)
 
 
 @pytest.fixture

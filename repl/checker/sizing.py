@@ -34,6 +34,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from repl.checker.loading import init_arguments
 from repl.errors import one_line
 
 INTERPRETER_ELEMENTS_PER_S = 50e6  # an upper bound on the Triton interpreter's rate; see the module docstring
@@ -118,7 +119,7 @@ def measure_problem(reference_module) -> ProblemSize:
     size = ProblemSize()
     try:
         with torch.device("meta"), _devices_to_meta_mode(), torch.no_grad():
-            init_args, init_kwargs = _init_arguments(reference_module.get_init_inputs())
+            init_args, init_kwargs = init_arguments(reference_module.get_init_inputs())
             size.init_input_bytes = sum(t.numel() * t.element_size() for t in _tensors([init_args, init_kwargs]))
             model = reference_module.Model(*init_args, **init_kwargs)
             state = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
@@ -146,14 +147,6 @@ def measure_problem(reference_module) -> ProblemSize:
     except Exception as error:
         size.unsized = f"could not size the problem: {one_line(error, 200, with_type=True)}"
     return size
-
-
-def _init_arguments(init_inputs) -> tuple[list, dict]:
-    """KernelBench returns constructor args as a list; KernelBook as ``[[args...], {kwargs...}]``."""
-    init_inputs = list(init_inputs)
-    if len(init_inputs) == 2 and isinstance(init_inputs[0], (list, tuple)) and isinstance(init_inputs[1], dict):
-        return list(init_inputs[0]), dict(init_inputs[1])
-    return init_inputs, {}
 
 
 def _tensors(value) -> list:

@@ -1,7 +1,9 @@
 """Attack: turn the shared memory that carries large blobs against the judge. The candidate finds the memfds it
 shares with the judge and tries to shrink them (the judge reading a truncated mapping would die of SIGBUS) and to
 seal them against writes (the judge's next write would fail); the memfds are sealed against both, so each try must
-fail. Then it forges a reply frame that names more shared memory than the buffer holds: the judge must refuse it."""
+fail. Then it forges a reply frame that claims a terabyte in shared memory: the judge must refuse it before reading
+anything (its cap on a reply comes first; a frame within the cap but beyond the buffer is refused too, see
+test_checker_parts)."""
 import fcntl
 import os
 import struct
