@@ -55,6 +55,12 @@ class Terminal:
                 raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{self.text()[-3000:]}")
             self._receive(0.2)
 
+    @property
+    def bracketed_paste(self) -> bool:
+        """Whether the program has asked for bracketed paste (DECSET 2004): a real terminal brackets a paste only then,
+        and types it out key by key otherwise."""
+        return (2004 << 5) in self.screen.mode  # pyte keeps private modes shifted left by 5
+
     def _receive(self, timeout: float) -> None:
         """Put on the screen what the program writes within timeout seconds."""
         try:

@@ -110,6 +110,28 @@ def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_
         terminal.child.terminate(force=True)
 
 
+def test_a_paste_while_the_module_is_being_sized_reaches_the_next_prompt_whole(trained_model_dir, tmp_path):
+    """Before the stream (the judge sizing the module: made to take seconds here) input is kept as during it: the
+    program has asked for bracketed paste by then, so a real terminal sends the paste as one, not as typed lines."""
+    slow_to_size = RELU_MODULE.replace("def get_inputs():\n", "def get_inputs():\n    import time\n    time.sleep(3)\n")
+    terminal = start(trained_model_dir, tmp_path)
+    try:
+        terminal.send(PASTE_START + slow_to_size + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for("sizing the problem")
+        assert terminal.bracketed_paste, "input during the wait before the stream would be typed out, not pasted"
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for(STATUS)  # the reply streamed and ended
+        terminal.wait_for("Enter: generate a Triton kernel for this module")
+        screen = terminal.text()
+        prompt_at = screen.rindex("› import torch")
+        shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
+        assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
+    finally:
+        terminal.child.terminate(force=True)
+
+
 @pytest.fixture
 def slow_prefill_model_dir(tmp_path):
     """A random model big enough that reading a long module (the prefill) takes seconds before the first token."""

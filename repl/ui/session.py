@@ -1,5 +1,6 @@
 """The interactive session: prompt -> stream -> prompt. A thin layer over the engine; commands live in commands.py."""
 
+import contextlib
 import dataclasses
 import sys
 import threading
@@ -72,13 +73,29 @@ class ReplSession:
                 continue
             keep = ""
             try:
-                keep = self.handle(text) or ""
+                with self._keys_for_next_prompt():
+                    keep = self.handle(text) or ""
             except EOFError:
                 return
             except KeyboardInterrupt:
                 self.console.print("Interrupted.", style="warn")
             except Exception as error:  # a failing command prints its error and the session goes on
                 self.report_unexpected(error)
+
+    @contextlib.contextmanager
+    def _keys_for_next_prompt(self):
+        """While a submission is handled (the judge sizing a module, the wait for the model, the stream, a check),
+        keys typed or pasted go to the next prompt whole instead of being echoed over the screen and re-indented
+        into a staircase (typeahead.py)."""
+        keep_keys = getattr(self.input, "keep_typeahead", None)
+        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
+                          write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
+        try:
+            with keys:
+                yield
+        finally:
+            if keep_keys:
+                keep_keys(keys.presses())
 
     def handle(self, text: str) -> str | None:
         """Act on one submission; returns text to put back into the input buffer (a rejected module)."""
@@ -180,14 +197,12 @@ class ReplSession:
             self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
 
     def _show_stream(self, stream, reply_id, messages: LibraryMessages) -> Reply:
-        """The live view while a thread reads the stream; keys typed meanwhile go to the next prompt, library messages
-        are shown after it. Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
+        """The live view while a thread reads the stream; library messages are shown after it (keys typed meanwhile
+        are kept by run()'s capture). Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked
+        interrupted."""
         reader = _StreamReader(stream)
-        keep_keys = getattr(self.input, "keep_typeahead", None)
-        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
-                          write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         reply, logged = stream.reply, 0
-        with messages, keys, interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
+        with messages, interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
                     if interrupted.is_set():
@@ -202,8 +217,6 @@ class ReplSession:
                     # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
                     reader.say_so_at_exit(self.console)
-        if keep_keys:
-            keep_keys(keys.presses())
         self._print_notes(messages)
         if reader.error is not None:
             raise reader.error

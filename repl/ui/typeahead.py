@@ -1,8 +1,9 @@
-"""Keys typed or pasted while a reply streams: kept whole for the next prompt, never echoed over the live view.
+"""Keys typed or pasted between prompts (while a module is sized, a reply streams, a check runs): kept whole for the
+next prompt, never echoed over the live view.
 
 Outside a prompt the terminal is in cooked mode: it echoes keys at the cursor (the middle of the live region, whose
 redraw then leaves stale copies behind), and a paste arrives as lines ending in Enter, which the next prompt
-re-indented into a staircase. While a stream runs, this turns echo and line editing off and bracketed paste on, and a
+re-indented into a staircase. Until the next prompt, this turns echo and line editing off and bracketed paste on, and a
 thread reads the keys. At the end they are parsed with prompt_toolkit's own parser and handed to the next prompt as
 typeahead, so a paste stays one paste (indentation intact) and typed text is there to edit, as in a shell.
 Ctrl-C still interrupts (signals stay on); Ctrl-D is not kept, so a key pressed during a stream never ends the session.
