@@ -2,7 +2,19 @@
 
 import ast
 import re
+import threading
 from dataclasses import dataclass, field
+
+# CPython 3.11 keeps ast.parse's recursion depth in one per-interpreter counter: a garbage collection that runs a
+# __del__ in mid-parse lets another thread's parse move it, and one of them fails with "SystemError: AST constructor
+# recursion depth mismatch". :best and eval check kernels from several threads, so every parse here takes turns.
+_PARSE_LOCK = threading.RLock()
+
+
+def parse_python(code: str) -> ast.Module:
+    """ast.parse, safe to call from several threads at once (see _PARSE_LOCK)."""
+    with _PARSE_LOCK:
+        return ast.parse(code)
 
 
 @dataclass
@@ -70,7 +82,7 @@ class ModuleSource:
 def inspect_module_source(code: str) -> ModuleSource:
     source = ModuleSource(code=code)
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except SyntaxError as error:
         source.syntax_error = f"line {error.lineno}: {error.msg}"
         return source

@@ -48,3 +48,43 @@ def test_suggested_filename_comes_from_the_source():
     named = inspect_module_source("import torch\nclass FusedGelu(torch.nn.Module):\n    def forward(self, x):\n"
                                   "        return x\n")
     assert named.suggested_filename() == "fused_gelu_triton.py"
+
+
+def test_parsing_from_several_threads_never_trips_cpythons_shared_recursion_counter():
+    """CPython 3.11's ast.parse fails now and then with "SystemError: AST constructor recursion depth mismatch" when
+    a collection runs a __del__ mid-parse and another thread parses meanwhile (it broke the checker suite, which
+    checks from threads). With plain ast.parse in place of parse_python this loop fails on every run here."""
+    import gc
+    import threading
+    import time
+
+    from repl.module_source import parse_python
+
+    class Finalized:
+        def __del__(self):
+            time.sleep(0)  # gives the other threads the interpreter in the middle of a parse
+
+    source = "def f(x):\n    return [(a, (b, [c, {d: e}])) for a in x]\n" * 3
+    errors = []
+
+    def parse_many():
+        for _ in range(2000):
+            garbage = Finalized()
+            garbage.cycle = garbage  # freed only by the collector, mid-parse
+            del garbage
+            try:
+                parse_python(source)
+            except SystemError as error:
+                errors.append(error)
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    try:
+        threads = [threading.Thread(target=parse_many) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        gc.set_threshold(*threshold)
+    assert errors == []

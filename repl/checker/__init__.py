@@ -18,6 +18,7 @@ import time
 
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.extract import extract_kernel_code
+from repl.module_source import parse_python
 
 __all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "kernel_source"]
 
@@ -179,7 +180,7 @@ def kernel_source(kernel_code_or_reply: str) -> str | None:
     example in its docstring or a comment holding ``` changes nothing); anything else is a reply, whose last Python
     block defining ModelNew is taken (repl.extract)."""
     try:
-        tree = ast.parse(kernel_code_or_reply)
+        tree = parse_python(kernel_code_or_reply)
     except (SyntaxError, ValueError):
         return extract_kernel_code(kernel_code_or_reply)
     if any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
