@@ -14,7 +14,7 @@ import pytest
 
 from checker_suite import CASES, CASES_DIR, check_all
 from repl.checker import VERDICTS, Checker, check_kernel
-from repl.checker.sandbox import network_cut_prefix
+from repl.checker.sandbox import namespace_prefix, network_cut_prefix
 
 RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
 
@@ -128,6 +128,50 @@ def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
     assert (first.verdict, second.verdict, third.verdict) == ("correct", "mismatch", "correct")
     with pytest.raises(RuntimeError):
         checker.check(RELU_REFERENCE, kernel)
+
+
+@pytest.mark.skipif(not namespace_prefix(), reason="the fork server needs user namespaces")
+@pytest.mark.parametrize("fork_server", ["on", "off"])
+def test_candidates_are_forked_from_the_judges_fork_server_unless_it_is_turned_off(fork_server, monkeypatch):
+    if fork_server == "off":
+        monkeypatch.setenv("KERNELLLM_FORK_SERVER", "0")
+    with Checker(device="cpu") as checker:
+        result = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())
+        judge = checker._idle[0].process.pid  # its spare candidate is started by now
+        servers = [pid for pid in _children(judge) if "repl.checker.zygote" in _command_line(pid)]
+        below = [pid for pid in _descendants(judge) if pid != judge]
+        started_anew = [pid for pid in below if "repl.checker.candidate" in _command_line(pid)]
+        if fork_server == "on":
+            assert len(servers) == 1 and started_anew == []
+            assert len(_descendants(servers[0])) >= 3  # the spare: the middle process and the candidate
+        else:
+            assert servers == [] and started_anew
+    assert result.verdict == "correct", result.message
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(child) for child in path.read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    found, pending = [], [pid]
+    while pending:
+        found.append(pending.pop())
+        pending += _children(found[-1])
+    return found
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_megabytes_of_inputs_and_outputs_are_checked():

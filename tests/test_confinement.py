@@ -1,6 +1,9 @@
 """Confinement of candidate code (repl/checker/sandbox.py): each attack of issue 10 run in a confined process, and
 its denial asserted. The attacks are small programs in tests/confinement_cases/ (no torch import, except the GPU
-case), started as the checker starts a candidate: start_confined, then confine_self (cases/run.py)."""
+case), started as the checker starts a candidate: start_confined, then confine_self (cases/run.py).
+
+Every test runs twice: in a new process (the unshare tool, then exec) and forked from a fork server
+(repl/checker/zygote.py), the two ways a candidate starts."""
 
 import errno
 import json
@@ -18,11 +21,43 @@ import pytest
 
 from repl.checker import sandbox
 from repl.checker.sandbox import (PipeCollector, is_allowed_env_name, kill_process_tree, make_sandbox_dir,
-                                  memory_exceeded, remove_sandbox_dir, start_confined)
+                                  memory_exceeded, remove_sandbox_dir)
+from repl.checker.zygote import ForkedProcess, ForkServer
 
 CASES = Path(__file__).resolve().parent / "confinement_cases"
 LINUX_WITH_NAMESPACES = sys.platform.startswith("linux") and bool(sandbox.namespace_prefix())
 needs_namespaces = pytest.mark.skipif(not LINUX_WITH_NAMESPACES, reason="no user namespaces on this machine")
+
+
+@pytest.fixture(scope="module")
+def fork_server():
+    if not LINUX_WITH_NAMESPACES:
+        yield None
+        return
+    server = ForkServer("cpu")
+    assert server.usable(), server.gone
+    yield server
+    server.close()
+
+
+_started_by = {}
+
+
+@pytest.fixture(autouse=True, params=["new process", "fork server"])
+def started_by(request, fork_server):
+    """How start_confined starts the cases of each test: see the module's docstring."""
+    if request.param == "fork server" and fork_server is None:
+        pytest.skip("no fork server without user namespaces")
+    _started_by["server"] = fork_server if request.param == "fork server" else None
+    yield request.param
+    _started_by.clear()
+
+
+def start_confined(argv, **options):
+    process, notes = sandbox.start_confined(argv, fork_server=_started_by.get("server"), **options)
+    expected = ForkedProcess if _started_by.get("server") and sandbox.namespace_prefix() else subprocess.Popen
+    assert isinstance(process, expected), "started the other way"
+    return process, notes
 
 
 @dataclass
@@ -339,9 +374,85 @@ def test_a_confined_process_uses_the_gpu_with_only_its_device_nodes():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    ran = run_case("gpu_kernel.py", gpu=True, timeout=300)
+    # A CUDA context here first, as the judge has one before any candidate starts: it loads the UVM driver, whose
+    # /dev/nvidia-uvm (bound into the sandbox only if it exists) CUDA needs.
+    torch.zeros(1, device="cuda")
+    if _started_by.get("server"):  # a fork server for the GPU: Triton imported without the interpreter
+        _started_by["server"] = ForkServer("cuda")
+    try:
+        ran = run_case("gpu_kernel.py", gpu=True, timeout=300)
+    finally:
+        if _started_by.get("server"):
+            _started_by["server"].close()
     print(f"layers not applied on this GPU machine: {ran.notes}; inside: {ran.stderr.splitlines()[:1]}")
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.report["torch_ok"]
     assert "nvidiactl" in ran.report["dev"]
     assert not any(name.startswith(("vd", "sd", "nvme", "loop")) for name in ran.report["dev"])
+
+
+# ---- what a process started either way holds ----------------------------------------------------------------------
+
+
+@needs_namespaces
+def test_no_capability_is_left_not_even_in_a_process_that_never_execs():
+    ran = run_case("capabilities.py")
+    zero = "0" * 16
+    assert {name: ran.report[name] for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == dict.fromkeys(
+        ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), zero)
+    assert ran.report["NoNewPrivs"] == "1"
+    assert ran.report["umount /proc"] is False
+
+
+def test_the_process_holds_no_descriptor_but_its_standard_streams():
+    # A forked candidate must not keep the fork server's control socket or another candidate's pipes.
+    ran = run_case("open_descriptors.py")
+    assert sorted(ran.report, key=int) == ["0", "1", "2"], ran.report
+
+
+@pytest.mark.parametrize("how, code", [("0", 0), ("3", 3), ("segfault", -signal.SIGSEGV)])
+def test_the_exit_status_is_the_programs_own(how, code):
+    sandbox_dir = make_sandbox_dir()
+    process, _ = start_confined([sys.executable, str(CASES / "end.py"), how], sandbox_dir=sandbox_dir, gpu=False,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert process.wait(timeout=60) == code
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+
+
+def test_a_fork_server_that_dies_takes_its_children_with_it(started_by):
+    if started_by != "fork server":
+        pytest.skip("about the fork server")
+    server = ForkServer("cpu")
+    sandbox_dir = make_sandbox_dir()
+    try:
+        assert server.usable(), server.gone
+        process, _ = sandbox.start_confined([sys.executable, str(CASES / "end.py"), "sleep"], sandbox_dir=sandbox_dir,
+                                            gpu=False, fork_server=server, stdout=subprocess.PIPE)
+        assert process.stdout.readline() == b"sleeping\n"
+        tree = sandbox._descendants(process.pid)
+        assert len(tree) >= 2  # the middle process and the program, PID 1 of its namespace
+        server.process.kill()
+        assert process.wait(timeout=30) == -signal.SIGKILL
+        for pid in tree:  # gone, or a zombie on its way out: nothing runs on
+            assert _wait_until_gone(pid, timeout=30), f"{pid} outlived its fork server"
+    finally:
+        server.close()
+        remove_sandbox_dir(sandbox_dir)
+
+
+def _wait_until_gone(pid: int, timeout: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False

@@ -32,11 +32,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 
+_interpreter_enabled = False  # by this process before triton was imported, or by the fork server it came from
+
+
 def enable_triton_interpreter() -> None:
-    """Must run before anything imports triton: the interpreter switch is read once, at import."""
-    if "triton" in sys.modules:
+    """Must run before anything imports triton: some Triton versions read the switch once, at import."""
+    global _interpreter_enabled
+    if "triton" in sys.modules and not _interpreter_enabled:
         raise RuntimeError("triton was imported before TRITON_INTERPRET was set; the interpreter cannot be enabled")
     os.environ["TRITON_INTERPRET"] = "1"
+    _interpreter_enabled = True
 
 
 def _is_cuda_device(device) -> bool:

@@ -36,7 +36,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from repl.checker import default_spares
-from repl.checker.compare import compare_outputs
 from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
@@ -81,10 +80,11 @@ class Problem:
 
 class Judge:
     def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None, spares: int):
-        # The first candidate process starts before this one imports torch: the two imports overlap.
+        # The fork server (or the first candidate process) starts before this one imports torch: the imports overlap.
         self.pool = CandidatePool(device, memory_limit, cuda_visible_devices, spares)
         import torch
 
+        self.pool.fill()
         self.on_cuda = device == "cuda"
         if self.on_cuda and not torch.cuda.is_available():
             raise RuntimeError(f"CUDA was requested but the judge sees no GPU "
@@ -301,8 +301,9 @@ class CheckRun:
             raise Ended(Verdict.TIMEOUT, f"no result within {float(self.request['timeout']):g} s; the candidate was "
                         "killed", output_tail=self.candidate.output_tail())
         except PeerGone:
+            message = self.candidate.death_message()  # how it ended, before a kill could take the credit
             self.candidate.kill()
-            raise Ended(Verdict.CRASH, self.candidate.death_message(), output_tail=self.candidate.output_tail())
+            raise Ended(Verdict.CRASH, message, output_tail=self.candidate.output_tail())
         except WireError as error:
             self.candidate.kill()
             raise Ended(Verdict.MISMATCH, f"output refused: {error}")
@@ -335,6 +336,8 @@ class CheckRun:
             got = decode(reply.get("outputs"), data, device=self.judge.device)  # compared where the reference is
         except WireError as error:
             raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
+        from repl.checker.compare import compare_outputs  # imports torch: not before the fork server starts
+
         return compare_outputs(got, expected, self.request["atol"], self.request["rtol"]), reply.get("launched", [])
 
     def run_trials(self, problem: Problem) -> None:
@@ -465,7 +468,7 @@ class CheckRun:
 class CandidateProcess:
     """One confined candidate process and the judge's ends of its pipes."""
 
-    def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None):
+    def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None, fork_server=None):
         from repl.checker.sandbox import PipeCollector, make_sandbox_dir, start_confined
 
         self.sandbox_dir = make_sandbox_dir()
@@ -481,8 +484,8 @@ class CandidateProcess:
             self.process, self.notes = start_confined(
                 argv, sandbox_dir=self.sandbox_dir, gpu=device == "cuda", cuda_visible_devices=cuda_visible_devices,
                 pass_fds=(request_read, reply_write, shared_requests.fd, shared_replies.fd),
-                memory_limit_bytes=memory_limit, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT)
+                memory_limit_bytes=memory_limit, fork_server=fork_server, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         except BaseException:
             shared_requests.close()
             shared_replies.close()
@@ -536,12 +539,24 @@ class CandidateProcess:
 
 
 class CandidatePool:
-    """Keeps `spares` candidate processes starting or ready, so that a check finds one waiting."""
+    """Keeps `spares` candidate processes starting or ready, so that a check finds one waiting. They are forked
+    from a fork server (zygote.py) that imported torch and Triton once, where this OS allows."""
 
     def __init__(self, device: str, memory_limit: int | None, cuda_visible_devices: str | None, spares: int):
-        self.arguments = (device, memory_limit, cuda_visible_devices)
+        from repl.checker.zygote import start_fork_server
+
+        self.fork_server = start_fork_server(device, cuda_visible_devices)
+        self.arguments = (device, memory_limit, cuda_visible_devices, self.fork_server)
         self.spares = spares
-        self.waiting: list[CandidateProcess] = [CandidateProcess(*self.arguments)]
+        self.waiting: list[CandidateProcess] = []
+        if self.fork_server is None:
+            self.fill()  # a new interpreter: it imports torch while the judge does
+
+    def fill(self) -> None:
+        """The first candidate, once the judge is ready (a fork needs the server's imports done: the judge's and
+        the server's ran meanwhile)."""
+        if not self.waiting:
+            self.waiting.append(CandidateProcess(*self.arguments))
 
     def take(self, deadline: float, cancel: threading.Event) -> CandidateProcess:
         for attempt in (1, 2):  # a spare that died while waiting (the machine's OOM killer...) gets one successor
@@ -567,6 +582,8 @@ class CandidatePool:
         for candidate in self.waiting:
             candidate.kill()
         self.waiting = []
+        if self.fork_server is not None:
+            self.fork_server.close()
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------

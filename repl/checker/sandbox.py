@@ -1,7 +1,8 @@
 """Confinement of candidate code: layers applied where the OS allows, each one's absence reported as a note.
 
-The caller never imports candidate code. `start_confined(argv, ...)` starts a process (spawned, never forked from a
-process that holds CUDA or the model) that cannot reach, change or disturb anything outside its sandbox:
+The caller never imports candidate code. `start_confined(argv, ...)` starts a process (a new one, or one forked from
+a fork server that imported torch and nothing else: zygote.py; never forked from a process that holds CUDA or the
+model) that cannot reach, change or disturb anything outside its sandbox:
 
 - **namespaces** (``unshare --user --map-root-user --net --pid --mount --ipc``): no network but its own loopback;
   its own PID namespace, so it cannot see or signal any process outside, and everything it started dies with it;
@@ -16,8 +17,8 @@ process that holds CUDA or the model) that cannot reach, change or disturb anyth
   the host (/proc/net/unix) that remains visible has /dev/null bound over it. A minimal /dev (null, zero, full,
   random, urandom; the NVIDIA and DRI nodes when gpu=True) and a private /proc whose /proc/sys and sysrq-trigger are
   read-only (root in the namespace of a root caller is the host's root to sysctl).
-- **no capabilities** once the candidate starts (empty bounding set, SECBIT_NOROOT): root in the user namespace could
-  otherwise unmount the covers.
+- **no capabilities** once the candidate starts (all sets empty, empty bounding set, SECBIT_NOROOT): root in the user
+  namespace could otherwise unmount the covers.
 - **limits that forks cannot multiply**: RLIMIT_NPROC inside the user namespace (counted per namespace), RLIMIT_FSIZE,
   and a total-memory bound: a memory cgroup where one can be made, else a watchdog thread in the caller that sums
   the proportional set size (PSS) of the candidate's processes and kills them all past the limit.
@@ -169,13 +170,16 @@ class _Confinement:
 
 def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visible_devices: str | None = None,
                    pass_fds: tuple[int, ...] = (), memory_limit_bytes: int | None = None,
-                   disk_limit_bytes: int = DISK_LIMIT_BYTES, **popen_kwargs) -> tuple[subprocess.Popen, list[str]]:
+                   disk_limit_bytes: int = DISK_LIMIT_BYTES, fork_server=None, **popen_kwargs):
     """Start argv confined (see the module's docstring), in a session of its own, with sandbox_dir/work as its
     working directory. Returns the process and one-line notes naming the layers this OS could not apply.
 
     Blocks until the sandbox is built (0.1-0.2 s). popen_kwargs go to subprocess.Popen (stdin, stdout,
     stderr, cwd...); `env`, when given, is the base environment the allow-list filters (default os.environ).
     memory_limit_bytes bounds the memory of all its processes together (default: half the machine's RAM).
+    fork_server (zygote.ForkServer): where namespaces are available and argv runs this Python, the process is
+    forked from it (a zygote.ForkedProcess: the same confinement, without importing torch again); else, or when
+    the server cannot serve, a new process is started.
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
     sandbox_dir = Path(sandbox_dir)
     base_env = popen_kwargs.pop("env", None)
@@ -209,9 +213,13 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     }
     popen_kwargs["cwd"] = "/"  # the init stage changes into it once its view is built
     init = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--init", json.dumps(spec), "--"]
+    process = None
     try:
-        process = subprocess.Popen([*prefix, *init, *argv], pass_fds=(*pass_fds, report_write), env=env,
-                                   start_new_session=True, **popen_kwargs)
+        if fork_server is not None and namespaces and argv[:1] == [sys.executable]:
+            process = _fork_confined(fork_server, argv, spec, env, (*pass_fds, report_write), popen_kwargs)
+        if process is None:
+            process = subprocess.Popen([*prefix, *init, *argv], pass_fds=(*pass_fds, report_write), env=env,
+                                       start_new_session=True, **popen_kwargs)
     except BaseException:
         os.close(report_read)
         _remove_cgroup(confinement.cgroup)
@@ -231,6 +239,47 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         confinement.watchdog = threading.Thread(target=_watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
     return process, notes
+
+
+def _fork_confined(fork_server, argv: list[str], spec: dict, env: dict[str, str], pass_fds: tuple[int, ...],
+                   popen_kwargs: dict):
+    """start_confined's process forked from the fork server (zygote.py), with the standard streams popen_kwargs
+    ask for (None: ours, DEVNULL, PIPE, STDOUT for stderr, a descriptor or a file); None if it cannot serve."""
+    from repl.checker.zygote import ForkedProcess, ForkServerGone
+
+    unknown = set(popen_kwargs) - {"stdin", "stdout", "stderr", "cwd"}
+    if unknown:
+        raise TypeError(f"start_confined with a fork server does not take {sorted(unknown)}")
+    targets, ours, child_ends = {}, {}, []
+    try:
+        for number, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+            how = popen_kwargs.get(name)
+            if how is None:
+                targets[number] = number
+            elif how == subprocess.DEVNULL:
+                targets[number] = os.open(os.devnull, os.O_RDWR)
+                child_ends.append(targets[number])
+            elif how == subprocess.PIPE:
+                read_end, write_end = os.pipe()
+                child_end, our_end = (read_end, write_end) if number == 0 else (write_end, read_end)
+                targets[number] = child_end
+                child_ends.append(child_end)
+                ours[name] = os.fdopen(our_end, "wb" if number == 0 else "rb")
+            elif how == subprocess.STDOUT and number == 2:
+                targets[2] = targets[1]
+            else:
+                targets[number] = how if isinstance(how, int) else how.fileno()
+        targets.update({fd: fd for fd in pass_fds})
+        try:
+            pid = fork_server.spawn(argv, spec=spec, env=env, fds=targets)
+        except ForkServerGone:
+            for stream in ours.values():
+                stream.close()
+            return None
+        return ForkedProcess(fork_server, pid, **ours)
+    finally:
+        for fd in child_ends:
+            os.close(fd)
 
 
 def _read_report(fd: int, timeout: float) -> list[str] | None:
@@ -286,7 +335,12 @@ def memory_exceeded(process: subprocess.Popen) -> str | None:
 def _kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        try:  # a fork server's child that has not started its session yet
+            os.kill(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
         pass
 
 
@@ -521,6 +575,18 @@ _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID = 1, 2
 
 
 def _init_main(spec: dict, argv: list[str]) -> None:
+    enter_sandbox(spec)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        print(f"cannot start {argv[0]}: {error}", file=sys.stderr)
+        os._exit(127)
+
+
+def enter_sandbox(spec: dict) -> None:
+    """The init stage's work, done by a process that is already inside its namespaces (PID 1 of its PID namespace):
+    join the cgroup, build the view, lower the limits, drop every capability, report the notes on spec's report_fd
+    and start a session of its own. What comes next (exec, or the fork server's runpy) runs confined."""
     notes: list[str] = []
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
@@ -557,16 +623,12 @@ def _init_main(spec: dict, argv: list[str]) -> None:
         report.write(json.dumps(notes) + "\n")
     if spec["namespaces"]:
         os.setsid()  # our own session inside the PID namespace: its killpg(0) reaches only its own processes
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as error:
-        print(f"cannot start {argv[0]}: {error}", file=sys.stderr)
-        os._exit(127)
 
 
 def _drop_capabilities() -> bool:
     """Root in the user namespace holds every capability there, enough to unmount what hides the user's files.
-    Not after exec: no root privilege for uid 0 (SECBIT_NOROOT, locked), an empty bounding set, no ambient ones."""
+    Gone now (effective, permitted, inheritable: the fork server's children never exec) and for good: no root
+    privilege for uid 0 after an exec (SECBIT_NOROOT, locked), an empty bounding set, no ambient ones."""
     libc = ctypes.CDLL(None, use_errno=True)
     pr_capbset_drop, pr_set_securebits, pr_cap_ambient, pr_cap_ambient_clear_all = 24, 28, 47, 4
     noroot, noroot_locked, no_setuid_fixup, no_setuid_fixup_locked = 1, 2, 4, 8
@@ -576,10 +638,36 @@ def _drop_capabilities() -> bool:
             return False
     libc.prctl(pr_cap_ambient, pr_cap_ambient_clear_all, 0, 0, 0)
     bits = noroot | noroot_locked | no_setuid_fixup | no_setuid_fixup_locked
-    return libc.prctl(pr_set_securebits, bits, 0, 0, 0) == 0 and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+    if libc.prctl(pr_set_securebits, bits, 0, 0, 0) != 0 or libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    linux_capability_version_3 = 0x20080522
+    return libc.capset(ctypes.byref(Header(linux_capability_version_3, 0)), (Data * 2)()) == 0
 
 
 def _build_view(spec: dict, notes: list[str]) -> None:
+    """Builds the view with descriptors opened before their paths are covered, and closes them all: a fork server's
+    child never execs, and an O_PATH descriptor of a kept directory inside the hidden HOME would lead back into it
+    (openat(fd, "..")) past every cover."""
+    opened: list[int] = []
+    try:
+        _build_view_with(spec, notes, opened)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
+    def path_fd(path: str) -> int:
+        opened.append(os.open(path, os.O_PATH))
+        return opened[-1]
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     libc.syscall.restype = ctypes.c_long
@@ -596,13 +684,13 @@ def _build_view(spec: dict, notes: list[str]) -> None:
     sandbox_dir = spec["sandbox_dir"]
     mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Everything needed later is opened now, before the paths that lead to it are covered.
-    host_sandbox = os.open(sandbox_dir, os.O_PATH)
-    keep = {path: os.open(path, os.O_PATH) for path in spec["keep"] if os.path.exists(path)}
+    host_sandbox = path_fd(sandbox_dir)
+    keep = {path: path_fd(path) for path in spec["keep"] if os.path.exists(path)}
     nodes = [f"/dev/{name}" for name in MINIMAL_DEV]
     if spec["gpu"]:
         nodes += sorted(path for pattern in GPU_DEV_PATTERNS for path in glob.glob(pattern)
                         if not os.path.isdir(path))
-    devices = {path: os.open(path, os.O_PATH) for path in nodes if os.path.exists(path)}
+    devices = {path: path_fd(path) for path in nodes if os.path.exists(path)}
 
     class MountAttr(ctypes.Structure):
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
@@ -619,8 +707,8 @@ def _build_view(spec: dict, notes: list[str]) -> None:
     shutil.copytree(f"/proc/self/fd/{host_sandbox}", sandbox_dir, symlinks=True, dirs_exist_ok=True)
     for name in ("home", "tmp", "shm", "work"):
         os.makedirs(os.path.join(sandbox_dir, name), exist_ok=True)
-    sandbox = os.open(sandbox_dir, os.O_PATH)
-    sandbox_tmp = os.open(os.path.join(sandbox_dir, "tmp"), os.O_PATH)
+    sandbox = path_fd(sandbox_dir)
+    sandbox_tmp = path_fd(os.path.join(sandbox_dir, "tmp"))
 
     # Covered directories, parents before children: empty (hidden), the sandbox's tmp, or kept (bound back).
     plan = {path: ("empty", None) for path in spec["hide"]}
@@ -658,7 +746,7 @@ def _build_view(spec: dict, notes: list[str]) -> None:
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"/dev/{name}")
     os.mkdir("/dev/shm")
-    bind_fd(os.open(os.path.join(sandbox_dir, "shm"), os.O_PATH), "/dev/shm")
+    bind_fd(path_fd(os.path.join(sandbox_dir, "shm")), "/dev/shm")
     empties.append("/dev")
 
     # The host's listening sockets that are still in view: /dev/null over each (connect() then fails).

@@ -7,6 +7,10 @@ import sys
 from repl.checker.sandbox import confine_self
 
 sandbox_dir, case, *args = sys.argv[1:]
+if "gpu" in case:  # as a candidate does (candidate.prepare): its CUDA context exists before Landlock applies
+    import torch
+
+    torch.empty(1, device="cuda")
 notes = confine_self(sandbox_dir, memory_limit_bytes=None, gpu="gpu" in case)
 print(json.dumps({"confine_self_notes": notes}), file=sys.stderr, flush=True)
 sys.argv = [case, *args]
