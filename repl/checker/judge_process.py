@@ -108,10 +108,10 @@ class JudgeProcess:
                 message, _ = self.channel.receive(max_blob=0, deadline=min([*waits, now + 0.1]))
             except Stopped:
                 if cancel_sent is not None and time.monotonic() >= cancel_sent + CANCEL_GRACE_S:
-                    self.close()
+                    self.close(grace_s=0)
                     return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled; the judge was stopped")
                 if deadline is not None and time.monotonic() >= deadline:
-                    self.close()
+                    self.close(grace_s=0)
                     return self._stuck(stage, limit)
                 continue
             except (PeerGone, WireError):
@@ -137,7 +137,10 @@ class JudgeProcess:
                 message, _ = self.channel.receive(max_blob=0, deadline=deadline)
                 if "size" in message:
                     return message["size"]
-        except (Stopped, PeerGone, WireError):
+        except Stopped:
+            self.close(grace_s=0)  # stuck in the module's import
+            return None
+        except (PeerGone, WireError):
             self.close()
             return None
 
@@ -160,16 +163,19 @@ class JudgeProcess:
         return CheckResult(verdict=Verdict.CRASH, device=self.device_label, message=f"the judge died ({how})",
                            output_tail=self.output_tail())
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 3.0) -> None:
+        """Ask the judge to end (its candidates and fork server go with it), and kill it after grace_s; 0 for a judge
+        known to be stuck (a reference that hangs), which would not read the request."""
         if self.channel.read_fd is None and self.process.poll() is not None:
             return
-        try:
-            self.channel.send({"op": "close"}, deadline=time.monotonic() + 0.5)
-        except Exception:
-            pass
+        if grace_s:
+            try:
+                self.channel.send({"op": "close"}, deadline=time.monotonic() + 0.5)
+            except Exception:
+                pass
         self.channel.close()
         try:
-            self.process.wait(timeout=3)
+            self.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
         try:
