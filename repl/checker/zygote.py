@@ -174,7 +174,10 @@ def start_fork_server(device: str, cuda_visible_devices: str | None) -> ForkServ
 
     if os.environ.get("KERNELLLM_FORK_SERVER") == "0" or not namespace_prefix() or not hasattr(os, "pidfd_open"):
         return None
-    return ForkServer(device, cuda_visible_devices)
+    try:
+        return ForkServer(device, cuda_visible_devices)
+    except OSError:
+        return None  # no process could be started: the candidates' own starts will say why
 
 
 class ForkedProcess:
