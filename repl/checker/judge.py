@@ -84,7 +84,7 @@ class Judge:
         self.pool = CandidatePool(device, memory_limit, cuda_visible_devices, spares)
         import torch
 
-        self.pool.fill()
+        self.pool.fill_in_background()  # a size request need not wait for the fork server's imports
         self.on_cuda = device == "cuda"
         if self.on_cuda and not torch.cuda.is_available():
             raise RuntimeError(f"CUDA was requested but the judge sees no GPU "
@@ -549,16 +549,23 @@ class CandidatePool:
         self.arguments = (device, memory_limit, cuda_visible_devices, self.fork_server)
         self.spares = spares
         self.waiting: list[CandidateProcess] = []
+        self._filling: threading.Thread | None = None
         if self.fork_server is None:
             self.fill()  # a new interpreter: it imports torch while the judge does
 
     def fill(self) -> None:
-        """The first candidate, once the judge is ready (a fork needs the server's imports done: the judge's and
-        the server's ran meanwhile)."""
         if not self.waiting:
             self.waiting.append(CandidateProcess(*self.arguments))
 
+    def fill_in_background(self) -> None:
+        """The first candidate, forked once the fork server has done its imports, without holding the judge up."""
+        self._filling = threading.Thread(target=self.fill, name="first-candidate", daemon=True)
+        self._filling.start()
+
     def take(self, deadline: float, cancel: threading.Event) -> CandidateProcess:
+        if self._filling is not None:
+            self._filling.join()  # a failure there leaves nothing waiting: a candidate is started below
+            self._filling = None
         for attempt in (1, 2):  # a spare that died while waiting (the machine's OOM killer...) gets one successor
             candidate = self.waiting.pop(0) if self.waiting else CandidateProcess(*self.arguments)
             while len(self.waiting) < self.spares:
@@ -579,6 +586,8 @@ class CandidatePool:
                     raise Ended(Verdict.CRASH, message, output_tail=tail)
 
     def close(self) -> None:
+        if self._filling is not None:
+            self._filling.join()
         for candidate in self.waiting:
             candidate.kill()
         self.waiting = []
