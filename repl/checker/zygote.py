@@ -129,7 +129,8 @@ class ForkServer:
                 raise ForkServerGone(f"the fork server does not answer: {error}") from None
             with self._changed:
                 if not self._changed.wait_for(lambda: self._replies or self.gone, timeout):
-                    raise ForkServerGone("the fork server did not answer in time")
+                    self.gone = "the fork server did not answer in time"  # a late reply would answer the next spawn
+                    raise ForkServerGone(self.gone)
                 if not self._replies:
                     raise ForkServerGone(self.gone)
                 reply = self._replies.pop(0)

@@ -35,6 +35,17 @@ def parse_keys(data: bytes) -> list[KeyPress]:
     return [press for press in presses if press.key not in _DROPPED_KEYS]
 
 
+def capture_mode(mode: list) -> list:
+    """The terminal's attributes (termios.tcgetattr's list) while keys are captured between prompts."""
+    mode = [*mode[:6], list(mode[6])]
+    mode[0] &= ~(termios.ICRNL | termios.IXON)  # Enter stays "\r" (as prompt_toolkit reads it); Ctrl-S no freeze
+    mode[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN)  # ISIG stays: Ctrl-C is still SIGINT
+    # Ctrl-C must not flush what is queued: a paste not read yet when the stream is interrupted was lost.
+    mode[3] |= termios.NOFLSH
+    mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+    return mode
+
+
 class KeyCapture:
     """``with KeyCapture(fd, terminal_output) as keys: ...`` then ``keys.presses()``; a no-op where fd is no tty."""
 
@@ -53,11 +64,7 @@ class KeyCapture:
             self._saved = termios.tcgetattr(self.fd)
         except (OSError, termios.error):
             return self
-        mode = termios.tcgetattr(self.fd)
-        mode[0] &= ~(termios.ICRNL | termios.IXON)  # Enter stays "\r" (as prompt_toolkit reads it); Ctrl-S no freeze
-        mode[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN)  # ISIG stays: Ctrl-C is still SIGINT
-        mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
-        termios.tcsetattr(self.fd, termios.TCSANOW, mode)
+        termios.tcsetattr(self.fd, termios.TCSANOW, capture_mode(termios.tcgetattr(self.fd)))
         self._write(BRACKETED_PASTE_ON)
         self._thread = threading.Thread(target=self._read, name="stream-keys", daemon=True)
         self._thread.start()
