@@ -5,7 +5,8 @@ import pytest
 import torch
 from interpreter import run_under_interpreter
 
-MATVEC_CHECK = """
+# What both check scripts start with (each runs in a process of its own, or exec'd on CUDA).
+CHECK_PREAMBLE = """
 import torch
 from repl.generation import decode_matvec, llama_math
 from repl.generation.decode_matvec import matvec_residual
@@ -15,7 +16,9 @@ device, dtype, tolerance = {device!r}, {dtype}, {tolerance}
 
 def relative_error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
+"""
 
+MATVEC_CHECK = CHECK_PREAMBLE + """
 # Shapes that are not multiples of the tiles exercise the masks; the last are the 8B's o and down products.
 for hidden, inter in {shapes}:
     x, attention = (torch.randn(1, 1, hidden, device=device, dtype=dtype) for _ in range(2))
@@ -73,16 +76,7 @@ def test_cuda_matvec_kernel_matches_torch_compiled_and_tuned(dtype, tolerance):
     exec(code, {})
 
 
-QKV_CHECK = """
-import torch
-from repl.generation import decode_matvec, llama_math
-torch.manual_seed(0)
-torch._dynamo.reset()  # fullgraph=True fails at a function's 9th shape in a process: other GPU tests compile these too
-device, dtype, tolerance = {device!r}, {dtype}, {tolerance}
-
-def relative_error(out, ref):
-    return ((out.double() - ref).norm() / ref.norm()).item()
-
+QKV_CHECK = CHECK_PREAMBLE + """
 for hidden, heads, kv_heads, dim, length, position in {shapes}:
     x = torch.randn(1, 1, hidden, device=device, dtype=dtype)
     norm = (torch.rand(hidden, device=device) + 0.5).to(dtype)

@@ -79,6 +79,13 @@ def endless_chatty_model_dir(tiny_model_dir, tmp_path):
     return directory
 
 
+def assert_the_prompt_holds(screen: str, module: str) -> None:
+    """The last prompt on the screen holds the module, line for line, its indentation intact."""
+    prompt_at = screen.rindex("› " + module.splitlines()[0])
+    shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(module.splitlines())]]
+    assert shown == [line.rstrip() for line in module.splitlines()]
+
+
 def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_no_stale_frames(
         endless_chatty_model_dir, tmp_path):
     terminal = start(endless_chatty_model_dir, tmp_path)
@@ -95,9 +102,7 @@ def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_
         # The paste is the next prompt's text, indentation intact: a complete module, ready to submit.
         terminal.wait_for("Enter: generate a Triton kernel for this module")
         screen = terminal.text()
-        prompt_at = screen.rindex("› import torch")
-        shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
-        assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
+        assert_the_prompt_holds(screen, RELU_MODULE)
         # One header and one status line for the reply in the whole scrollback; the warning once, as a note.
         assert len(re.findall(STATUS, screen)) == 1, screen[-4000:]
         assert len(re.findall("friendly reminder", screen)) == 1
@@ -124,10 +129,7 @@ def test_a_paste_while_the_module_is_being_sized_reaches_the_next_prompt_whole(t
         terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
         terminal.wait_for(STATUS)  # the reply streamed and ended
         terminal.wait_for("Enter: generate a Triton kernel for this module")
-        screen = terminal.text()
-        prompt_at = screen.rindex("› import torch")
-        shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
-        assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
+        assert_the_prompt_holds(terminal.text(), RELU_MODULE)
     finally:
         terminal.child.terminate(force=True)
 
