@@ -1,5 +1,7 @@
-"""Prints its environment."""
+"""Prints its environment, and the environment block the process started with (/proc/self/environ: for a process
+forked from the fork server, the server's own)."""
 import json
 import os
 
-print(json.dumps(dict(os.environ)))
+initial = open("/proc/self/environ", "rb").read().decode(errors="replace")
+print(json.dumps({"environ": dict(os.environ), "initial": initial}))
