@@ -121,6 +121,15 @@ def test_a_model_directory_without_a_model_fails_at_once_in_one_line(tmp_path):
     assert "loading" not in result.stderr  # judged before anything was loaded
 
 
+def test_a_missing_model_fails_before_the_module_is_sized_and_without_importing_torch():
+    """Sizing imports torch in a subprocess (seconds on a GPU host); a wrong --model is known without it."""
+    code = (f"import io, sys\nimport repl.cli.oneshot as oneshot\n"
+            f"oneshot.problem_too_large = lambda *arguments, **options: sys.exit('sized')\n"
+            f"sys.stdin = io.StringIO({RELU_MODULE!r})\n"
+            f"from repl.cli.main import main\nassert main(['--model', '/nowhere/at/all', '--no-log']) == 1")
+    assert imported_heavy_modules(code) == []
+
+
 def test_an_existing_out_is_refused_before_any_model_is_loaded(tmp_path):
     (tmp_path / "k.py").write_text("mine")
     result = kernelllm("--model", str(tmp_path / "nowhere"), "--out", "k.py", stdin=RELU_MODULE, cwd=tmp_path)

@@ -32,13 +32,19 @@ def run_oneshot(engine, args) -> int:
         return 2
     if module.warning():
         say(f"warning: {module.warning()}")
-    too_large = problem_too_large(code, getattr(args, "check_device", None) or "auto") if module.runnable else None
-    if too_large:
-        say(f"warning: {too_large}")
     problem = out_problem(args)
     if problem:  # before any generation: minutes of sampling must not end in a refusal
         say(f"error: {problem}")
         return 1
+    # The model loads in the background while the module is sized (each imports torch: seconds on a GPU host); a
+    # --model that cannot be a model directory has already failed here, before any sizing.
+    engine.start_loading()
+    if engine.model_state[0] == "failed":
+        say(f"error: {engine.model_state[1]}")
+        return 1
+    too_large = problem_too_large(code, getattr(args, "check_device", None) or "auto") if module.runnable else None
+    if too_large:
+        say(f"warning: {too_large}")
     log = SessionLog.open(enabled=False if args.no_log else None, kind="samples" if args.samples else "oneshot",
                           on_warning=lambda message: say(f"warning: {message}"))
     try:
