@@ -51,12 +51,12 @@ CASES = {
     "unusable reference": Case("relu_triton.py", "broken_reference.py", "invalid_reference", "undefined_scale"),
     # The clock starts once the candidate process is ready: long enough to import the kernel (which starts a child,
     # test_checker asserts it did) on a busy machine; the forward then never ends.
-    "infinite loop": Case("relu_hangs.py", RELU, "timeout", "no result within 6 s", options={"timeout": 6}),
+    "infinite loop": Case("relu_hangs.py", RELU, "timeout", "no result within 3 s", options={"timeout": 3}),
     "a valid kernel with a Markdown fence in a comment": Case("relu_fence_in_comment.py", RELU, "correct"),
     "softmax whose outputs are all below atol": Case("softmax_triton.py", "softmax_reference.py", "correct"),
     # A reference that hangs or kills the judge: the reference's fault, not the candidate's.
     "reference that hangs": Case("relu_triton.py", "hanging_reference.py", "invalid_reference",
-                                 "did not finish within 5 s", options={"timeout": 5}),
+                                 "did not finish within 3 s", options={"timeout": 3}),
     "reference that crashes the judge": Case("relu_triton.py", "crashing_reference.py", "invalid_reference",
                                              "crashed the judge"),
 }
@@ -92,16 +92,20 @@ ATTACKS = {
 CASES.update(ATTACKS)
 
 
-def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None) -> dict:
-    """Every case checked by one Checker with at_once judges (as eval does), as {case name: CheckResult}."""
+def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None,
+              checker=None) -> dict:
+    """Every case checked by one Checker with at_once judges (as eval does), as {case name: CheckResult}; by
+    ``checker`` when given (left open), else by a Checker of its own."""
     from repl.checker import Checker
 
     cases = CASES if cases is None else cases
-    with Checker(device, jobs=at_once) as checker:
+    if checker is None:
+        with Checker(device, jobs=at_once) as checker:
+            return check_all(device, at_once, cases, checker)
 
-        def check(case: Case):
-            reference, kernel = case.read()
-            return checker.check(reference, kernel, **case.options)
+    def check(case: Case):
+        reference, kernel = case.read()
+        return checker.check(reference, kernel, **case.options)
 
-        with ThreadPoolExecutor(max_workers=at_once) as pool:
-            return dict(zip(cases, pool.map(check, cases.values())))
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        return dict(zip(cases, pool.map(check, cases.values())))

@@ -31,9 +31,17 @@ def hang_marker():
 
 
 @pytest.fixture(scope="module")
-def checked(hang_marker):
+def checker():
+    """The module's Checker, for the tests that need a working one (each new Checker starts its judges and their
+    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own."""
+    with Checker(device="cpu", jobs=2) as checker:
+        yield checker
+
+
+@pytest.fixture(scope="module")
+def checked(checker, hang_marker):
     """All suite cases, checked once on the CPU (in parallel: each check is a separate worker process)."""
-    return check_all(device="cpu")
+    return check_all(device="cpu", at_once=2, checker=checker)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -174,7 +182,7 @@ def _command_line(pid: int) -> str:
         return ""
 
 
-def test_megabytes_of_inputs_and_outputs_are_checked():
+def test_megabytes_of_inputs_and_outputs_are_checked(checker):
     """End to end through the judge and a candidate (blobs this large take the shared buffers; that they do, and
     bit for bit, is test_checker_parts' to show)."""
     big = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(3, 1 << 17)")  # 1.5 MB in, 1.5 MB out
@@ -183,29 +191,26 @@ def test_megabytes_of_inputs_and_outputs_are_checked():
         return text.replace(", 64)", ", 1 << 16)").replace("BLOCK_SIZE=64", "BLOCK_SIZE=1 << 16")
 
     kernel, wrong = big_blocks("relu_triton.py"), big_blocks("relu_identity.py")
-    with Checker(device="cpu") as checker:
-        right, identity = checker.check(big, kernel), checker.check(big, wrong)
+    right, identity = checker.check(big, kernel), checker.check(big, wrong)
     assert right.verdict == "correct", right.message
     assert identity.verdict == "mismatch" and "of 393216 elements differ" in identity.message
 
 
-def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_allocating(tmp_path):
+def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_allocating(checker):
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
-    with Checker(device="cpu") as checker:
-        checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())  # warm
-        result = checker.check(huge, (CASES_DIR / "relu_triton.py").read_text())
+    checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())  # warm
+    result = checker.check(huge, (CASES_DIR / "relu_triton.py").read_text())
     assert result.verdict == "too_large", result.message
     assert result.elapsed_s < 2
 
 
-def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists():
+def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists(checker):
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
     hangs = "import time\ntime.sleep(3600)\n" + RELU_REFERENCE
-    with Checker(device="cpu") as checker:
-        assert "too large" in checker.too_large(huge)
-        assert checker.too_large(RELU_REFERENCE) is None
-        assert checker.too_large(hangs, timeout=2) is None  # no answer in time: the judge is replaced
-        assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
+    assert "too large" in checker.too_large(huge)
+    assert checker.too_large(RELU_REFERENCE) is None
+    assert checker.too_large(hangs, timeout=2) is None  # no answer in time: the judge is replaced
+    assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
 
 
 # ---- limits: time, cancel, memory -------------------------------------------------------------------------------
