@@ -125,14 +125,19 @@ def samples_together(engine: Engine, k: int) -> bool:
     return k > 1 and hasattr(engine.backend(), "stream_many")
 
 
+def refuse_greedy_samples(settings: SamplingSettings, k: int) -> None:
+    """ValueError for k > 1 samples under greedy decoding: they would all be the same kernel."""
+    if settings.greedy and k > 1:
+        raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
+                         "set a temperature above 0 (e.g. :set temperature 1.0)")
+
+
 def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingSettings | None = None, *,
                    together: bool = False) -> Iterator[ReplyStream]:
     """k reply streams for one module, prompted by the engine. `together` (see samples_together): all k at once;
     else one at a time, each started when the caller asks for the next (once it has read the previous one)."""
     settings = settings or engine.settings
-    if settings.greedy and k > 1:
-        raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
-                         "set a temperature above 0 (e.g. :set temperature 1.0)")
+    refuse_greedy_samples(settings, k)
     if together:
         yield from engine.stream_kernels(module_code, k, settings)
         return
@@ -244,6 +249,7 @@ class BestOfRun:
                  source_name: str | None = None):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
+        refuse_greedy_samples(settings or engine.settings, k)  # before the pool starts its judges
         self.module_code = module_code
         self.k = k
         self.engine = engine

@@ -219,13 +219,14 @@ def test_each_sequential_sample_gets_its_own_seed(stand_in_checker):
     assert seeds == [7, 8, 9]
 
 
-def test_greedy_decoding_is_refused_for_several_candidates():
+def test_greedy_decoding_is_refused_for_several_candidates_before_any_checker_starts(monkeypatch):
+    monkeypatch.setattr(best_of_module, "Checker", lambda *arguments, **options: pytest.fail("a Checker started"))
     with pytest.raises(ValueError, match="greedy decoding"):
         best_of_module.best_of(engine_for(ReplayBackend(PREPARED_REPLY), SamplingSettings(temperature=0)),
                                RELU_MODULE, 2)
 
 
-def test_a_backend_failure_ends_the_run_with_its_reason():
+def test_a_backend_failure_ends_the_run_with_its_reason(stand_in_checker):
     class Failing:
         description = "failing"
 

@@ -92,6 +92,7 @@ def test_version_names_the_libraries_without_importing_them():
     (["--trials", "x"], "--trials needs a whole number, got 'x'"),
     (["--check-device", "tpu"], "--check-device must be auto, cpu, cuda or cuda:N"),
     (["--top-p", "2"], "--top-p must be above 0 and at most 1"),
+    (["--samples", "3", "--temperature", "0"], "--samples above 1 needs sampling: greedy decoding"),
 ])
 def test_bad_option_values_get_one_line_naming_the_option(arguments, message):
     result = kernelllm(*arguments, stdin=RELU_MODULE)

@@ -16,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from repl.cli.options import check_options, debug_option, model_options, positive_float, positive_int, sampling_options
+from repl.cli.options import (GREEDY_SAMPLES, check_options, debug_option, model_options, positive_float, positive_int,
+                              sampling_options)
 
 DESCRIPTION = """\
 Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
@@ -64,7 +65,7 @@ def _argument_problem(args) -> str | None:
         if not parent.is_dir():
             return f"--json {args.json_out}: the folder {parent} does not exist"
     if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
-        return "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
+        return GREEDY_SAMPLES
     return None
 
 

@@ -6,7 +6,8 @@ import importlib
 import os
 import sys
 
-from repl.cli.options import Parser, check_options, debug_option, model_options, positive_int, sampling_options
+from repl.cli.options import (GREEDY_SAMPLES, Parser, check_options, debug_option, model_options, positive_int,
+                              sampling_options)
 from repl.errors import one_line
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command:
             return args.run(args)
+        if (args.samples or 1) > 1 and args.temperature <= 0:  # refused before any model or checker starts
+            parser.error(GREEDY_SAMPLES)
         try:
             engine = engine_from(args)
         except ValueError as error:

@@ -16,6 +16,7 @@ from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_T
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 DEFAULT_TRIALS = 5
+GREEDY_SAMPLES = "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
 
 
 class Parser(argparse.ArgumentParser):

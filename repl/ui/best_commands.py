@@ -112,7 +112,7 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
     try:
         run = BestOfRun(session.module.code, k, engine=session.engine, check=check, until_correct=until_correct,
                         source_name=session.source_name)
-    except ValueError as error:  # a device the checker cannot use
+    except ValueError as error:  # a device the checker cannot use, or greedy decoding
         raise CommandError(one_line(error)) from None
     title = f"fix: up to {k} tries" if until_correct else f"best of {k}"
     interrupted = False
