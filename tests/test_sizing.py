@@ -6,10 +6,11 @@ import subprocess
 import sys
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-from repl.checker.sizing import (ProblemSize, available_memory_bytes, format_bytes, measure_problem,
+from repl.checker.sizing import (SIZING_TIMEOUT_S, ProblemSize, available_memory_bytes, format_bytes, measure_problem,
                                  problem_too_large, too_large_reason)
 
 TESTS = Path(__file__).parent
@@ -188,8 +189,11 @@ def test_sizes_travel_as_json():
 
 
 def test_asking_before_generating_runs_the_module_in_a_subprocess():
-    reason = problem_too_large(KERNELBENCH_RELU, "cpu")
-    assert reason is not None and "float32[4096, 393216] (6.4 GB)" in reason
-    assert problem_too_large((TESTS / "eval_problems" / "1_ReLU.py").read_text(), "cpu") is None
-    assert problem_too_large("import sys\nsys.exit(3)\n", "cpu") is None  # a broken module: nothing to say
-    assert problem_too_large("while True:\n    pass\n", "cpu", timeout=3) is None  # a hang: no answer in time
+    fitting = (TESTS / "eval_problems" / "1_ReLU.py").read_text()
+    asked = [(KERNELBENCH_RELU, SIZING_TIMEOUT_S), (fitting, SIZING_TIMEOUT_S),
+             ("import sys\nsys.exit(3)\n", SIZING_TIMEOUT_S),  # a broken module: nothing to say
+             ("while True:\n    pass\n", 3)]  # a hang: no answer in time
+    with ThreadPoolExecutor(max_workers=len(asked)) as pool:  # each its own subprocess: at once
+        too_large, small, broken, hangs = pool.map(lambda ask: problem_too_large(ask[0], "cpu", timeout=ask[1]), asked)
+    assert too_large is not None and "float32[4096, 393216] (6.4 GB)" in too_large
+    assert (small, broken, hangs) == (None, None, None)
