@@ -18,14 +18,21 @@ ISSUE_KEYS = {"verdict", "correct", "device", "trials", "max_abs_error", "max_re
               "kernel_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled"}
 
 
-def check_command(*arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repl.cli.check", *map(str, arguments)], capture_output=True,
+# `python -m repl.cli.check ARGS` as check.py runs it, then the heavy packages its process imported, on stderr.
+IMPORTS_PROBE = ("import sys; from repl.cli.main import main; status = main(['check', *sys.argv[1:]]); "
+                 "print(sorted({name.split('.')[0] for name in sys.modules} & {'torch', 'triton', 'transformers'}), "
+                 "file=sys.stderr); sys.exit(status)")
+
+
+def check_command(*arguments: str, program: tuple[str, ...] = ("-m", "repl.cli.check")) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *program, *map(str, arguments)], capture_output=True,
                           text=True, cwd=PROJECT_ROOT, timeout=300)
 
 
 # The three runs that start a worker, at once (each is its own process tree).
 RUNS = {
-    "correct --json": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_reply.md", "--device", "cpu", "--json"),
+    "correct --json": ("-c", IMPORTS_PROBE, CASES_DIR / "relu_reference.py", CASES_DIR / "relu_reply.md", "--device",
+                       "cpu", "--json"),
     "mismatch report": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_identity.py", "--device", "cpu"),
     "invalid reference --json": (CASES_DIR / "broken_reference.py", CASES_DIR / "relu_triton.py", "--device", "cpu",
                                  "--json"),
@@ -35,7 +42,13 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs():
     with ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
-        return dict(zip(RUNS, pool.map(lambda arguments: check_command(*arguments), RUNS.values())))
+        return dict(zip(RUNS, pool.map(run_command, RUNS.values())))
+
+
+def run_command(arguments: tuple) -> subprocess.CompletedProcess:
+    if arguments[0] == "-c":
+        return check_command(*arguments[2:], program=arguments[:2])
+    return check_command(*arguments)
 
 
 def test_a_correct_kernel_exits_0_with_exactly_one_json_object(runs):
@@ -45,6 +58,13 @@ def test_a_correct_kernel_exits_0_with_exactly_one_json_object(runs):
     assert ISSUE_KEYS <= set(result)
     assert (result["verdict"], result["correct"], result["device"]) == ("correct", True, "cpu-interpreter")
     assert result["kernel_ms"] is None and result["speedup_vs_eager"] is None
+
+
+def test_the_process_that_asks_for_a_check_imports_neither_torch_nor_triton(runs):
+    """Only the judge and the candidate run torch: a session that generates through a server stays light, and a
+    one-off check does not import torch three times."""
+    run = runs["correct --json"]
+    assert run.returncode == 0 and run.stderr.splitlines()[-1] == "[]", run.stderr
 
 
 def test_an_incorrect_kernel_exits_1_with_a_report(runs):

@@ -114,8 +114,6 @@ class Payload:
         return bytes(data)
 
     def write_into(self, view: memoryview) -> None:
-        import torch
-
         for offset, data in self.parts:
             size = len(data)
             if not size:
@@ -123,6 +121,8 @@ class Payload:
             if isinstance(data, (bytes, bytearray, memoryview)):
                 view[offset:offset + size] = data
             else:
+                import torch  # only for tensors: the caller's side of a check sends bytes and need not import it
+
                 torch.frombuffer(view[offset:offset + size], dtype=torch.uint8).copy_(data)
 
 
