@@ -130,6 +130,16 @@ class Engine:
         """The local backend once loaded, without waiting."""
         return self._loader.result if self._loader is not None and self._loader.state == "ready" else None
 
+    def wait_for_fast_decoding(self, on_progress: Callable[[str], None]) -> None:
+        """For runs nobody reads token by token (one-shot, --samples, eval): wait while the local model's fast
+        decoding warms up (seconds, on a GPU). An unseeded reply started before then decodes on the plain generate()
+        path to its end, several times slower (docs/performance.md), and competes with the warm-up on the way."""
+        wait = getattr(self.backend_override or self.loaded_backend, "wait_until_serving", None)
+        if wait is None or wait(0):
+            return
+        on_progress("fast decoding warming up")
+        wait()
+
     def wait_for_model(self, timeout: float | None = None) -> bool:
         if self._loader is None:
             return True

@@ -358,3 +358,31 @@ def test_triton_attention_matches_torch_attention_in_the_interpreter():
 @pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
 def test_cuda_triton_attention_matches_torch_attention(dtype, tolerance):
     exec(ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
+
+
+def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(capsys):
+    """One-shot, --samples and eval wait while fast decoding warms up: an unseeded reply started before then would
+    take the plain path to its end. Where the fast path is off (the CPU) or a server generates, nothing waits."""
+    from repl.cli.oneshot import wait_for_model
+    from repl.engine import Engine
+
+    class WarmingUp:  # stands in for FastLocalBackend.wait_until_serving
+        description = "warming up (test double)"
+        serving = threading.Event()
+
+        def wait_until_serving(self, timeout=None):
+            return self.serving.wait(timeout)
+
+    backend = WarmingUp()
+    waiter = threading.Thread(target=wait_for_model, args=(Engine(backend_override=backend),))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()
+    backend.serving.set()
+    waiter.join(30)
+    assert not waiter.is_alive() and "model: fast decoding warming up" in capsys.readouterr().err
+
+    class Server:  # no fast path of its own
+        description = "a server (test double)"
+
+    assert wait_for_model(Engine(backend_override=Server())) is True

@@ -148,6 +148,9 @@ def _load_engine(args, err):
         return None
     with err.status("loading the model…") as status:
         state, message = engine.wait_until_loaded(lambda progress: status.update(f"model: {progress}"))
+        if state != "failed":
+            engine.wait_for_fast_decoding(lambda progress: status.update(f"model: {progress}"))
+            state, message = engine.model_state
     if state == "failed":
         err.print(f"error: {message}", style="bad")
         return None

@@ -85,11 +85,13 @@ def out_problem(args) -> str | None:
 
 
 def wait_for_model(engine) -> bool:
-    """Wait for the model, reporting its progress on stderr; False, with the reason, when it cannot be loaded."""
+    """Wait for the model and its fast decoding, reporting progress on stderr; False, with the reason, when the model
+    cannot be loaded."""
     state, message = engine.wait_until_loaded(lambda progress: say(f"model: {progress}"))
     if state == "failed":
         say(f"error: {message}")
         return False
+    engine.wait_for_fast_decoding(lambda progress: say(f"model: {progress}"))
     return True
 
 
