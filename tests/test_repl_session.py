@@ -238,6 +238,7 @@ def test_a_model_directory_that_cannot_load_is_explained_once_and_the_module_is_
     (tmp_path / "empty").mkdir()
     console = make_console(file=io.StringIO(), force_terminal=True, width=200, height=20, record=True)
     session = ReplSession(Engine(EngineOptions(model=str(tmp_path / "empty"))), console, module_input=object())
+    monkeypatch.setattr(session.engine, "too_large", lambda code, device="auto": None)  # no judge to size it
     session.engine.start_loading()
     assert session.engine.model_state[0] == "failed"  # at once: nothing was imported or loaded
     session.report_model_failure()
