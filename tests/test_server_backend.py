@@ -3,7 +3,7 @@ serving the tiny test models. No HTTP is mocked here.
 
 Test setup around ``transformers serve`` (its source: transformers/cli/serving/):
 - its GET /v1/models lists the models of the Hugging Face cache (``scan_cache_dir``), not a directory it was given
-  (and answers 500 when that cache does not exist); to test the listing, the tiny models are placed in a private
+  (and, before 5.24, answered 500 when that cache did not exist); to test the listing, the tiny models are placed in a private
   cache (models--kernelllm-tests--NAME/snapshots/REV, files linked) and served by hub id, offline; one test serves a
   directory, as the README's offline route does;
 - the random tiny model emits end-of-text after a few dozen tokens; the tests that cancel, stall or kill a stream need
@@ -13,6 +13,7 @@ Test setup around ``transformers serve`` (its source: transformers/cli/serving/)
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -250,16 +251,15 @@ def test_a_wrong_model_name_is_one_line_listing_the_served_models(server):
         assert list(stream) == []
     message = stream.reply.error
     assert stream.reply.finish_reason == FAILED and is_one_line(message)
-    assert "the server answered 500" in message  # transformers serve cannot load it (offline)
+    assert re.search(r"the server answered [45]\d\d", message)  # transformers serve cannot load it (offline)
     assert "'facebook/KernelLLM'" in message and ENDLESS in message and TRAINED in message
     assert "--server-model" in message
 
 
-def test_a_named_model_is_trusted_when_the_server_serves_a_directory_it_does_not_list(directory_server):
-    # `transformers serve LOCAL_DIR` answers /v1/models with 500 when the Hugging Face cache does not exist (and
-    # would list only the cache anyway); the completion request is made regardless.
-    with pytest.raises(urllib.error.HTTPError, match="500"):
-        urllib.request.urlopen(f"{directory_server.url}/models", timeout=30)
+def test_the_readmes_offline_route_streams_from_a_served_directory_named_as_the_model(directory_server):
+    # `transformers serve LOCAL_DIR` with no Hugging Face cache: what its /v1/models answers differs by release
+    # (500 up to 5.2x, a listing without the directory later), so this test asks nothing of it; the backend never
+    # needs the listing for a model the user named (the scripted tests below pin that down for each kind of answer).
     with ServerBackend(directory_server.url, model=str(directory_server.model_dir)) as backend:
         stream = backend.stream(PROMPT, SHORT)
         pieces = list(stream)
@@ -337,8 +337,9 @@ class ScriptedServer(ThreadingHTTPServer):
     llama.cpp does (500 "Only one completion choice is allowed" for n>1); ``busy``: as a server that is overloaded
     for a moment. Each choice streams three pieces."""
 
-    def __init__(self, refuse_n: bool = False, busy: int = 0, only_listed: bool = False):
+    def __init__(self, refuse_n: bool = False, busy: int = 0, only_listed: bool = False, models_status: int = 200):
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.models_status = models_status  # GET /models answers this (500: as transformers serve did with no cache)
         self.refuse_n = refuse_n
         self.only_listed = only_listed  # answer 404 for a model it does not list, as vLLM does
         self.busy = busy  # answer this many completion requests 503 (asking for a retry 20 ms later) first
@@ -353,6 +354,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.server.models_status != 200:
+            error = {"error": {"code": self.server.models_status, "message": "cannot list", "type": "server_error"}}
+            return self._send(self.server.models_status, "application/json", json.dumps(error))
         self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "kernelllm"}]}))
 
     def do_POST(self):
@@ -474,11 +478,20 @@ def test_a_model_the_server_refuses_gets_its_message_and_the_models_it_lists(scr
                        "it lists kernelllm, not 'kernellm' (choose with --server-model)")
 
 
-def test_a_named_model_the_listing_lacks_is_still_requested(scripted):
-    server = scripted()  # lists only "kernelllm", answers any model
+@pytest.mark.parametrize("models_status", [200, 500, 404], ids=["listed-without-it", "listing-fails", "no-listing"])
+def test_a_named_model_is_requested_whatever_the_listing_says(scripted, models_status):
+    server = scripted(models_status=models_status)  # lists only "kernelllm" (or fails to list), answers any model
     with ServerBackend(server.url, model="not-listed") as backend:
         assert "".join(backend.stream(PROMPT, SHORT)) == "0.0 0.1 0.2 "
     assert [request["model"] for request in server.requests] == ["not-listed"]
+
+
+def test_with_no_model_named_a_listing_that_fails_is_one_line(scripted):
+    server = scripted(models_status=500)
+    with ServerBackend(server.url) as backend:
+        with pytest.raises(GenerationError) as raised:
+            backend.connect()
+    assert is_one_line(str(raised.value)) and "500" in str(raised.value)
 
 
 def test_the_command_line_values_pick_the_server_the_model_and_the_key(monkeypatch):
