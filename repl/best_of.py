@@ -155,6 +155,7 @@ class CheckOptions:
     rtol: float = 1e-2
     timeout: float | None = None  # seconds per check (the checker's default when None)
     jobs: int = 1  # checks at once
+    spares: int | None = None  # candidate processes started ahead of need (None: the Checker's default for the host)
 
 
 def check_devices(device: str, jobs: int) -> list[str]:
@@ -187,7 +188,9 @@ class CheckPool:
             raise ValueError("jobs must be at least 1")
         self.cancel = cancel or threading.Event()
         devices = check_devices(options.device, options.jobs)
-        self._checkers = {device: Checker(device, jobs=devices.count(device)) for device in dict.fromkeys(devices)}
+        spares = {} if options.spares is None else {"spares": options.spares}
+        self._checkers = {device: Checker(device, jobs=devices.count(device), **spares)
+                          for device in dict.fromkeys(devices)}
         self._slots: queue.SimpleQueue = queue.SimpleQueue()
         for device in devices:
             self._slots.put(device)

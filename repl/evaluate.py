@@ -92,9 +92,16 @@ def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int 
     return files[:limit] if limit else files
 
 
-def _file_reply(path: Path) -> Reply:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    reply = Reply(model=f"file:{path.name}", settings=SamplingSettings(), text=text, finish_reason=FINISHED)
+def read_candidates(candidates_dir: str | os.PathLike, problem: str,
+                    limit: int | None = None) -> list[tuple[str, str]]:
+    """(file name, text) of each of candidate_files: what a check needs, read where the files are (a Ray worker on
+    another host gets the texts, not the paths)."""
+    return [(path.name, path.read_text(encoding="utf-8", errors="replace"))
+            for path in candidate_files(candidates_dir, problem, limit)]
+
+
+def _given_reply(name: str, text: str) -> Reply:
+    reply = Reply(model=f"file:{name}", settings=SamplingSettings(), text=text, finish_reason=FINISHED)
     reply.finished_at = reply.started_at
     return reply
 
@@ -259,7 +266,7 @@ class EvalReport:
 
 
 @dataclass(eq=False)
-class _ProblemRun:
+class ProblemRun:
     """One problem in flight: `finished` ends with its candidates checked (or with the error that stopped them)."""
 
     problem: Problem
@@ -275,6 +282,53 @@ class _ProblemRun:
     @property
     def error(self) -> BaseException | None:
         return self.run.error if self.run is not None else self.finished.exception()
+
+    def cancel(self) -> None:
+        """Stop its generation (its checks stop with the pool's cancel event)."""
+        if self.run is not None:
+            self.run.cancel()
+
+    def result(self) -> "ProblemResult | None":
+        """Once `finished` is done: the problem's result, None when cancel stopped it mid-problem (a rerun does it
+        again); raises the error that stopped it."""
+        if self.error is not None:
+            raise self.error
+        if not self.complete:
+            return None
+        return ProblemResult.from_candidates(self.problem.name, self.finished.result())
+
+
+def start_problem(problem: Problem, pool: CheckPool, *, engine=None, given: list[tuple[str, str]] | None = None,
+                  samples: int | None = None,
+                  on_candidate: Callable[[Candidate], None] = lambda candidate: None) -> ProblemRun:
+    """Begin one problem: `samples` candidates generated with `engine`, each checked by `pool` as it completes, or
+    the `given` (file name, text) candidates sent straight to the pool. Returns at once. The one per-problem step,
+    shared by the local loop (evaluate) and the Ray workers (repl/eval_worker.py)."""
+    if given is None:
+        run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, on_progress=on_candidate,
+                        source_name=problem.name).start()
+        return ProblemRun(problem, run.finished, run)
+    module = inspect_module_source(problem.code)
+    candidates = [Candidate(index=number, name=name,
+                            attempt=Attempt(module=module, reply=_given_reply(name, text), source_name=problem.name))
+                  for number, (name, text) in enumerate(given, 1)]
+    checks = [pool.submit(problem.code, candidate, on_candidate) for candidate in candidates]
+    return ProblemRun(problem, _all_of(checks, candidates))
+
+
+def resumed_results(out_path: str | os.PathLike | None) -> dict[str, ProblemResult]:
+    """The problems an earlier run finished, by name, from its results file ({} without one). Too-large ones are left
+    out, to be tried again: the rerun's device may be larger."""
+    return {result.name: result for result in (read_results(out_path) if out_path else []) if not result.too_large}
+
+
+def final_report(problems: list[Problem], results: dict[str, ProblemResult], skipped: list[str],
+                 interrupted: bool) -> EvalReport:
+    """The report of a run that ended: interrupted also when a problem was left unfinished."""
+    ordered = sorted(results.values(), key=lambda result: _natural_key(result.name))
+    interrupted = interrupted or any(problem.name not in results for problem in problems)
+    return EvalReport(results=ordered, summary=summarize(ordered), totals=overall_totals(ordered),
+                      interrupted=interrupted, skipped=skipped)
 
 
 def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
@@ -292,14 +346,13 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
     check = check or CheckOptions()
     cancel = cancel or threading.Event()
     report = on_progress or (lambda progress: None)
-    results = {result.name: result for result in (read_results(out_path) if out_path else [])
-               if not result.too_large}  # a rerun tries too-large problems again: the device may have changed
+    results = resumed_results(out_path)
     skipped = [problem.name for problem in problems if problem.name in results]
     todo = [problem for problem in problems if problem.name not in results]
     progress = EvalProgress(problems_total=len(problems), problems_done=len(skipped), resumed=len(skipped))
     report(progress)
 
-    in_flight: list[_ProblemRun] = []
+    in_flight: list[ProblemRun] = []
     problems_at_once = max(1, (concurrency or 1) // max(samples or 1, 1)) if candidates_dir is None else 1
 
     def on_candidate(candidate: Candidate) -> None:
@@ -307,17 +360,9 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
             progress.candidates_checked += 1
             report(progress)
 
-    def start(problem: Problem) -> _ProblemRun:
-        if candidates_dir is None:
-            run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, on_progress=on_candidate,
-                            source_name=problem.name).start()
-            return _ProblemRun(problem, run.finished, run)
-        module = inspect_module_source(problem.code)
-        candidates = [Candidate(index=number, name=path.name,
-                                attempt=Attempt(module=module, reply=_file_reply(path), source_name=problem.name))
-                      for number, path in enumerate(candidate_files(candidates_dir, problem.name, samples), 1)]
-        checks = [pool.submit(problem.code, candidate, on_candidate) for candidate in candidates]
-        return _ProblemRun(problem, _all_of(checks, candidates))
+    def start(problem: Problem) -> ProblemRun:
+        given = read_candidates(candidates_dir, problem.name, samples) if candidates_dir is not None else None
+        return start_problem(problem, pool, engine=engine, given=given, samples=samples, on_candidate=on_candidate)
 
     def harvest(block: bool) -> None:
         """Record the problems whose checks have all ended; block: wait for at least one."""
@@ -325,11 +370,9 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
             wait_for_futures([job.finished for job in in_flight], return_when=FIRST_COMPLETED)
         for job in [job for job in in_flight if job.finished.done()]:
             in_flight.remove(job)
-            if job.error is not None:
-                raise job.error
-            if not job.complete:
+            result = job.result()  # raises the error that stopped it
+            if result is None:
                 continue  # cancelled mid-problem: not recorded, a rerun does it again
-            result = ProblemResult.from_candidates(job.problem.name, job.finished.result())
             results[job.problem.name] = result
             if out_path:
                 write_results(out_path, list(results.values()))
@@ -344,8 +387,7 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
     def stop_all() -> None:
         cancel.set()
         for job in in_flight:
-            if job.run is not None:
-                job.run.cancel()
+            job.cancel()
 
     interrupted = False
     pool = CheckPool(check, cancel)
@@ -376,10 +418,7 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
     finally:
         pool.close()
     progress.current = None
-    ordered = sorted(results.values(), key=lambda result: _natural_key(result.name))
-    interrupted = interrupted or any(problem.name not in results for problem in problems)
-    return EvalReport(results=ordered, summary=summarize(ordered), totals=overall_totals(ordered),
-                      interrupted=interrupted, skipped=skipped)
+    return final_report(problems, results, skipped, interrupted)
 
 
 def _all_of(futures: list[Future], value) -> Future:
