@@ -4,18 +4,21 @@ and speedups (docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`
 Progress goes to stderr, the results table to stdout. Exit status: 0 when the evaluation ran (whatever the kernels
 did, and problems too large for the device included); 2 for bad arguments, a --json file that is not an eval
 results file, or a device the checker cannot use; 1 when the model could not be loaded or a generation or check
-failed; 130 after Ctrl-C (finished problems are in --json; rerun the same command to resume).
+failed (with --ray also: the cluster cannot be reached, a worker cannot start, problems were left unfinished after
+losing their workers); 130 after Ctrl-C (finished problems are in --json; rerun the same command to resume).
 """
 
 import argparse
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from repl.cli import eval_ray
 from repl.cli.options import (GREEDY_SAMPLES, check_options, debug_option, model_options, positive_float, positive_int,
                               sampling_options)
 
@@ -50,6 +53,7 @@ def add_parser(subparsers) -> None:
                              "problem at a time); with --server, set it to what the server can batch")
     parser.add_argument("--timeout", type=positive_float, metavar="S",
                         help="seconds per check (default: the checker's)")
+    eval_ray.add_options(parser)
 
 
 def _argument_problem(args) -> str | None:
@@ -66,7 +70,7 @@ def _argument_problem(args) -> str | None:
             return f"--json {args.json_out}: the folder {parent} does not exist"
     if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
         return GREEDY_SAMPLES
-    return None
+    return eval_ray.argument_problem(args)
 
 
 def run(args) -> int:
@@ -89,16 +93,25 @@ def run(args) -> int:
         return 2
     problems = find_problems(args.problems)
 
-    engine = None
     if args.candidates:
         missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
         if missing:
             err.print(f"no candidates for {len(missing)} problem(s), counted as unsolved: {', '.join(missing[:5])}"
                       f"{' …' if len(missing) > 5 else ''}", style="warn")
+    fatal: tuple[type, ...] = ()  # errors that end the run with status 1 and one line
+    if args.ray is not None:  # the workers load the model (or reach the server): nothing is loaded here
+        try:
+            runner = eval_ray.cluster_runner(args)
+        except ValueError as error:
+            print(f"eval: error: {error}", file=sys.stderr)
+            return 2
+        fatal = eval_ray.cluster_errors()
     else:
-        engine = _load_engine(args, err)
-        if engine is None:
+        engine = None if args.candidates else _load_engine(args, err)
+        if engine is None and not args.candidates:
             return 1
+        runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
+                         concurrency=args.concurrency)
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     cancel = threading.Event()
@@ -109,25 +122,32 @@ def run(args) -> int:
 
         def on_progress(state) -> None:
             current = f"{state.current}" if state.current else "finishing"
+            if args.ray is not None:
+                current = eval_ray.status_line(state)
             progress.update(task, completed=state.problems_done, checked=state.candidates_checked,
                             description=current)
             if state.finished is not None:
                 progress.console.print(_problem_line(state.finished))
+            if getattr(state, "event", None):  # on a cluster: a worker lost, a problem tried again
+                progress.console.print(Text(state.event, style="warn"))
 
         try:
-            report = evaluate(problems, engine=engine, candidates_dir=args.candidates, samples=args.samples,
-                              concurrency=args.concurrency,
-                              check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress)
+            report = runner(problems, check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress)
         except ResultsFileError as error:
             print(f"eval: error: {error}", file=sys.stderr)
             return 2
         except ValueError as error:  # a check the checker refuses to run (e.g. a device it does not know)
             print(f"eval: error: {error}", file=sys.stderr)
             return 2
+        except fatal as error:
+            print(f"eval: error: {error}", file=sys.stderr)
+            return 1
     if report.skipped:
         err.print(f"resumed from {args.json_out}: {len(report.skipped)} problem(s) already finished", style="hint")
     out.print(results_table(report))
     out.print(summary_text(report))
+    for line in eval_ray.closing_lines(report, args.json_out) if args.ray is not None else []:
+        err.print(line)
     if args.json_out:
         err.print(f"results in {args.json_out}", style="hint")
     if report.interrupted:
@@ -135,7 +155,7 @@ def run(args) -> int:
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
-    return 0
+    return 1 if getattr(report, "unfinished", None) else 0
 
 
 def _load_engine(args, err):

@@ -1,0 +1,324 @@
+"""`eval --ray` on a real Ray cluster started here: a head without CPUs and two worker nodes of one CPU each (Ray's
+cluster_utils starts them as `ray start` does: a GCS, a raylet per node), so every problem is checked by a Ray worker
+on a worker node, with its own judge and confined candidates, on the Triton interpreter. One cluster is shared by
+the module (starting it costs about 10 s)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+if os.environ.get("KERNELLLM_REQUIRE_RAY") != "1":  # CI sets it: there, a missing Ray fails instead of skipping
+    pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from repl.best_of import CheckOptions  # noqa: E402
+from repl.checker import CheckResult  # noqa: E402
+from repl.checker.sandbox import namespace_prefix  # noqa: E402
+from repl.cli import main as main_cli  # noqa: E402
+from repl.eval_worker import EvalWorker, WorkerStartError  # noqa: E402
+from repl.evaluate import evaluate, find_problems  # noqa: E402
+from repl.ray_eval import WorkerPlan, evaluate_on_ray, plan_workers  # noqa: E402
+from stand_in_checker import use_stand_in_checker  # noqa: E402
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+SMALL_NODE = {"object_store_memory": 80 * 2**20}  # Ray's floor is 75 MiB; the default takes 30% of the memory
+CHECK = CheckOptions(device="cpu", trials=1)
+SLOW_RELU = (TESTS / "eval_candidates" / "1_ReLU" / "good.py").read_text().replace(
+    "    def forward(self, x):\n", "    def forward(self, x):\n        import time\n        time.sleep({seconds})\n")
+
+
+class RayTestCluster:
+    def __init__(self, cluster: Cluster, nodes: list):
+        self.cluster, self.nodes = cluster, nodes
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    def labels(self) -> set[str]:
+        """How the run names the worker nodes (one host: its name and the start of each node's id)."""
+        return {f"{os.uname().nodename}:{node.node_id[:6]}" for node in self.nodes}
+
+    def remove(self, label: str) -> None:
+        node = next(node for node in self.nodes if label.endswith(node.node_id[:6]))
+        self.nodes.remove(node)
+        self.cluster.remove_node(node)
+
+    def free_cpus_return_to(self, cpus: int, timeout: float = 120) -> bool:
+        """Whether the cluster's free CPUs come back to `cpus` (its workers all ended) within `timeout` seconds."""
+        import ray
+
+        ray.init(address=self.address, logging_level="ERROR")
+        try:
+            deadline = time.monotonic() + timeout
+            while ray.available_resources().get("CPU", 0) < cpus:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+            return True
+        finally:
+            ray.shutdown()
+
+    def add_worker_nodes(self, count: int) -> None:
+        """Start `count` worker nodes of one CPU (together) and wait until the cluster has them."""
+        self.nodes += [self.cluster.add_node(num_cpus=1, wait=False, **SMALL_NODE) for _ in range(count)]
+        self.cluster.wait_for_nodes(timeout=180)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **SMALL_NODE})
+    try:
+        yield RayTestCluster(cluster, [])
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def cluster(ray_cluster):
+    """The shared cluster with two worker nodes (a test that removed one gets it back here)."""
+    if len(ray_cluster.nodes) < 2:
+        ray_cluster.add_worker_nodes(2 - len(ray_cluster.nodes))
+    return ray_cluster
+
+
+def problem_set(folder: Path, slow: dict[str, float] | None = None, extra: dict[str, str] | None = None):
+    """tests/eval_problems and their candidates, copied; `slow`: ReLU problems whose one candidate sleeps that many
+    seconds in forward (a check runs it twice: the trial and the trial with launches skipped); `extra`: ReLU problems
+    with the given candidate source."""
+    problems, candidates = folder / "problems", folder / "candidates"
+    shutil.copytree(TESTS / "eval_problems", problems)
+    shutil.copytree(TESTS / "eval_candidates", candidates)
+    sources = {name: SLOW_RELU.format(seconds=seconds) for name, seconds in (slow or {}).items()} | (extra or {})
+    for name, source in sources.items():
+        shutil.copy(problems / "1_ReLU.py", problems / f"{name}.py")
+        (candidates / name).mkdir()
+        (candidates / name / "kernel.py").write_text(source)
+    return problems, candidates
+
+
+def probe_source(head: str) -> str:
+    return (TESTS / "ray_cases" / "probes_cluster.py").read_text().replace("HEAD_ADDRESS", head)
+
+
+# -- the same results as a local run -------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not namespace_prefix(), reason="no user namespaces on this machine: candidates are not confined")
+def test_a_cluster_run_writes_the_file_a_local_run_writes(cluster, tmp_path):
+    """tests/eval_problems' known-good and known-bad kernels, and a kernel that tries to reach the cluster from its
+    sandbox on a worker: the file (verdicts, pass@k, summary) is the local run's, byte for byte once parsed."""
+    source = probe_source(cluster.address)
+    probe = {}
+    exec(source.split("leaks = reached()")[0], probe)  # unconfined, the probe reaches the cluster: it can fail
+    assert any("the head" in leak for leak in probe["reached"]()) and any("sockets" in leak for leak in
+                                                                          probe["reached"]())
+    problems, candidates = problem_set(tmp_path, extra={"4_ProbesCluster": source})
+    seen = []
+    on_ray = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
+                             check=CHECK, out_path=tmp_path / "ray.json", on_progress=lambda p: seen.append(
+                                 (p.workers, dict(p.by_node))))
+    local = evaluate(find_problems(problems), candidates_dir=candidates, check=CheckOptions("cpu", trials=1, jobs=2),
+                     out_path=tmp_path / "local.json")
+    on_cluster = json.loads((tmp_path / "ray.json").read_text())
+    assert on_cluster == json.loads((tmp_path / "local.json").read_text())
+    verdicts = {p["name"]: [c["verdict"] for c in p["candidates"]] for p in on_cluster["problems"]}
+    assert verdicts == {"1_ReLU": ["correct", "mismatch", "correct"], "2_Add": ["correct", "no_triton"],
+                        "3_Sigmoid": [], "4_ProbesCluster": ["correct"]}  # the probe reached nothing
+    assert on_ray.summary == local.summary and on_ray.totals == local.totals and not on_ray.interrupted
+    assert on_ray.summary["pass_at"] == pytest.approx({"1": (2 / 3 + 1 / 2 + 0 + 1) / 4})  # k up to the least n
+    # Progress: both workers came up, and the problems done are counted per node, on the cluster's worker nodes.
+    assert max(workers for workers, _ in seen) == 2
+    assert sum(on_ray.by_node.values()) == 4 and set(on_ray.by_node) <= cluster.labels()
+    assert seen[-1][1] == on_ray.by_node
+
+
+# -- generation on the workers -------------------------------------------------------------------------------------
+
+def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_model_dir, tmp_path):
+    """No --candidates: the one worker loads the tiny trained model (it answers every module with a ReLU kernel)
+    and samples each problem's candidate there; its checks are the ones a local run makes."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    for name in ("1_ReLU", "2_Add"):
+        shutil.copy(TESTS / "eval_problems" / f"{name}.py", problems)
+    out = tmp_path / "results.json"
+    status = main_cli.main(["eval", str(problems), "--model", str(trained_model_dir), "--device", "cpu",
+                            "--temperature", "0", "--max-new-tokens", "600", "--trials", "1", "--json", str(out),
+                            "--ray", cluster.address, "--workers", "1"])
+    assert status == 0
+    data = json.loads(out.read_text())
+    candidates = {p["name"]: p["candidates"] for p in data["problems"]}
+    assert candidates["1_ReLU"] == [{"file": "sample_1", "verdict": "correct", "kernel_ms": None}]
+    assert [c["verdict"] for c in candidates["2_Add"]] != ["correct"]  # a ReLU kernel is no answer to an add
+
+
+# -- failures ------------------------------------------------------------------------------------------------------
+
+def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp_path):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) once 1_ReLU is written: exit 130, the
+    finished problems are in the file, the slow one is not; the same command without --ray resumes it locally."""
+    problems, candidates = problem_set(tmp_path, slow={"9_SlowReLU": 15})
+    for name in ("2_Add", "3_Sigmoid"):
+        (problems / f"{name}.py").unlink()
+    out = tmp_path / "results.json"
+    command = [sys.executable, "-m", "repl.cli.eval", str(problems), "--candidates", str(candidates), "--device",
+               "cpu", "--trials", "1", "--json", str(out)]
+    run = subprocess.Popen(command + ["--ray", cluster.address], cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in run.stderr:  # the line printed as each problem finishes
+            lines.append(line)
+            if "1_ReLU  2/3 correct" in line:
+                os.killpg(run.pid, signal.SIGINT)
+                break
+        _, rest = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    stderr = "".join(lines) + rest
+    assert run.returncode == 130, stderr
+    assert "Interrupted: the finished problems are kept" in stderr
+    written = [p["name"] for p in json.loads(out.read_text())["problems"]]
+    assert written == ["1_ReLU"]  # 9_SlowReLU's check was stopped, 30 s from its end
+    assert cluster.free_cpus_return_to(2)  # the run's workers ended with it
+    (candidates / "9_SlowReLU" / "kernel.py").write_text(SLOW_RELU.format(seconds=0))
+    resumed = evaluate(find_problems(problems), candidates_dir=candidates, check=CHECK, out_path=out)
+    assert resumed.skipped == written and not resumed.interrupted
+    assert {r.name: [c["verdict"] for c in r.candidates] for r in resumed.results}["9_SlowReLU"] == ["correct"]
+    assert resumed.summary["problems"] == 2
+
+
+def test_a_problem_that_kills_its_worker_every_time_is_left_for_a_rerun(cluster, tmp_path, monkeypatch):
+    """Its reference kills the worker process from the judge (as a host running out of memory would): after
+    MAX_ATTEMPTS lost workers the problem is left unfinished, said as such, and the rest of the run completes."""
+    import repl.ray_eval as ray_eval
+
+    monkeypatch.setattr(ray_eval, "MAX_ATTEMPTS", 2)
+    problems, candidates = problem_set(tmp_path)
+    for name in ("2_Add", "3_Sigmoid"):
+        (problems / f"{name}.py").unlink()
+    (problems / "5_KillsItsWorker.py").write_text(
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)  # the judge's parent: the Ray worker\n"
+        + (problems / "1_ReLU.py").read_text())
+    shutil.copytree(candidates / "1_ReLU", candidates / "5_KillsItsWorker")
+    report = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
+                             check=CHECK, out_path=tmp_path / "r.json")
+    assert list(report.unfinished) == ["5_KillsItsWorker"] and "its worker was lost 2 times" in \
+        report.unfinished["5_KillsItsWorker"]
+    assert not report.interrupted and [r.name for r in report.results] == ["1_ReLU"]
+    assert [p["name"] for p in json.loads((tmp_path / "r.json").read_text())["problems"]] == ["1_ReLU"]
+
+
+# The last test on the cluster: a test after it would wait for a node to be started again.
+def test_a_node_lost_mid_problem_has_its_problem_redone_elsewhere(cluster, tmp_path):
+    """The node whose worker is checking 4_SlowReLU is removed (its raylet and workers killed): the problem is
+    checked again on the other node, the run completes, and nothing else is redone."""
+    problems, candidates = problem_set(tmp_path, slow={"4_SlowReLU": 1})
+    for name in ("1_ReLU", "2_Add", "3_Sigmoid"):
+        (problems / f"{name}.py").unlink()
+    nodes, removed, events = cluster.labels(), [], []
+
+    def remove_its_node(progress) -> None:
+        if progress.event:
+            events.append(progress.event)
+        if "4_SlowReLU" in progress.running and not removed:
+            removed.append(progress.running["4_SlowReLU"])
+            threading.Thread(target=cluster.remove, args=(removed[0],)).start()
+
+    report = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
+                             check=CHECK, on_progress=remove_its_node)
+    assert removed and not report.interrupted and not report.unfinished and report.retried == ["4_SlowReLU"]
+    assert [c["verdict"] for c in report.results[0].candidates] == ["correct"]
+    assert report.by_node == {(nodes - set(removed)).pop(): 1}  # finished on the other node
+    assert any(f"worker on {removed[0]} was lost" in event for event in events)
+    assert "4_SlowReLU is tried again (attempt 2 of 3)" in events
+
+
+# -- arguments -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arguments, message, status", [
+    (["--workers", "2"], "--workers needs --ray", 2),
+    (["--ray", "--jobs", "2"], "with --ray, --workers N sets how many workers check at once", 2),
+    (["--ray", "127.0.0.1:1"], "nothing answers at 127.0.0.1:1", 1),
+])
+def test_bad_cluster_arguments_get_one_line(arguments, message, status, capsys):
+    arguments = ["eval", str(TESTS / "eval_problems"), "--candidates", str(TESTS / "eval_candidates"), *arguments]
+    assert main_cli.main(arguments) == status
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+# -- without a cluster ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("resources, device, workers, expected", [
+    ({"CPU": 64, "GPU": 8}, "auto", None, WorkerPlan("cuda", 8, num_cpus=1, num_gpus=1)),
+    ({"CPU": 64, "GPU": 8}, "cuda", 3, WorkerPlan("cuda", 3, num_cpus=1, num_gpus=1)),
+    ({"CPU": 64, "GPU": 8}, "cpu", None, WorkerPlan("cpu", 64, num_cpus=1, num_gpus=0)),
+    ({"CPU": 2.0}, "auto", None, WorkerPlan("cpu", 2, num_cpus=1, num_gpus=0)),
+    ({"CPU": 2.0}, "cpu", 5, WorkerPlan("cpu", 5, num_cpus=1, num_gpus=0)),  # 3 wait for CPUs (an autoscaler)
+])
+def test_a_worker_per_gpu_else_per_cpu(resources, device, workers, expected):
+    assert plan_workers(resources, device, workers) == expected
+
+
+@pytest.mark.parametrize("resources, device, message", [
+    ({"CPU": 8}, "cuda", "the Ray cluster has no GPUs"),
+    ({"CPU": 8, "GPU": 2}, "cuda:1", "use --device cuda"),
+    ({"CPU": 0}, "cpu", "no CPU for a worker"),
+])
+def test_a_device_the_cluster_cannot_give_is_refused(resources, device, message):
+    with pytest.raises(ValueError, match=message):
+        plan_workers(resources, device, None)
+
+
+def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(monkeypatch):
+    """EvalWorker as plain Python (a stand-in checker): the record it returns is the results file's, and a problem
+    stopped by cancel() comes back as None (not recorded)."""
+    release, started = threading.Event(), threading.Event()
+
+    def check(reference_code, reply_text, *, cancel=None, **options):
+        if "slow" in reply_text:
+            started.set()
+            release.wait(30)
+            return CheckResult(verdict="cancelled" if cancel.is_set() else "correct")
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    use_stand_in_checker(monkeypatch, check)
+    worker = EvalWorker({"device": "cpu", "trials": 1})
+    assert worker.ready()["pid"] == os.getpid()
+    code = (TESTS / "eval_problems" / "1_ReLU.py").read_text()
+    given = [(name, (TESTS / "eval_candidates" / "1_ReLU" / name).read_text()) for name in ("good.py", "identity.py")]
+    record = worker.run({"name": "1_ReLU", "code": code, "given": given, "samples": None})
+    assert record == {"result": {"name": "1_ReLU", "n": 2, "compiled": 2, "correct": 1,
+                                 "pass_at": {"1": 0.5, "2": 1.0},
+                                 "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None},
+                                 "candidates": [{"file": "good.py", "verdict": "correct", "kernel_ms": None},
+                                                {"file": "identity.py", "verdict": "mismatch", "kernel_ms": None}]},
+                      "note": None}
+    answer = []
+    runner = threading.Thread(target=lambda: answer.append(
+        worker.run({"name": "1_ReLU", "code": code, "given": [("slow.py", "# slow")], "samples": None})))
+    runner.start()
+    assert started.wait(30)
+    worker.cancel()
+    release.set()
+    runner.join(30)
+    assert answer == [None]
+    worker.close()
+
+
+def test_a_worker_that_cannot_work_says_why_in_one_line():
+    worker = EvalWorker({"device": "tpu", "trials": 1})
+    with pytest.raises(WorkerStartError, match=r"cannot start: device must be auto, cpu, cuda or cuda:N") as error:
+        worker.ready()
+    assert "\n" not in str(error.value)
