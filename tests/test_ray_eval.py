@@ -322,3 +322,26 @@ def test_a_worker_that_cannot_work_says_why_in_one_line():
     with pytest.raises(WorkerStartError, match=r"cannot start: device must be auto, cpu, cuda or cuda:N") as error:
         worker.ready()
     assert "\n" not in str(error.value)
+
+
+def test_a_worker_samples_through_the_server_with_the_key_it_was_given(monkeypatch):
+    """--server on a cluster: every worker makes its own client from the spec the driver sends (URL, model, key,
+    sampling settings) and samples each of its problems there; a real HTTP server here, the checker a stand-in."""
+    from test_server_backend import ScriptedServer
+
+    use_stand_in_checker(monkeypatch, lambda reference_code, reply_text, **options: CheckResult(verdict="mismatch"))
+    server = ScriptedServer()
+    try:
+        worker = EvalWorker({"device": "cpu", "trials": 1},
+                            {"server": server.url, "server_model": None, "api_key": "secret-key",
+                             "settings": {"temperature": 1.0, "top_p": 0.97, "max_new_tokens": 64, "seed": 5}})
+        worker.ready()
+        code = (TESTS / "eval_problems" / "2_Add.py").read_text()
+        record = worker.run({"name": "2_Add", "code": code, "given": None, "samples": 2})
+        worker.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [c["file"] for c in record["result"]["candidates"]] == ["sample_1", "sample_2"]
+    assert [(r["model"], r["n"], r["seed"], r["max_tokens"]) for r in server.requests] == [("kernelllm", 2, 5, 64)]
+    assert "return a + b" in server.requests[0]["prompt"] and server.authorizations == ["Bearer secret-key"]
