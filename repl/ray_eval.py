@@ -204,7 +204,7 @@ class _ClusterRun:
         self.report(self.progress)
         interrupted = False
         try:
-            for _ in range(self.plan.workers):
+            for _ in range(self.plan.workers if self.queue else 0):  # a finished file needs no worker
                 self._start_worker()
             while self.queue or self.tasks:
                 if self.cancel.is_set():

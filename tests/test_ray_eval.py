@@ -139,6 +139,11 @@ def test_a_cluster_run_writes_the_file_a_local_run_writes(cluster, tmp_path):
     assert max(workers for workers, _ in seen) == 2
     assert sum(on_ray.by_node.values()) == 4 and set(on_ray.by_node) <= cluster.labels()
     assert seen[-1][1] == on_ray.by_node
+    # The local run's file, resumed on the cluster: nothing left to do, nothing changed.
+    again = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
+                            check=CHECK, out_path=tmp_path / "local.json")
+    assert again.skipped == sorted(verdicts) and again.summary == local.summary and not again.by_node
+    assert json.loads((tmp_path / "local.json").read_text()) == on_cluster
 
 
 # -- generation on the workers -------------------------------------------------------------------------------------
