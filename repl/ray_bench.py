@@ -1,9 +1,10 @@
 """What `eval --ray` costs and how far it scales (docs/ray.md): `python -m repl.ray_bench [--problems N] [--workers W]`.
 
 Three measurements, each printed as a table row:
-- overhead per problem against a local run: the same N one-candidate ReLU problems checked on the CPU interpreter,
-  locally with --jobs W and on a new local Ray cluster with W workers; the fixed costs (starting the cluster, the
-  workers) apart from the steady per-problem time (between the first and the last finished problem);
+- overhead per problem against a local run: the same N one-candidate ReLU problems (the check benchmark's) checked
+  on the CPU interpreter, locally with --jobs W and on a new local Ray cluster with W workers; the fixed costs
+  (starting the cluster, the workers) apart from the steady per-problem time (between the first and the last
+  finished problem);
 - the scheduler: an actor call's round trip, one at a time and with many in flight, empty and with a payload the
   size of a 20-sample problem (its code, 20 replies of 6 kB; back, its record);
 - the results file: one rewrite (write_results) of N problems x 20 samples, for N up to 10,000; the driver rewrites
@@ -19,44 +20,12 @@ import time
 from pathlib import Path
 
 from repl.best_of import CheckOptions
+from repl.checker.benchmark import STREAM, sized
 from repl.evaluate import ProblemResult, evaluate, find_problems, pass_at_k, write_results
 
-RELU_PROBLEM = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(4, 50)]
-
-
-def get_init_inputs():
-    return []
-'''
-RELU_KERNEL = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
-        return out
-'''
+# The check benchmark's right ReLU: its reference (4,096 elements on the interpreter) and its kernel.
+_, RELU_PROBLEM, RELU_KERNEL = STREAM[0]
+RELU_PROBLEM = sized(RELU_PROBLEM, "cpu-interpreter")
 REPLY_BYTES = 6000  # a KernelLLM reply of about 1,500 tokens
 
 
