@@ -18,6 +18,7 @@ Ray is optional (requirements-ray.txt) and imported only here, only when called.
 """
 
 import math
+import os
 import socket
 import threading
 import time
@@ -95,7 +96,8 @@ def plan_workers(resources: dict, device: str, workers: int | None) -> WorkerPla
 def connect(address: str | None, *, debug: bool = False) -> bool:
     """ray.init: the cluster at `address` (HOST:PORT, auto, ray://HOST:PORT), or without one $RAY_ADDRESS or else a
     new local cluster. This package is shipped to the workers. True when this call connected (and the caller must
-    disconnect); False when the process was connected already. ClusterUnavailable when it cannot."""
+    disconnect); False when the process was connected already (then its own runtime_env must give the workers this
+    package). ClusterUnavailable when it cannot."""
     try:
         import ray
     except ImportError:
@@ -108,11 +110,13 @@ def connect(address: str | None, *, debug: bool = False) -> bool:
     if unanswered:
         raise ClusterUnavailable(unanswered)
     runtime_env = {"py_modules": [str(PACKAGE_DIR)], "excludes": ["__pycache__", "*.pyc"]}
-    quiet = {}
+    options = {}
     if not debug:  # Ray's own INFO lines and its workers' output would scroll through the progress display
-        quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+        options = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if not address and not os.environ.get("RAY_ADDRESS"):  # a new local cluster: no dashboard to start
+        options["include_dashboard"] = False
     try:
-        ray.init(address=address or None, runtime_env=runtime_env, **quiet)
+        ray.init(address=address or None, runtime_env=runtime_env, **options)
     except Exception as error:  # ConnectionError, ValueError for a bad address, RuntimeError ...
         where = f"at {address}" if address else "(a local one)"
         raise ClusterUnavailable(f"could not start or reach the Ray cluster {where}: {one_line(error)}") from None

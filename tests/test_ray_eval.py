@@ -76,7 +76,7 @@ class RayTestCluster:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **SMALL_NODE})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, **SMALL_NODE})
     try:
         yield RayTestCluster(cluster, [])
     finally:
@@ -350,3 +350,10 @@ def test_a_worker_samples_through_the_server_with_the_key_it_was_given(monkeypat
     assert [c["file"] for c in record["result"]["candidates"]] == ["sample_1", "sample_2"]
     assert [(r["model"], r["n"], r["seed"], r["max_tokens"]) for r in server.requests] == [("kernelllm", 2, 5, 64)]
     assert "return a + b" in server.requests[0]["prompt"] and server.authorizations == ["Bearer secret-key"]
+
+
+def test_without_ray_installed_the_run_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is not installed
+    arguments = ["eval", str(TESTS / "eval_problems"), "--candidates", str(TESTS / "eval_candidates"), "--ray"]
+    assert main_cli.main(arguments) == 1
+    assert "eval: error: --ray needs Ray: pip install -r requirements-ray.txt" in capsys.readouterr().err
