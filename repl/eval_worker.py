@@ -14,6 +14,7 @@ calls cancel() while they run).
 import os
 import socket
 import threading
+from concurrent.futures import wait as wait_for_futures
 from pathlib import Path
 
 from repl.best_of import CheckOptions, CheckPool
@@ -68,9 +69,7 @@ class EvalWorker:
         if stopped:  # cancel() came between start_problem and the line above
             job.cancel()
         try:
-            job.finished.result()  # ends with the candidates, or with the error job.result() raises
-        except BaseException:
-            pass
+            wait_for_futures([job.finished])  # ends with the candidates, or with the error job.result() raises
         finally:
             with self._lock:
                 self._runs.discard(job)

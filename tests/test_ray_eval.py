@@ -357,3 +357,13 @@ def test_without_ray_installed_the_run_says_how_to_install_it(monkeypatch, capsy
     arguments = ["eval", str(TESTS / "eval_problems"), "--candidates", str(TESTS / "eval_candidates"), "--ray"]
     assert main_cli.main(arguments) == 1
     assert "eval: error: --ray needs Ray: pip install -r requirements-ray.txt" in capsys.readouterr().err
+
+
+def test_the_progress_bar_counts_problems_per_node_the_busiest_first():
+    from repl.cli.eval_ray import status_line
+    from repl.ray_eval import ClusterProgress
+
+    progress = ClusterProgress(problems_total=20, workers=7, workers_wanted=8, running={"9_X": "gpu-a"})
+    assert status_line(progress) == "7/8 workers  1 running"
+    progress.by_node = {"gpu-a": 3, "gpu-b": 5, "gpu-c": 1, "gpu-d": 2, "gpu-e": 2}
+    assert status_line(progress) == "7/8 workers  gpu-b 5 · gpu-a 3 · gpu-d 2 · 2 more nodes 3"

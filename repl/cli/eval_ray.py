@@ -67,10 +67,17 @@ def generation_spec(args) -> dict:
     return {"model": args.model, "dtype": args.dtype, "settings": settings}
 
 
+NODES_SHOWN = 4  # in the progress bar; the closing line names them all
+
+
 def status_line(state) -> str:
-    """The progress bar's description: workers, and problems done per node in this run."""
+    """The progress bar's description: workers, and problems done per node in this run (the busiest first)."""
     workers = f"{state.workers}/{state.workers_wanted} workers"
-    nodes = " · ".join(f"{node} {count}" for node, count in sorted(state.by_node.items()))
+    counts = sorted(state.by_node.items(), key=lambda item: (-item[1], item[0]))
+    shown = counts if len(counts) <= NODES_SHOWN else counts[:NODES_SHOWN - 1]
+    nodes = " · ".join(f"{node} {count}" for node, count in shown)
+    if len(shown) < len(counts):
+        nodes += f" · {len(counts) - len(shown)} more nodes {sum(count for _, count in counts[len(shown):])}"
     return f"{workers}  {nodes}" if nodes else f"{workers}  {len(state.running)} running"
 
 
