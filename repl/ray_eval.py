@@ -130,7 +130,7 @@ def _unanswered(address: str | None) -> str | None:
     if "://" in (address or "") or not colon or not port.isdigit():
         return None
     try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_PROBE_S).close()
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=CONNECT_PROBE_S).close()
     except OSError as error:
         return (f"nothing answers at {address} ({error.strerror or one_line(error)}): start the cluster's head "
                 "with `ray start --head` and give the address it prints")
