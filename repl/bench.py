@@ -29,6 +29,16 @@ GOALS = [
     ("fast.k_tokens_per_s", ">=", 950.0, "K candidates at once, aggregate"),
     ("fast.ttft_ms", "<=", 60.0, "time to first token, warm"),
     ("fast.serving_after_s", "<=", 20.0, "fast path serving after the model is loaded"),
+    ("quantized.int8.tokens_per_s", ">=", 280.0, "int8 weights: single stream"),
+    ("quantized.int4.tokens_per_s", ">=", 420.0, "int4 weights: single stream"),
+    ("quantized.int8.k_tokens_per_s", ">=", 1084.0, "int8 weights: K at once (bf16's 1084)"),
+    ("quantized.int4.k_tokens_per_s", ">=", 1084.0, "int4 weights: K at once (bf16's 1084)"),
+    ("quantized.int8.weights_gb", "<=", 9.0, "int8 weights held, GB"),
+    ("quantized.int4.weights_gb", "<=", 5.5, "int4 weights held, GB"),
+    ("quantized.int8.ttft_ms", "<=", 60.0, "int8 weights: time to first token"),
+    ("quantized.int4.ttft_ms", "<=", 60.0, "int4 weights: time to first token"),
+    ("quantized.int8.serving_after_s", "<=", 20.0, "int8 weights: fast path serving after load"),
+    ("quantized.int4.serving_after_s", "<=", 20.0, "int4 weights: fast path serving after load"),
     ("startup.seconds", "<", 1.0, "prompt interactive after start"),
     ("render.overhead_percent", "<", 2.0, "streaming view, share of generation time"),
 ]
@@ -55,6 +65,7 @@ class BenchOptions:
     profile_steps: int = 0  # >0 (CUDA): profile this many decode steps of the fast path
     attention: str | None = None  # the fast path's attention: None (its default), "triton" or "torch"
     compare_matvec: bool = False  # CUDA: also measure the compiled tier with Inductor's products throughout
+    quantize: tuple[str, ...] = ()  # weight-only settings (int8, int4) measured after the full-precision model
 
 
 def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda message: None,
@@ -78,7 +89,12 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
         model = loaded.model
     _synchronize(device)
     results["meta"]["model_build_s"] = time.perf_counter() - started
+    from repl.quant_bench import model_bytes, prompt_logits
+
+    results["meta"]["weights_gb"] = model_bytes(model) / 1e9
     prompt_ids = synthetic_prompt_ids(model.config, options.prompt_tokens).to(device)
+    # The quantized settings' logits are compared with these (quant_bench), computed before anything is quantized.
+    reference_logits = prompt_logits(model, prompt_ids).cpu() if options.quantize else None
     sampling = SamplingSettings(temperature=options.temperature, top_p=options.top_p,
                                 max_new_tokens=options.new_tokens, seed=0)
     greedy = SamplingSettings(temperature=0, max_new_tokens=options.greedy_tokens)
@@ -161,6 +177,12 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
                 report(line)
             save(results)
     del fast
+    if options.quantize:
+        from repl.quant_bench import measure_settings
+
+        del loaded, model  # each setting builds its own
+        results["quantized"] = measure_settings(options, list(options.quantize), reference_logits, prompt_ids,
+                                                prompt_ids, sampling, greedy, report, lambda: save(results))
 
     if options.startup:
         report("start-up to an interactive prompt")
@@ -342,6 +364,8 @@ def _kernel_kind(name: str) -> str:
     lowered = name.lower()
     if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
         return "q/k/v, o, down products (decode_matvec)"
+    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_matmul_small", "_dequantize")):
+        return "quantized products (quant_kernels)"
     if lowered.startswith(("_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):

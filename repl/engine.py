@@ -21,6 +21,8 @@ class EngineOptions:
     model: str = DEFAULT_MODEL
     device: str = "auto"
     dtype: str = "auto"
+    quantize: str | None = None  # int8 or int4 (--quantize)
+    device_map: str | None = None  # auto (--device-map)
 
 
 @dataclass
@@ -76,6 +78,22 @@ class Engine:
             _release_gpu_memory()  # so the next model has the memory the last one held
         self.start_loading()
 
+    def set_quantization(self, mode: str | None) -> None:
+        """Reload the current model with its linear layers quantized to ``mode`` (int8, int4; None: full precision)
+        in the background, as switch_model does; GenerationError (one line) when that cannot work."""
+        from repl.generation.model_loading import options_problem
+
+        problem = options_problem(mode, self.options.device_map)
+        if problem:
+            raise GenerationError(problem)
+        previous = self.options
+        self.options = replace(self.options, quantize=mode)
+        try:
+            self.switch_model(self.options.model)
+        except GenerationError:
+            self.options = previous
+            raise
+
     def wait_until_loaded(self, on_progress: Callable[[str], None], poll_s: float = 0.1) -> tuple[str, str]:
         """Start loading if needed and wait until the model is ready or has failed, calling on_progress(message)
         whenever the loading message changes; returns model_state. The one way every front end waits for the model
@@ -96,7 +114,8 @@ class Engine:
             raise ModelLoadError(problem)
         from repl.generation.fast_decode import FastLocalBackend
 
-        loaded = load_model(options.model, options.device, options.dtype, on_progress=report)
+        loaded = load_model(options.model, options.device, options.dtype, on_progress=report,
+                            quantize=options.quantize, device_map=options.device_map)
         # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
         # e.g. on the CPU) it hands generation to the plain generate() path.
         return FastLocalBackend(loaded)

@@ -18,7 +18,9 @@ fast decode path in one run; time to first token; compile/capture warm-up; secon
 drawn; the streaming view's CPU cost at a given token rate. Medians over --runs.
 
 --random-weights --arch llama-3.1-8b builds KernelLLM's exact architecture with random weights (no download; speed
-does not depend on the weights' values). --arch tiny runs in seconds on a CPU.
+does not depend on the weights' values). --arch tiny runs in seconds on a CPU. --quantize int8,int4 measures each
+weight-only setting's fast path beside the full-precision model in the same run (speed, memory held, warm-up, and
+its logits against the full-precision ones).
 """
 
 
@@ -26,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     # --model, --device and --dtype are the main command line's (defaults=False: given before or after `bench`).
     parser = subparsers.add_parser("bench", help="benchmark generation speed, start-up and rendering",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   parents=[model_options(defaults=False)])
+                                   parents=[model_options(defaults=False, several_quantizations=True)])
     add_arguments(parser)
     return parser
 
@@ -74,7 +76,7 @@ def run(args) -> int:
         prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, samples=args.samples, runs=args.runs,
         max_seq_len=args.max_seq_len, render_tokens=args.render_tokens, render_rate=args.render_rate,
         plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps,
-        compare_matvec=args.compare_matvec)
+        compare_matvec=args.compare_matvec, quantize=_quantize_settings(getattr(args, "quantize", None)))
     if options.arch is None and not options.model:
         console.print("error: give --random-weights --arch ARCH, or --model for real weights", style="red")
         return 2
@@ -82,10 +84,19 @@ def run(args) -> int:
     save = lambda results: Path(args.json).expanduser().write_text(json.dumps(results, indent=2) + "\n")
     results = run_benchmark(options, report=lambda message: console.print(
         f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None)
-    Console(highlight=False, width=max(Console().width, 110)).print(results_table(results))
+    output = Console(highlight=False, width=max(Console().width, 110))
+    output.print(results_table(results))
+    if results.get("quantized"):
+        output.print(quantized_table(results))
     if args.json:
         console.print(f"wrote {args.json}", style="dim")
     return 0
+
+
+def _quantize_settings(value) -> tuple[str, ...]:
+    """--quantize as given to bench (a list) or before it (one setting); the full-precision run always happens."""
+    modes = [value] if isinstance(value, str) else list(value or [])
+    return tuple(mode for mode in modes if mode != "none")
 
 
 def results_table(results: dict):
@@ -132,6 +143,53 @@ def results_table(results: dict):
                       *blank, goal_text("render.overhead_percent"))
     if fast.get("reason"):
         table.caption = fast["reason"]
+    return table
+
+
+def quantized_table(results: dict):
+    """Each quantized setting beside the full-precision model's last fast tier."""
+    from rich.table import Table
+
+    from repl.bench import goal_text
+
+    meta, fast, settings = results["meta"], results.get("fast", {}), results["quantized"]
+    full = {**fast, "weights_gb": meta.get("weights_gb"), "warm_up_s": fast.get("warm_up_s", {}).get(fast.get("mode")),
+            "greedy": results.get("greedy")}
+    columns = {meta["dtype"]: full, **settings}
+    table = Table(title=f"weight-only quantization, fast path ({fast.get('mode')} tier) · {meta.get('gpu') or meta.get('cpu')}",
+                  title_justify="left")
+    table.add_column("")
+    for name in columns:
+        table.add_column(name, justify="right")
+    table.add_column("goal (int8 / int4)", justify="right")
+    number = lambda value, spec: "-" if value is None else format(value, spec)
+
+    def row(label: str, read, spec: str, goal_key: str | None = None):
+        goals = " / ".join(filter(None, (goal_text(f"quantized.{mode}.{goal_key}") for mode in ("int8", "int4"))))
+        table.add_row(label, *(number(read(figures), spec) if "error" not in figures else "failed"
+                               for figures in columns.values()), goals if goal_key else "")
+
+    row("tokens/s, one stream", lambda f: f.get("tokens_per_s"), ".1f", "tokens_per_s")
+    row(f"tokens/s, K={meta['options']['samples']} aggregate", lambda f: f.get("k_tokens_per_s"), ".1f",
+        "k_tokens_per_s")
+    row("time to first token, ms", lambda f: f.get("ttft_ms"), ".1f", "ttft_ms")
+    row("weights held, GB", lambda f: f.get("weights_gb"), ".2f", "weights_gb")
+    row("GPU memory after warm-up, GB", lambda f: f.get("allocated_after_warm_up_gb"), ".2f")
+    row("fast path serving after load, s", lambda f: f.get("serving_after_s"), ".1f", "serving_after_s")
+    table.add_row("warm-up of the last tier, s", *(
+        ", ".join(f"K={size}: {seconds:.1f}" for size, seconds in
+                  ((figures.get("warm_up_s") or {}).get(figures.get("tier"), figures.get("warm_up_s") or {})
+                   if "tier" in figures else figures.get("warm_up_s") or {}).items()) or "-"
+        for figures in columns.values()), "background")
+    row("top-1 agreement with full precision", lambda f: (f.get("quality") or {}).get("top1_agreement"), ".4f")
+    row("KL(full || quantized), nats", lambda f: (f.get("quality") or {}).get("kl_nats"), ".2e")
+    table.add_row("greedy tokens identical to plain generate()", *(
+        f"{figures['greedy']['identical_prefix']}/{figures['greedy']['tokens']}" if figures.get("greedy") else "-"
+        for figures in columns.values()), "")
+    failed = [f"{name}: {figures['error'].strip().splitlines()[-1]}" for name, figures in settings.items()
+              if figures.get("error")]
+    if failed:
+        table.caption = "; ".join(failed)
     return table
 
 

@@ -77,8 +77,18 @@ def engine_from(args):
         from repl.generation.server import server_backend_from
 
         server = server_backend_from(args)
-    return Engine(EngineOptions(model=args.model, device=args.device, dtype=args.dtype), settings_from(args),
-                  backend_override=server)
+    from repl.generation.model_loading import options_problem
+
+    quantize = getattr(args, "quantize", "none")
+    options = EngineOptions(model=args.model, device=args.device, dtype=args.dtype,
+                            quantize=None if quantize == "none" else quantize,
+                            device_map=getattr(args, "device_map", None))
+    problem = options_problem(options.quantize, options.device_map)
+    if server is not None and (options.quantize or options.device_map):
+        problem = "--quantize and --device-map apply to a model loaded here, not to one behind --server"
+    if problem:
+        raise ValueError(problem)
+    return Engine(options, settings_from(args), backend_override=server)
 
 
 def main(argv: list[str] | None = None) -> int:

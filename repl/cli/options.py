@@ -15,6 +15,7 @@ from repl.generation.model_loading import DEFAULT_MODEL
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+QUANTIZE_CHOICES = ("none", "int8", "int4")
 DEFAULT_TRIALS = 5
 GREEDY_SAMPLES = "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
 
@@ -69,6 +70,16 @@ def device_name(text: str) -> str:
     return text
 
 
+def quantize_list(text: str) -> list[str]:
+    """Comma-separated --quantize settings (bench compares several): "int8,int4" -> ["int8", "int4"]."""
+    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
+    wrong = [mode for mode in modes if mode not in QUANTIZE_CHOICES]
+    if not modes or wrong:
+        raise argparse.ArgumentTypeError(f"takes {', '.join(QUANTIZE_CHOICES)} or a comma-separated list of them, "
+                                         f"not {text!r}")
+    return list(dict.fromkeys(modes))
+
+
 def _float(text: str) -> float:
     try:
         return float(text)
@@ -82,8 +93,10 @@ def _default(defaults: bool, value):
     return value if defaults else argparse.SUPPRESS
 
 
-def model_options(*, defaults: bool = True, device_help: str | None = None) -> argparse.ArgumentParser:
-    """--model, --device, --dtype, --server, --server-model, --api-key."""
+def model_options(*, defaults: bool = True, device_help: str | None = None,
+                  several_quantizations: bool = False) -> argparse.ArgumentParser:
+    """--model, --device, --dtype, --quantize, --device-map, --server, --server-model, --api-key.
+    ``several_quantizations``: --quantize takes a comma-separated list (bench)."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("model")
     group.add_argument("--model", default=_default(defaults, DEFAULT_MODEL),
@@ -93,6 +106,18 @@ def model_options(*, defaults: bool = True, device_help: str | None = None) -> a
                                            "cpu (default: auto)")
     group.add_argument("--dtype", default=_default(defaults, "auto"), choices=["auto", "bf16", "fp16", "fp32"],
                        help="model precision (default: auto = bf16 on CUDA, fp32 on CPU)")
+    if several_quantizations:
+        group.add_argument("--quantize", type=quantize_list, default=_default(defaults, ["none"]),
+                           metavar="none,int8,int4",
+                           help="weight-only quantization settings to measure beside the full-precision model")
+    else:
+        group.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=_default(defaults, "none"),
+                           help="weight-only quantization of the linear layers at load time: int8 (per output "
+                                "channel, about 9 GB for the 8B model) or int4 (groups of 128, about 5 GB); "
+                                "default: none (16 GB in bf16)")
+    group.add_argument("--device-map", choices=["auto"], default=_default(defaults, None),
+                       help="auto: place the layers across the GPUs and CPU memory (accelerate), for a model larger "
+                            "than the GPU; much slower than one GPU, and without fast decoding")
     group.add_argument("--server", metavar="URL", default=_default(defaults, None),
                        help="generate through an OpenAI-compatible server (its API base, e.g. "
                             "http://127.0.0.1:8000/v1; default: $KERNELLLM_SERVER) instead of loading the model")

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from repl.generation import quantization
+
 
 def unsupported_reason(model) -> str | None:
     """Why the fast path cannot decode this model, or None when it can."""
+    from repl.generation.placement import split_reason
+
     config = model.config
     if getattr(config, "model_type", None) != "llama":
         return f"fast decoding supports Llama models, not {getattr(config, 'model_type', type(model).__name__)!r}"
@@ -23,12 +27,14 @@ def unsupported_reason(model) -> str | None:
     if (config.attention_bias or config.mlp_bias or config.hidden_act != "silu"
             or rope_type not in ("default", "llama3") or getattr(config, "pretraining_tp", 1) != 1):
         return "fast decoding supports the plain Llama-3 layer (no biases, SiLU, default or llama3 RoPE)"
-    return None
+    return split_reason(model)
 
 
 def fuse_rows(*linears) -> torch.Tensor:
     """One weight matrix for several projections of the same input. The modules keep views into it (nothing is
     copied and the plain path still works); a second call finds them fused already."""
+    if isinstance(linears[0], quantization.QuantizedLinear):
+        return quantization.fuse_rows(*linears)
     weights = [linear.weight for linear in linears]
     rows = sum(weight.shape[0] for weight in weights)
     first = weights[0]
@@ -42,9 +48,23 @@ def fuse_rows(*linears) -> torch.Tensor:
     return fused
 
 
+def weight_of(linear):
+    """A linear layer's weight for decoding: a plain tensor, or a ``quantization.QuantizedWeight``."""
+    if isinstance(linear, quantization.QuantizedLinear):
+        return linear.quantized
+    return linear.weight.detach()
+
+
+def linear(x, weight):
+    """x @ weight.T, for a plain or a quantized weight."""
+    if isinstance(weight, torch.Tensor):
+        return x @ weight.T
+    return quantization.quantized_linear(x, weight)
+
+
 @dataclass
 class LayerWeights:
-    qkv: torch.Tensor
+    qkv: torch.Tensor  # or a quantization.QuantizedWeight, as o, gate_up, down and lm_head
     o: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
@@ -62,12 +82,13 @@ class LlamaWeights:
         self.eps = config.rms_norm_eps
         plain = lambda tensor: tensor.detach()
         self.embed, self.norm = plain(inner.embed_tokens.weight), plain(inner.norm.weight)
-        self.lm_head = plain(model.lm_head.weight)
+        self.lm_head = weight_of(model.lm_head)
+        self.quantization = quantization.quantization_of(model)  # None, int8 or int4
         self.layers = [
             LayerWeights(qkv=fuse_rows(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-                         o=plain(layer.self_attn.o_proj.weight),
+                         o=weight_of(layer.self_attn.o_proj),
                          gate_up=fuse_rows(layer.mlp.gate_proj, layer.mlp.up_proj),
-                         down=plain(layer.mlp.down_proj.weight),
+                         down=weight_of(layer.mlp.down_proj),
                          attn_norm=plain(layer.input_layernorm.weight),
                          mlp_norm=plain(layer.post_attention_layernorm.weight))
             for layer in inner.layers]
@@ -96,9 +117,15 @@ def rotate(x, cos, sin):
 def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
     """Norm, fused q/k/v projection and RoPE of tokens x (B, T, hidden) at ``positions`` (T,); k and v are written
     into the static cache at those positions (broadcast over its rows when one prompt row fills a batch of K)."""
-    batch, length, _ = x.shape
+    projected = linear(rms_norm(x, norm, eps), qkv)
+    return rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads, kv_heads)
+
+
+def rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int):
+    """The rest of ``attention_input`` after the q/k/v product ``projected`` (B, T, (heads + 2 kv_heads) * dim)."""
+    batch, length, _ = projected.shape
     dim = cos.shape[-1]
-    q, k, v = (rms_norm(x, norm, eps) @ qkv.T).split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k, v = projected.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     q = rotate(q.view(batch, length, heads, dim).transpose(1, 2), cos, sin)
     k = rotate(k.view(batch, length, kv_heads, dim).transpose(1, 2), cos, sin)
     v = v.view(batch, length, kv_heads, dim).transpose(1, 2)
@@ -109,14 +136,14 @@ def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: 
 
 def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     """The rest of the layer: output projection and residual, then norm, SwiGLU MLP and residual."""
-    x = x + attention @ o.T
-    gate, up = (rms_norm(x, norm, eps) @ gate_up.T).chunk(2, dim=-1)
-    return x + (F.silu(gate) * up) @ down.T
+    x = x + linear(attention, o)
+    gate, up = linear(rms_norm(x, norm, eps), gate_up).chunk(2, dim=-1)
+    return x + linear(F.silu(gate) * up, down)
 
 
 def final_logits(x, norm, lm_head, eps: float):
     """Float32 logits of each row's last position."""
-    return (rms_norm(x[:, -1], norm, eps) @ lm_head.T).float()
+    return linear(rms_norm(x[:, -1], norm, eps), lm_head).float()
 
 
 def attend_cache(q, k_cache, v_cache, position, attended: int):

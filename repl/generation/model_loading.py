@@ -31,6 +31,8 @@ class LoadedModel:
     tokenizer: object  # transformers PreTrainedTokenizerBase
     device: str
     dtype: str
+    quantization: str | None = None  # int8 or int4: the linear layers' weights (--quantize)
+    placement: str | None = None  # --device-map auto: where the layers went and the speed to expect, one line
 
     @property
     def display_name(self) -> str:
@@ -40,7 +42,9 @@ class LoadedModel:
 
     @property
     def description(self) -> str:
-        return f"{self.display_name} on {self.device} ({self.dtype})"
+        weights = f", {self.quantization} weights" if self.quantization else ""
+        where = "across devices" if self.placement else f"on {self.device}"
+        return f"{self.display_name} {where} ({self.dtype}{weights})"
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -66,13 +70,22 @@ def resolve_dtype(dtype: str, device: str):
 
 
 def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
-               on_progress: Callable[[str], None] | None = None) -> LoadedModel:
-    """Download if needed, then load tokenizer and model onto the device. Raises ModelLoadError."""
+               on_progress: Callable[[str], None] | None = None, quantize: str | None = None,
+               device_map: str | None = None) -> LoadedModel:
+    """Download if needed, then load tokenizer and model onto the device. Raises ModelLoadError.
+
+    ``quantize`` (int8, int4): the linear layers are quantized one by one as they go to the device (``quantization``),
+    so a GPU smaller than the full-precision model can hold the quantized one. ``device_map="auto"``: accelerate
+    places the layers across the GPUs and the CPU (``placement``)."""
     report = on_progress or (lambda message: None)
+    problem = options_problem(quantize, device_map)
+    if problem:
+        raise ModelLoadError(problem)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     path = _local_weights(model_id, report)
-    report(f"loading {model_id} onto {device}")
+    report(f"loading {model_id} {'across devices' if device_map else f'onto {device}'}")
+    placement = None
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as transformers_logging
@@ -80,12 +93,34 @@ def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str =
         # Progress goes through on_progress; transformers' own bars would draw over the REPL's prompt.
         transformers_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        model.to(device)
+        if device_map:
+            from repl.generation.placement import load_placed
+
+            model, placement = load_placed(path, torch_dtype, device, report)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            if quantize:
+                from repl.generation.quantization import quantize_model
+
+                quantize_model(model, quantize, device, report)
+            model.to(device)
         model.eval()
     except Exception as error:  # any failure here is a message for the user, not a traceback
         raise ModelLoadError(_describe_load_failure(model_id, error)) from error
-    return LoadedModel(model_id, model, tokenizer, device, str(torch_dtype).removeprefix("torch."))
+    return LoadedModel(model_id, model, tokenizer, device, str(torch_dtype).removeprefix("torch."),
+                       quantization=quantize, placement=placement)
+
+
+def options_problem(quantize: str | None, device_map: str | None) -> str | None:
+    """Why --quantize / --device-map cannot be honoured (one line), or None."""
+    if quantize not in (None, "int8", "int4"):
+        return f"unknown --quantize {quantize!r}; use int8 or int4"
+    if device_map not in (None, "auto"):
+        return f"unknown --device-map {device_map!r}; use auto"
+    if quantize and device_map:
+        return ("--quantize and --device-map auto cannot be combined yet: a quantized model goes to one GPU "
+                "(int4 holds the 8B model in about 5 GB, int8 in about 9 GB); drop one of the two")
+    return None
 
 
 def _local_weights(model_id: str, report: Callable[[str], None]) -> str:
@@ -131,7 +166,8 @@ def _not_cached_message(model_id: str, reason: str) -> str:
 def _describe_load_failure(model_id: str, error: Exception) -> str:
     text = one_line(error)
     if "out of memory" in text.lower() or isinstance(error, MemoryError):
-        return f"not enough memory to load {model_id}: {text}. Try another --device or --dtype."
+        return (f"not enough memory to load {model_id}: {text}. Try --quantize int4 (the 8B model in about 5 GB), "
+                "--quantize int8 (about 9 GB), --device-map auto (layers spill into CPU memory) or --device cpu.")
     return f"could not load {model_id}: {type(error).__name__}: {text}"
 
 

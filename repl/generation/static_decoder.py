@@ -67,23 +67,30 @@ class DecodeBatch:
         self.steps: dict[bool, list[Callable[[], None]]] = {}  # greedy? -> one step per attention bucket
 
 
-def compile_pieces(attend, matvec: str = "triton") -> Pieces:
+def compile_pieces(attend, matvec: str = "triton", quantized: bool = False) -> Pieces:
     """The step's pieces under torch.compile. As gpt-fast: with coordinate descent tuning Inductor writes the batch-1
     matrix-vector products as Triton reductions fused with the norm before them and tunes their block sizes.
     ``matvec="triton"``: at batch 1, the q/k/v (with its norm, RoPE and cache write), o and down products (with their
     residuals and SiLU) are our kernels instead (``decode_matvec``), which read the weights faster and launch fewer
-    kernels; ``"inductor"``: all products are Inductor's."""
+    kernels; ``"inductor"``: all products are Inductor's. ``quantized`` weights: at batch 1 the products are
+    ``quant_kernels``' (norms, SiLU and residuals fused in) with ``"triton"``, and plain with ``"inductor"``; they
+    are always our custom ops, whose kernels suit the number of rows."""
     options = dict(fullgraph=True, dynamic=False, options={"coordinate_descent_tuning": True})
     if matvec not in MATVECS:
         raise ValueError(f"unknown matvec {matvec!r}")
-    if matvec == "triton":
+    logits = final_logits
+    if matvec == "triton" and quantized:
+        from repl.generation import quant_kernels
+
+        inputs, output, logits = quant_kernels.attention_input, quant_kernels.layer_output, quant_kernels.final_logits
+    elif matvec == "triton":
         from repl.generation import decode_matvec
 
         inputs, output = decode_matvec.attention_input, decode_matvec.layer_output
     else:
         inputs, output = attention_input, layer_output
     return Pieces(attention_input=torch.compile(inputs, **options), layer_output=torch.compile(output, **options),
-                  final_logits=torch.compile(final_logits, **options), attend_cache=attend)
+                  final_logits=torch.compile(logits, **options), attend_cache=attend)
 
 
 class FastDecoder:
@@ -131,7 +138,8 @@ class FastDecoder:
         """Compile the pieces for batches of ``size`` on scratch inputs of the real shapes (one layer's cache), so
         that compiling and tuning never touch the buffers a generation is using."""
         if self.matvec not in self._compiled:
-            self._compiled[self.matvec] = compile_pieces(self._eager.attend_cache, self.matvec)
+            self._compiled[self.matvec] = compile_pieces(self._eager.attend_cache, self.matvec,
+                                                         self.weights.quantization is not None)
         w, pieces = self.weights, self._compiled[self.matvec]
         device, dtype = w.embed.device, w.embed.dtype
         layer = w.layers[0]

@@ -80,7 +80,8 @@ def load_command(session, arguments):
 
 
 def set_command(session, arguments):
-    """Show the sampling settings, or change one: temperature, top_p, max_new_tokens, seed."""
+    """Show the settings, or change one: temperature, top_p, max_new_tokens, seed; quantize none|int8|int4
+    reloads the model."""
     if not arguments:
         session.show_settings()
     elif len(arguments) == 2:

@@ -352,14 +352,32 @@ class ReplSession:
         table = Table(show_header=False, box=None, padding=(0, 2))
         for name, value in self.engine.settings.describe():
             table.add_row(name, value)
+        if self.engine.backend_override is None:
+            table.add_row("quantize", self.engine.options.quantize or "none",
+                          Text("weights of the linear layers; changing it reloads the model", style="hint"))
         self.console.print(table)
 
     def change_setting(self, name: str, value: str) -> None:
+        if name == "quantize" and self.engine.backend_override is None:
+            self.change_quantization(value.strip().lower())
+            return
         try:
             self.engine.settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
             raise commands.CommandError(one_line(error)) from None
         self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
+
+    def change_quantization(self, mode: str) -> None:
+        if mode not in ("none", "int8", "int4"):
+            raise commands.CommandError(f"quantize takes none, int8 or int4, not {mode!r}")
+        try:
+            self.engine.set_quantization(None if mode == "none" else mode)
+        except GenerationError as error:
+            raise commands.CommandError(one_line(error)) from None
+        self._reported_failure = None
+        self.console.print(f"Reloading {self.engine.options.model} with {mode} weights in the background; the toolbar "
+                           "shows its progress.", style="hint")
+        self.report_model_failure()
 
     def switch_model(self, model: str) -> None:
         try:

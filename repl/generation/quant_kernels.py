@@ -1,0 +1,392 @@
+"""Triton kernels for products with quantized weights (``quantization``'s layout), as torch custom ops.
+
+A decode step is bound by reading the weights, and at 4 bits a weight the arithmetic that turns each one back into
+a number nearly matches the memory's pace on an H100 (about 5e12 weights/s against some 3e13 simple operations/s).
+So the kernels spend few operations per weight:
+- Each field becomes a float with one shift and one masked OR: moved to the top of a float's mantissa under the
+  exponent of 1.0, it reads 1 + q/128 (int4, bits 16-19) or 1 + u/256 (int8, u = q + 128, bits 15-22). The sum
+  over a group of (1 + q/128) * x is X + (q . x)/128, with X the sum of the inputs, computed once for all rows; so
+  one multiply-add a weight is left, and the scale and offset are applied once per group (or row).
+- int8 packs byte j of word w as column j * K/4 + w and int4 nibble j of word w in a group as column 16j + w, so the
+  inputs each field meets are contiguous.
+
+Three products:
+- ``quant_matvec``: one row of input (a decode step), CUDA cores, with the norm before it (RMS norm), SwiGLU of its
+  input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call.
+- ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
+  integers in the activations' dtype.
+- more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
+``attention_input``, ``layer_output`` and ``final_logits`` are ``llama_math``'s pieces for one row, calling the
+fused matvec; the decoder compiles them as it compiles ``decode_matvec``'s for full-precision weights.
+"""
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from repl.generation import llama_math
+from repl.generation.quantization import GROUP, INT4_PLANES, INT8_PLANES, QuantizedWeight
+
+# (rows per program, words or groups per iteration, warps); tuned per shape on CUDA at the first call.
+INT8_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_W": w}, num_warps=warps)
+                for n, w, warps in [(2, 256, 4), (4, 128, 4), (4, 256, 8), (8, 64, 4), (8, 128, 4), (8, 256, 8),
+                                    (16, 64, 4), (16, 128, 8)]]
+INT4_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_G": g}, num_warps=warps)
+                for n, g, warps in [(2, 8, 4), (4, 4, 4), (4, 8, 8), (8, 2, 4), (8, 4, 4), (8, 8, 8), (16, 2, 4),
+                                    (16, 4, 8)]]
+SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=warps) for n, warps in [(32, 4), (64, 4), (128, 8)]]
+# Under the interpreter a program costs milliseconds whatever its tile: few programs, tiles that leave ragged edges.
+INTERPRETER_INT8 = {"BLOCK_N": 64, "BLOCK_W": 16}
+INTERPRETER_INT4 = {"BLOCK_N": 64, "BLOCK_G": 2}
+INTERPRETER_SMALL = {"BLOCK_N": 64}
+NORM_BLOCK = 1024
+MAX_SMALL_ROWS = 16
+
+
+# -- pieces shared by the kernels -----------------------------------------------------------------------------------
+
+@triton.jit
+def _field_as_float(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
+    """The field that ``SHIFT`` moves under ``MASK`` (the top bits of a float's mantissa), read as 1 + field / 2^b."""
+    if SHIFT >= 0:
+        moved = words << SHIFT
+    else:
+        moved = words >> -SHIFT  # arithmetic, but the mask drops the sign bits
+    return ((moved & MASK) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
+    """Field (words >> SHIFT) & MASK as an exact float (for the tensor-core product, whose inputs must be the
+    integers themselves): 2^23 + field, less 2^23."""
+    return (((words >> SHIFT) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _inverse_rms(x_ptr, k, eps, NORM: tl.constexpr, BLOCK: tl.constexpr):
+    """1 / RMS(x) over k inputs (llama_math.rms_norm), or 1 without a norm."""
+    if NORM:
+        squares = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, k, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            v = tl.load(x_ptr + cols, mask=cols < k, other=0.0).to(tl.float32)
+            squares += v * v
+        return tl.rsqrt(tl.sum(squares, 0) / k + eps)
+    return 1.0
+
+
+@triton.jit
+def _input(x_ptr, norm_ptr, cols, mask, k, inverse_rms, NORM: tl.constexpr, SWIGLU: tl.constexpr):
+    """The product's inputs at ``cols``, in float32, rounded where llama_math rounds them to the model's dtype:
+    x; or norm * rms_norm(x); or SiLU(x[:k]) * x[k:]."""
+    v = tl.load(x_ptr + cols, mask=mask, other=0.0)
+    if SWIGLU:
+        up = tl.load(x_ptr + k + cols, mask=mask, other=0.0)
+        gate = v.to(tl.float32)
+        v = ((gate * tl.sigmoid(gate)).to(v.dtype).to(tl.float32) * up.to(tl.float32)).to(v.dtype)
+    if NORM:
+        weight = tl.load(norm_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        v = (weight * (v.to(tl.float32) * inverse_rms).to(v.dtype).to(tl.float32)).to(v.dtype)
+    return v.to(tl.float32)
+
+
+# -- one row: CUDA cores --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    words_per_row = k // 4
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
+    acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    inputs = tl.zeros([BLOCK_W], tl.float32)
+    for start in range(0, words_per_row, BLOCK_W):
+        index = start + tl.arange(0, BLOCK_W)
+        ok = index < words_per_row
+        words = tl.load(words_ptr + rows[:, None] * words_per_row + index[None, :],
+                        mask=row_ok[:, None] & ok[None, :], other=0, eviction_policy="evict_first")
+        for j in tl.static_range(4):
+            v = _input(x_ptr, norm_ptr, j * words_per_row + index, ok, k, inverse_rms, NORM, SWIGLU)
+            acc += _field_as_float(words, 15 - 8 * j, 0x007F8000) * v[None, :]
+            inputs += v
+    # acc sums (1 + (q + 128) / 256) * v = 1.5 v + q v / 256
+    total = 256.0 * tl.sum(acc, 1) - 384.0 * tl.sum(inputs, 0)
+    total *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    groups_per_row, words_per_row = k // 128, k // 8
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
+    word_in_group = tl.arange(0, 16)
+    acc = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)
+    for start in range(0, groups_per_row, BLOCK_G):
+        groups = start + tl.arange(0, BLOCK_G)
+        ok = groups < groups_per_row
+        at = rows[:, None, None] * words_per_row + (groups[:, None] * 16 + word_in_group[None, :])[None, :, :]
+        words = tl.load(words_ptr + at, mask=row_ok[:, None, None] & ok[None, :, None], other=0,
+                        eviction_policy="evict_first")
+        sums = tl.zeros([BLOCK_N, BLOCK_G, 16], tl.float32)
+        inputs = tl.zeros([BLOCK_G, 16], tl.float32)
+        for j in tl.static_range(8):
+            v = _input(x_ptr, norm_ptr, groups[:, None] * 128 + j * 16 + word_in_group[None, :], ok[:, None], k,
+                       inverse_rms, NORM, SWIGLU)
+            sums += _field_as_float(words, 16 - 4 * j, 0x000F0000) * v[None, :, :]
+            inputs += v
+        group_sums, group_inputs = tl.sum(sums, 2), tl.sum(inputs, 1)[None, :]
+        qp = rows[:, None] * groups_per_row + groups[None, :]
+        qp_ok = row_ok[:, None] & ok[None, :]
+        scale = tl.load(scale_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
+        offset = tl.load(offset_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
+        # group_sums = X + (q . v) / 128, X = group_inputs; the group's weights are scale * q + offset
+        acc += scale * 128.0 * (group_sums - group_inputs) + offset * group_inputs
+    total = tl.sum(acc, 1)
+    if RESIDUAL:
+        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+def _quick_bench(kernel_call, quantiles):
+    """Each configuration timed over ~20 ms (Triton's default is 100 ms after 25 ms of warm-up): tuning happens
+    while the fast path warms up, and the timings of a memory-bound product settle within a few runs."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+
+def _tune(configs, key):
+    try:
+        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench)
+    except TypeError:  # a Triton without do_bench: its default timing
+        return triton.autotune(configs=configs, key=key)
+
+
+_int8_tuned = _tune(INT8_CONFIGS, ["n", "k", "NORM", "SWIGLU", "RESIDUAL"])(_int8_matvec)
+_int4_tuned = _tune(INT4_CONFIGS, ["n", "k", "NORM", "SWIGLU", "RESIDUAL"])(_int4_matvec)
+
+
+def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
+                        norm: Optional[torch.Tensor], residual: Optional[torch.Tensor], swiglu: bool,
+                        eps: float) -> torch.Tensor:
+    """W @ v for one row, v = x (k,), norm * rms_norm(x), or SiLU(x[:k]) * x[k:] (x of 2k); plus the residual."""
+    n = words.shape[0]
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    x = x.reshape(-1).contiguous()
+    if (x.numel() != (2 * k if swiglu else k) or not words.is_contiguous() or (norm is not None and swiglu)
+            or (residual is not None and residual.numel() != n) or (norm is not None and norm.numel() != k)):
+        raise ValueError(f"quant_matvec: x {tuple(x.shape)}, words {tuple(words.shape)}, "
+                         f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
+    out = torch.empty(n, dtype=x.dtype, device=x.device)
+    residual = residual.reshape(-1).contiguous() if residual is not None else out
+    norm = norm.contiguous() if norm is not None else out
+    flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
+    if offset is None:
+        arguments = (x, words, scale.contiguous(), norm, residual, out, n, k, eps)
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
+        if x.is_cuda:
+            _int8_tuned[grid](*arguments, **flags)
+        else:
+            _int8_matvec[grid](*arguments, **flags, **INTERPRETER_INT8)
+    else:
+        arguments = (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps)
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
+        if x.is_cuda:
+            _int4_tuned[grid](*arguments, **flags)
+        else:
+            _int4_matvec[grid](*arguments, **flags, **INTERPRETER_INT4)
+    return out
+
+
+@torch.library.custom_op("kernelllm::quant_matvec", mutates_args=())
+def quant_matvec(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
+                 norm: Optional[torch.Tensor], residual: Optional[torch.Tensor], swiglu: bool,
+                 eps: float) -> torch.Tensor:
+    return quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps)
+
+
+@quant_matvec.register_fake
+def _(x, words, scale, offset, norm, residual, swiglu, eps):
+    return x.new_empty(words.shape[0])
+
+
+def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool = False, eps: float = 0.0):
+    """quant_matvec for one row of x (1, 1, k), shaped like the residual (1, 1, n)."""
+    out = quant_matvec(x, weight.words, weight.scale, weight.offset, norm, residual, swiglu, eps)
+    return out.view(1, 1, -1)
+
+
+# -- 2 to 16 rows: tensor cores --------------------------------------------------------------------------------------
+
+@triton.jit
+def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, stride_xm, stride_om,
+                  INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact integers in x's dtype, 16 words a step
+    (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or at the end (int8)."""
+    rows = tl.arange(0, 16)
+    row_ok = rows < m
+    outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    out_ok = outs < n
+    words_per_row = k // 8 if INT4 else k // 4
+    index = tl.arange(0, 16)
+    acc = tl.zeros([16, BLOCK_N], tl.float32)
+    for start in range(0, words_per_row, 16):
+        words = tl.load(words_ptr + outs[None, :] * words_per_row + (start + index)[:, None],
+                        mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16 words, BLOCK_N)
+        part = tl.zeros([16, BLOCK_N], tl.float32)
+        inputs = tl.zeros([16], tl.float32)
+        for j in tl.static_range(8 if INT4 else 4):
+            if INT4:
+                cols = start * 8 + j * 16 + index  # group start / 16 words * 128 columns
+                q = _exact_field(words, 4 * j, 15)
+            else:
+                cols = j * words_per_row + start + index
+                q = _exact_field(words, 8 * j, 255) - 128.0
+            x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=row_ok[:, None], other=0.0)
+            part = tl.dot(x, q.to(x.dtype), part, input_precision=PRECISION)
+            if INT4:
+                inputs += tl.sum(x.to(tl.float32), 1)
+        if INT4:
+            group = start // 16
+            scale = tl.load(scale_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
+            offset = tl.load(offset_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
+            acc += part * scale[None, :] + inputs[:, None] * offset[None, :]
+        else:
+            acc += part
+    if not INT4:
+        acc *= tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + rows[:, None] * stride_om + outs[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & out_ok[None, :])
+
+
+_small_tuned = _tune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
+
+
+@torch.library.custom_op("kernelllm::quant_matmul_small", mutates_args=())
+def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
+                       offset: Optional[torch.Tensor]) -> torch.Tensor:
+    m, k = x.shape
+    n = words.shape[0]
+    if m > MAX_SMALL_ROWS or k != words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES) or k % 64:
+        raise ValueError(f"quant_matmul_small: x {tuple(x.shape)}, words {tuple(words.shape)}")
+    x = x.contiguous()
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    offset = offset.contiguous() if offset is not None else scale
+    arguments = (x, words, scale.contiguous(), offset, out, m, n, k, x.stride(0), out.stride(0))
+    flags = dict(INT4=offset is not scale, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
+    if x.is_cuda:
+        _small_tuned[grid](*arguments, **flags)
+    else:
+        _matmul_small[grid](*arguments, **flags, **INTERPRETER_SMALL)
+    return out
+
+
+@quant_matmul_small.register_fake
+def _(x, words, scale, offset):
+    return x.new_empty((x.shape[0], words.shape[0]))
+
+
+# -- many rows: dequantize, then cuBLAS ------------------------------------------------------------------------------
+
+@triton.jit
+def _dequantize(words_ptr, scale_ptr, offset_ptr, out_ptr, n, k, INT4: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_W: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    index = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    words_per_row = k // 8 if INT4 else k // 4
+    ok = (rows < n)[:, None] & (index < words_per_row)[None, :]
+    words = tl.load(words_ptr + rows[:, None] * words_per_row + index[None, :], mask=ok, other=0)
+    if INT4:
+        at = rows[:, None] * (k // 128) + (index // 16)[None, :]
+        scale = tl.load(scale_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        offset = tl.load(offset_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        for j in tl.static_range(8):
+            cols = (index // 16) * 128 + j * 16 + index % 16
+            value = _exact_field(words, 4 * j, 15) * scale + offset
+            tl.store(out_ptr + rows[:, None] * k + cols[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
+    else:
+        scale = tl.load(scale_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)[:, None]
+        for j in tl.static_range(4):
+            value = (_exact_field(words, 8 * j, 255) - 128.0) * scale
+            tl.store(out_ptr + rows[:, None] * k + (j * words_per_row + index)[None, :],
+                     value.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@torch.library.custom_op("kernelllm::quant_dequantize", mutates_args=())
+def quant_dequantize(words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
+                     dtype: torch.dtype) -> torch.Tensor:
+    n = words.shape[0]
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    out = torch.empty((n, k), dtype=dtype, device=words.device)
+    block_n, block_w = (16, 64) if words.is_cuda else (64, 16)
+    grid = (triton.cdiv(n, block_n), triton.cdiv(words.shape[1], block_w))
+    _dequantize[grid](words.contiguous(), scale.contiguous(), (offset if offset is not None else scale).contiguous(),
+                      out, n, k, INT4=offset is not None, BLOCK_N=block_n, BLOCK_W=block_w)
+    return out
+
+
+@quant_dequantize.register_fake
+def _(words, scale, offset, dtype):
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    return words.new_empty((words.shape[0], k), dtype=dtype)
+
+
+# -- the product, and the decode step's pieces for one row ------------------------------------------------------------
+
+def linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
+    """x @ W.T for x (..., k): the kernel that suits the number of rows."""
+    *lead, k = x.shape
+    rows = x.numel() // k
+    n = weight.words.shape[0]
+    if rows == 1:
+        out = quant_matvec(x, weight.words, weight.scale, weight.offset, None, None, False, 0.0)
+    elif rows <= MAX_SMALL_ROWS and k % 64 == 0:
+        out = quant_matmul_small(x.reshape(rows, k), weight.words, weight.scale, weight.offset)
+    else:
+        return F.linear(x, quant_dequantize(weight.words, weight.scale, weight.offset, x.dtype))
+    return out.view(*lead, n)
+
+
+def _one_row(x) -> bool:
+    return x.shape[0] * x.shape[1] == 1
+
+
+def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
+    """``llama_math.attention_input`` with the norm fused into the q/k/v product, for one row of one token."""
+    if not _one_row(x) or not isinstance(qkv, QuantizedWeight):
+        return llama_math.attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps)
+    projected = matvec(x, qkv, norm=norm, eps=eps)
+    return llama_math.rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads, kv_heads)
+
+
+def layer_output(x, attention, o, norm, gate_up, down, eps: float):
+    """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
+    for one row of one token."""
+    if not _one_row(x) or not isinstance(o, QuantizedWeight):
+        return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
+    x = matvec(attention, o, residual=x)
+    return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+
+
+def final_logits(x, norm, lm_head, eps: float):
+    """``llama_math.final_logits`` with the norm fused into the output layer's product, for one row."""
+    if x.shape[0] != 1 or not isinstance(lm_head, QuantizedWeight):
+        return llama_math.final_logits(x, norm, lm_head, eps)
+    return matvec(x[:, -1:], lm_head, norm=norm, eps=eps).view(1, -1).float()
+
+
+def tuned_configs() -> dict[str, str]:
+    """The block sizes the tuning chose, per tuning key: for the benchmark's record."""
+    return {f"{name} {key}": str(config)
+            for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("small", _small_tuned))
+            for key, config in getattr(tuner, "cache", {}).items()}

@@ -1,0 +1,229 @@
+"""Weight-only quantization (--quantize int8|int4): the stored layout, the error bounds of round-to-nearest, the
+transformers model with its linears replaced (plain generate() path), the fast path on the quantized weights, the
+Triton kernels against the torch reference (the interpreter on the CPU, compiled and tuned on CUDA), the quality
+of the trained tiny model's replies, and the command line."""
+
+import pytest
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from interpreter import run_under_interpreter
+from repl.generation import quantization
+from repl.generation.quantization import QuantizedLinear, QuantizedWeight, dequantize, quantize, quantize_model
+from repl.generation.static_decoder import FastDecoder
+from repl.settings import SamplingSettings
+
+GREEDY = SamplingSettings(temperature=0, max_new_tokens=24)
+
+
+def small_llama(seed: int = 0, dtype=torch.float32, device="cpu") -> LlamaForCausalLM:
+    """Random weights, every linear quantizable to int4 (inputs of 128 and 256): no tokenizer, ids only."""
+    config = LlamaConfig(vocab_size=320, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=256, max_position_embeddings=512,
+                         rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=[319])
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+    model.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=[319])
+    return model.eval()
+
+
+def generate_ids(model, prompt_ids, new_tokens: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=False,
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, temperature=None, top_p=None,
+                             top_k=None)
+    return out[0, prompt_ids.shape[1]:].tolist()
+
+
+def fast_rows(decoder: FastDecoder, prompt_ids, rows: int, new_tokens: int) -> list[list[int]]:
+    steps = []
+    assert decoder.decode(prompt_ids, GREEDY, rows, new_tokens, lambda tokens: steps.append(tokens) or True,
+                          eager_fallback=True)
+    return [list(row) for row in zip(*steps)]
+
+
+# -- the layout and the rounding ------------------------------------------------------------------------------------
+
+def test_int8_fields_sit_where_the_kernels_read_them():
+    """Byte j of word w is column j * K/4 + w, stored as q + 128; the scale makes the largest weight of a row 127."""
+    weight = torch.zeros(2, 8)
+    weight[0, 5], weight[0, 0], weight[1, 2] = 127.0, -1.0, 3.0  # K/4 = 2: column 5 is byte 2 of word 1
+    words, scale, offset = quantize(weight, "int8")
+    assert words.dtype == torch.int32 and words.shape == (2, 2) and offset is None
+    assert scale.tolist() == pytest.approx([1.0, 3.0 / 127])
+    assert (int(words[0, 1]) >> 16) & 0xFF == 127 + 128
+    assert int(words[0, 0]) & 0xFF == -1 + 128
+    assert (int(words[1, 0]) >> 8) & 0xFF == 127 + 128  # column 2 = byte 1 of word 0
+    assert torch.allclose(dequantize(QuantizedWeight(words, scale, offset)), weight)
+
+
+def test_int4_fields_sit_where_the_kernels_read_them():
+    """In group g, nibble j of word 16g + w is column 128g + 16j + w, stored as (w - offset) / scale."""
+    weight = torch.zeros(1, 256)
+    weight[0, 128 + 16 * 3 + 5] = 15.0  # group 1, nibble 3 of word 16 + 5
+    words, scale, offset = quantize(weight, "int4")
+    assert words.shape == (1, 32) and scale[0, 1] == 1.0 and offset.tolist() == [[0.0, 0.0]]
+    assert (int(words[0, 16 + 5]) >> 12) & 0xF == 15
+    assert all(int(word) == 0 for index, word in enumerate(words[0].tolist()) if index != 21)
+    assert torch.equal(dequantize(QuantizedWeight(words, scale, offset)), weight)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_round_to_nearest_errs_by_at_most_half_a_step(mode):
+    torch.manual_seed(0)
+    weight = torch.randn(96, 384) * torch.rand(96, 1)  # rows of different ranges
+    quantized = quantize(weight, mode, rows_at_once=40)  # in slices: the same as at once
+    assert all(torch.equal(a, b) for a, b in zip(quantized, quantize(weight, mode)) if a is not None)
+    error = (dequantize(quantized) - weight).abs()
+    step = quantized.scale[:, None] if mode == "int8" else quantized.scale.repeat_interleave(128, dim=1)
+    assert (error <= step / 2 + 1e-6).all()
+    relative = (error.norm() / weight.norm()).item()
+    assert relative < (0.01 if mode == "int8" else 0.12), relative  # int4: ~range/15/sqrt(12) of a Gaussian
+
+
+def test_shapes_the_layout_cannot_hold_are_refused_and_kept_in_full_precision():
+    with pytest.raises(ValueError, match="int4"):
+        quantize(torch.zeros(4, 96), "int4")
+    with pytest.raises(ValueError, match="unknown quantization"):
+        quantize(torch.zeros(4, 128), "int3")
+    config = LlamaConfig(vocab_size=64, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=128, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    summary = quantize_model(model, "int4")
+    assert isinstance(model.model.layers[0].mlp.down_proj, QuantizedLinear)  # its input is 128 wide
+    assert "model.layers.0.self_attn.q_proj" in summary["kept"] and "lm_head" in summary["kept"]
+
+
+# -- the transformers model: plain generate() --------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantized_model_computes_what_its_dequantized_weights_would(mode):
+    model = small_llama()
+    reference = small_llama()
+    summary = quantize_model(model, mode)
+    assert summary["layers"] == 2 * 7 + 1 and not summary["kept"]
+    assert quantization.quantization_of(model) == mode
+    # float32 weights: int8 is a quarter of them plus a float32 scale a row (3.9x smaller here); int4 an eighth plus
+    # a scale and an offset per 128 weights (7.1x)
+    ratio = summary["bytes_before"] / summary["bytes_after"]
+    assert (3.85 < ratio < 4) if mode == "int8" else (7 < ratio < 7.2), ratio
+    for name, module in model.named_modules():  # the reference takes the quantized weights' exact values
+        if isinstance(module, QuantizedLinear):
+            reference.get_submodule(name).weight.data = dequantize(module.quantized)
+    ids = torch.randint(1, 300, (1, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-5)
+    assert generate_ids(model, ids, 12) == generate_ids(reference, ids, 12)
+
+
+# -- the fast path on quantized weights (CPU: the eager tier, the torch reference for the products) ---------------
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_fast_path_gives_the_greedy_tokens_of_generate_on_quantized_weights(mode):
+    model = small_llama()
+    quantize_model(model, mode)
+    decoder = FastDecoder(model, 128)
+    assert decoder.weights.quantization == mode
+    assert isinstance(decoder.weights.layers[0].qkv, QuantizedWeight)
+    ids = torch.randint(1, 300, (1, 30), generator=torch.Generator().manual_seed(2))
+    expected = generate_ids(model, ids, 24)
+    assert fast_rows(decoder, ids, 2, 24) == [expected] * 2
+    # q, k and v were fused into one matrix; the modules kept views of it, and a second decoder finds it fused
+    fused = decoder.weights.layers[0].qkv.words
+    k_proj = model.model.layers[0].self_attn.k_proj
+    assert k_proj.words.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    assert FastDecoder(model, 128).weights.layers[0].qkv.words.data_ptr() == fused.data_ptr()
+
+
+# -- the kernels against the reference ------------------------------------------------------------------------------
+
+KERNEL_CHECK = """
+import torch
+import torch.nn.functional as F
+from repl.generation import llama_math, quant_kernels
+from repl.generation.quantization import dequantize, quantize
+torch.manual_seed(0)
+torch._dynamo.reset()
+device, dtype, tolerance, backend = {device!r}, {dtype}, {tolerance}, {backend!r}
+
+def close(out, ref, what):
+    error = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert error < tolerance, (what, error)
+
+for mode in ("int8", "int4"):
+    for n, k in {shapes}:
+        weight = (torch.randn(n, k, device=device) / k ** 0.5).to(dtype)
+        q = quantize(weight, mode)
+        w = dequantize(q).double()
+        x, residual = torch.randn(1, 1, k, device=device, dtype=dtype), torch.randn(1, 1, n, device=device, dtype=dtype)
+        norm = (torch.rand(k, device=device) + 0.5).to(dtype)
+        both = torch.randn(1, 1, 2 * k, device=device, dtype=dtype)
+        gate, up = both.double().chunk(2, dim=-1)
+        close(quant_kernels.linear(x, q), x.double() @ w.T, (mode, n, k, "matvec"))
+        close(quant_kernels.matvec(x, q, residual=residual), residual.double() + x.double() @ w.T, (mode, "residual"))
+        close(quant_kernels.matvec(x, q, norm=norm, eps=1e-5),
+              llama_math.rms_norm(x.double(), norm.double(), 1e-5) @ w.T, (mode, "norm"))
+        close(quant_kernels.matvec(both, q, residual=residual, swiglu=True),
+              residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu"))
+        for rows in (2, 5, 16, 17):  # 17 rows and up: dequantized, then cuBLAS
+            xs = torch.randn(rows, 1, k, device=device, dtype=dtype)
+            close(quant_kernels.linear(xs, q), xs.double() @ w.T, (mode, rows, "rows"))
+        close(quant_kernels.quant_dequantize(q.words, q.scale, q.offset, dtype), dequantize(q, dtype), "dequantize")
+
+# The decode step's fused pieces, compiled, against llama_math's on the dequantized weights.
+hidden, heads, kv_heads, dim, inter = {piece_shape}
+for mode in ("int8", "int4"):
+    make = lambda rows, cols: quantize((torch.randn(rows, cols, device=device) / cols ** 0.5).to(dtype), mode)
+    qkv, o, gate_up, down, head = (make((heads + 2 * kv_heads) * dim, hidden), make(hidden, heads * dim),
+                                   make(2 * inter, hidden), make(hidden, inter), make(300, hidden))
+    plain = [dequantize(w) for w in (qkv, o, gate_up, down, head)]
+    norm = (torch.rand(hidden, device=device) + 0.5).to(dtype)
+    x, attention = torch.randn(1, 1, hidden, device=device, dtype=dtype), torch.randn(1, 1, heads * dim, device=device, dtype=dtype)
+    cos, sin = torch.randn(1, dim, device=device, dtype=dtype), torch.randn(1, dim, device=device, dtype=dtype)
+    position = torch.tensor([3], device=device)
+    compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, backend=backend)
+    caches = [torch.zeros(1, kv_heads, 8, dim, device=device, dtype=dtype) for _ in range(4)]
+    q = compile(quant_kernels.attention_input)(x, norm, qkv, cos, sin, caches[0], caches[1], position, heads, kv_heads, 1e-5)[0]
+    q_ref = llama_math.attention_input(x, norm, plain[0], cos, sin, caches[2], caches[3], position, heads, kv_heads, 1e-5)[0]
+    close(q, q_ref, (mode, "attention_input"))
+    close(caches[0], caches[2], (mode, "k cache"))
+    close(caches[1], caches[3], (mode, "v cache"))
+    close(compile(quant_kernels.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
+          llama_math.layer_output(x, attention, plain[1], norm, plain[2], plain[3], 1e-5), (mode, "layer_output"))
+    close(compile(quant_kernels.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
+          (mode, "final_logits"))
+print("ok")
+"""
+
+
+def test_kernels_match_the_reference_in_the_interpreter():
+    """Shapes with ragged edges for the interpreter's tiles (64 rows a program): every product and fused piece."""
+    run_under_interpreter(KERNEL_CHECK.format(device="cpu", dtype="torch.float32", tolerance=2e-5,
+                                              backend="aot_eager", shapes=[(72, 256), (40, 384)],
+                                              piece_shape=(128, 4, 2, 32, 256)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 2e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_kernels_match_the_reference_compiled_and_tuned(dtype, tolerance):
+    exec(KERNEL_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance, backend="inductor",
+                             shapes=[(72, 256), (4096, 4096), (4096, 14336)], piece_shape=(4096, 32, 8, 128, 14336)),
+         {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_cuda_graphs_and_compiled_tier_give_the_greedy_tokens_of_generate(mode):
+    model = small_llama(device="cuda")
+    quantize_model(model, mode)
+    decoder = FastDecoder(model, 256)
+    ids = torch.randint(1, 300, (1, 40), generator=torch.Generator().manual_seed(3)).cuda()
+    expected = generate_ids(model, ids, 24)  # through the kernels too: prompt dequantized, steps one row each
+    for tier in ("graphs", "compiled"):
+        for size in (1, 2):
+            decoder.prepare(size, tier)
+        assert fast_rows(decoder, ids, 1, 24) == [expected], tier
+        assert fast_rows(decoder, ids, 2, 24) == [expected] * 2, tier  # two rows: the tensor-core kernel
