@@ -30,14 +30,16 @@ import triton.language as tl
 from repl.generation import llama_math
 from repl.generation.quantization import GROUP, INT4_PLANES, INT8_PLANES, QuantizedWeight
 
-# (rows per program, words or groups per iteration, warps); tuned per shape on CUDA at the first call.
+# (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
+# tile's columns take all the threads (BLOCK_W >= 128 * warps, BLOCK_G >= 8 * warps), the compiler gives each thread
+# the same columns of every row, so the inputs it loads and converts serve BLOCK_N weights. First measurements on the
+# H100 (tests/quant_matvec_speed.py, docs/performance.md): int8 (16, 128, 8) read gate/up at 2.27 TB/s, while every
+# int4 tile of one row per thread stayed near 1 TB/s, bound by the arithmetic per weight.
 INT8_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_W": w}, num_warps=warps)
-                for n, w, warps in [(2, 256, 4), (4, 128, 4), (4, 256, 8), (8, 64, 4), (8, 128, 4), (8, 256, 8),
-                                    (16, 64, 4), (16, 128, 8)]]
+                for n, w, warps in [(16, 128, 8), (8, 512, 4), (4, 512, 4), (8, 256, 2)]]
 INT4_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_G": g}, num_warps=warps)
-                for n, g, warps in [(2, 8, 4), (4, 4, 4), (4, 8, 8), (8, 2, 4), (8, 4, 4), (8, 8, 8), (16, 2, 4),
-                                    (16, 4, 8)]]
-SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=warps) for n, warps in [(32, 4), (64, 4), (128, 8)]]
+                for n, g, warps in [(8, 8, 8), (8, 32, 4), (4, 32, 4), (8, 16, 2)]]
+SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=4) for n in (32, 64)]
 # Under the interpreter a program costs milliseconds whatever its tile: few programs, tiles that leave ragged edges.
 INTERPRETER_INT8 = {"BLOCK_N": 64, "BLOCK_W": 16}
 INTERPRETER_INT4 = {"BLOCK_N": 64, "BLOCK_G": 2}
@@ -164,15 +166,31 @@ def _quick_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
-def _tune(configs, key):
+def _tuned_as_plain(tuner):
+    """Configurations to try for a fused variant (norm, SwiGLU, residual) of a product: the one tuned for the plain
+    variant of the same shape when there is one (the graphs tier tunes those first), else all. Each configuration
+    costs a compile of about a second, and the fused variants read the weights the same way."""
+    def prune(configs, named_args, **kwargs):
+        flags = {**named_args, **kwargs}
+        for key, config in getattr(tuner(), "cache", {}).items():
+            if key[:5] == (flags["n"], flags["k"], False, False, False):
+                return [config]
+        return configs
+
+    return prune
+
+
+def _tune(configs, key, prune=None):
+    extra = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
     try:
-        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench)
+        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench, **extra)
     except TypeError:  # a Triton without do_bench: its default timing
-        return triton.autotune(configs=configs, key=key)
+        return triton.autotune(configs=configs, key=key, **extra)
 
 
-_int8_tuned = _tune(INT8_CONFIGS, ["n", "k", "NORM", "SWIGLU", "RESIDUAL"])(_int8_matvec)
-_int4_tuned = _tune(INT4_CONFIGS, ["n", "k", "NORM", "SWIGLU", "RESIDUAL"])(_int4_matvec)
+FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL"]
+_int8_tuned = _tune(INT8_CONFIGS, FLAGS, _tuned_as_plain(lambda: _int8_tuned))(_int8_matvec)
+_int4_tuned = _tune(INT4_CONFIGS, FLAGS, _tuned_as_plain(lambda: _int4_tuned))(_int4_matvec)
 
 
 def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
