@@ -181,8 +181,9 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
         from repl.quant_bench import measure_settings
 
         del loaded, model  # each setting builds its own
-        results["quantized"] = measure_settings(options, list(options.quantize), reference_logits, prompt_ids,
-                                                prompt_ids, sampling, greedy, report, lambda: save(results))
+        results["quantized"] = {}
+        measure_settings(options, list(options.quantize), reference_logits, prompt_ids, prompt_ids, sampling, greedy,
+                         report, lambda: save(results), results["quantized"])
 
     if options.startup:
         report("start-up to an interactive prompt")

@@ -60,10 +60,9 @@ def _release_memory(device: str) -> None:
 
 
 def measure_settings(options, modes: list[str], reference_logits, quality_ids, prompt_ids, sampling, greedy,
-                     report: Callable[[str], None], save: Callable[[], None]) -> dict:
-    """Every setting in ``modes``, one after another; the figures so far are kept in the returned dict (``save``
-    is called after each setting)."""
-    settings: dict = {}
+                     report: Callable[[str], None], save: Callable[[], None], settings: dict) -> dict:
+    """Every setting in ``modes``, one after another, into ``settings`` (part of the results ``save`` writes after
+    each setting, so that a run cut short keeps the settings it finished)."""
     for mode in modes:
         report(f"quantized ({mode}): building and quantizing the model")
         try:

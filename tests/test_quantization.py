@@ -227,3 +227,113 @@ def test_cuda_graphs_and_compiled_tier_give_the_greedy_tokens_of_generate(mode):
             decoder.prepare(size, tier)
         assert fast_rows(decoder, ids, 1, 24) == [expected], tier
         assert fast_rows(decoder, ids, 2, 24) == [expected] * 2, tier  # two rows: the tensor-core kernel
+
+
+# -- loading, the command line and the session ------------------------------------------------------------------
+
+def test_load_model_quantizes_as_it_loads_and_says_so(trained_model_dir):
+    from repl.generation.model_loading import load_model
+
+    loaded = load_model(str(trained_model_dir), device="cpu", quantize="int4")
+    assert loaded.quantization == "int4" and "int4 weights" in loaded.description
+    assert isinstance(loaded.model.lm_head, QuantizedLinear)
+    assert isinstance(loaded.model.model.layers[1].mlp.down_proj, QuantizedLinear)
+
+
+def test_the_trained_model_writes_its_kernel_with_each_setting(trained_model_dir):
+    """The tiny trained model's correctness on its problem, and how close its logits stay (docs/performance.md):
+    greedy, the quantized model writes the same reply, token for token, as the full-precision one."""
+    import tiny_models
+    from repl.generation.local import encode_prompt
+    from repl.generation.model_loading import load_model
+    from repl.prompt import build_prompt
+    from repl.quant_bench import logit_agreement
+
+    full = load_model(str(trained_model_dir), device="cpu")
+    prompt = encode_prompt(full.tokenizer, build_prompt(tiny_models.RELU_MODULE))
+    reply = full.tokenizer(tiny_models.PREPARED_REPLY, add_special_tokens=False, return_tensors="pt").input_ids
+    ids = torch.cat([prompt, reply], dim=1)
+    with torch.no_grad():
+        reference = full.model(ids).logits[0, prompt.shape[1] - 1:-1]
+    for mode in ("int8", "int4"):
+        model = load_model(str(trained_model_dir), device="cpu", quantize=mode).model
+        with torch.no_grad():
+            quality = logit_agreement(reference, model(ids).logits[0, prompt.shape[1] - 1:-1])
+        assert quality["top1_agreement"] == 1.0 and quality["kl_nats"] < (1e-6 if mode == "int8" else 1e-4), quality
+        assert generate_ids(model, prompt, reply.shape[1]) == reply[0].tolist()
+
+
+def test_quantize_and_device_map_options_are_checked_before_anything_loads(capsys):
+    from repl.cli.main import build_parser, engine_from, main
+
+    engine = engine_from(build_parser().parse_args(["--quantize", "int8", "--model", "m"]))
+    assert (engine.options.quantize, engine.options.device_map) == ("int8", None)
+    assert engine_from(build_parser().parse_args(["--quantize", "none"])).options.quantize is None
+    with pytest.raises(SystemExit) as exit:
+        main(["--quantize", "int4", "--device-map", "auto", "--file", "relu.py"])
+    assert exit.value.code == 2 and "cannot be combined" in capsys.readouterr().err
+    assert main(["--quantize", "int3", "--file", "relu.py"]) == 2
+    assert "--quantize" in capsys.readouterr().err
+
+
+def test_bench_takes_several_settings_and_measures_each_beside_full_precision(tmp_path):
+    import json
+
+    from repl.cli.main import build_parser, main
+
+    assert build_parser().parse_args(["bench", "--quantize", "int8,int4"]).quantize == ["int8", "int4"]
+    assert main(["bench", "--quantize", "int8,int5"]) == 2
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "24",
+                 "--new-tokens", "6", "--samples", "2", "--runs", "1", "--skip-plain", "--skip-startup",
+                 "--render-tokens", "0", "--quantize", "int8,int4", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    for mode in ("int8", "int4"):
+        figures = results["quantized"][mode]
+        assert "error" not in figures, figures.get("error")
+        assert figures["tokens_per_s"] > 0 and figures["k_tokens_per_s"] > 0 and figures["weights_gb"] > 0
+        assert figures["greedy"]["identical_prefix"] == figures["greedy"]["tokens"]
+        assert 0 <= figures["quality"]["top1_agreement"] <= 1 and figures["quality"]["kl_nats"] >= 0
+    assert results["quantized"]["int8"]["weights_gb"] < results["meta"]["weights_gb"]
+    assert "quantized.int4.tokens_per_s" in {goal["key"] for goal in results["goals"]}
+
+
+def test_set_shows_the_quantization_and_changing_it_reloads_the_model(tmp_path, trained_model_dir):
+    import io
+
+    from repl.engine import Engine, EngineOptions
+    from repl.ui.console import make_console
+    from repl.ui.session import ReplSession
+
+    console = make_console(file=io.StringIO(), force_terminal=True, width=120, height=20, record=True)
+    session = ReplSession(Engine(EngineOptions(model=str(trained_model_dir), device="cpu")), console,
+                          module_input=object())
+    session.handle(":set")
+    assert "quantize" in console.export_text(clear=False) and "none" in console.export_text(clear=False)
+    session.handle(":set quantize int3")
+    assert "quantize takes none, int8 or int4" in console.export_text(clear=False)
+    session.handle(":set quantize int8")
+    assert session.engine.wait_until_loaded(lambda message: None)[0] == "ready"
+    assert "int8 weights" in session.engine.model_state[1]
+    assert isinstance(session.engine.loaded_backend.loaded.model.lm_head, QuantizedLinear)
+
+
+def test_device_map_auto_places_the_model_and_the_fast_path_says_when_it_cannot_serve(tiny_model_dir):
+    from repl.generation.fast_decode import FastLocalBackend
+    from repl.generation.model_loading import load_model
+    from repl.generation.placement import placement_note
+
+    notes = []
+    loaded = load_model(str(tiny_model_dir), device="cpu", device_map="auto", on_progress=notes.append)
+    assert loaded.placement and loaded.placement in notes and "across devices" in loaded.description
+    ids = torch.tensor([[1, 2, 3]])
+    assert len(generate_ids(loaded.model, ids, 4)) == 4  # the plain path serves it
+    # A split placement (as on a GPU too small for the model): the fast path refuses it and says what to expect.
+    loaded.model.hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu",
+                                  "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    backend = FastLocalBackend(loaded, compile=False)
+    assert backend.state == "off" and "needs the whole model on one GPU" in backend.reason
+    assert "on cuda:0" in backend.reason and "in CPU memory" in backend.reason
+    note = placement_note({"cuda:0": 9e9, "cpu": 7e9}, {"gpu": 3e12, "host_to_gpu": 1e10})
+    assert note == ("--device-map auto: 9.0 GB on cuda:0, 7.0 GB in CPU memory: expect at most about 1.4 tokens/s "
+                    "(the host's share crosses to the GPU every token, measured at 10 GB/s)")

@@ -11,7 +11,7 @@ import statistics
 import time
 from collections import defaultdict
 
-NOTE_ATTRIBUTE = "_kernelllm_placement_note"  # set on the model by load_placed, read by split_reason
+BANDWIDTHS_ATTRIBUTE = "_kernelllm_bandwidths"  # measured by load_placed, reused by split_reason
 
 
 def load_placed(path: str, torch_dtype, device: str, report) -> tuple[object, str]:
@@ -19,8 +19,9 @@ def load_placed(path: str, torch_dtype, device: str, report) -> tuple[object, st
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map="auto")
-    note = placement_note(bytes_by_device(model), _bandwidths())
-    setattr(model, NOTE_ATTRIBUTE, note)
+    bandwidths = _bandwidths()
+    setattr(model, BANDWIDTHS_ATTRIBUTE, bandwidths)
+    note = placement_note(bytes_by_device(model), bandwidths)
     report(note)
     return model, note
 
@@ -55,9 +56,11 @@ def placement_note(sizes: dict[str, int], bandwidths: dict[str, float]) -> str:
         where.append(f"{sizes['disk'] / 1e9:.1f} GB on disk")
     if not gpu:
         return f"--device-map auto: {', '.join(where)} (no GPU): the model runs on the CPU"
-    seconds = sum(gpu.values()) / bandwidths["gpu"] + host / bandwidths["host_to_gpu"]
     if not host:
         return f"--device-map auto: {', '.join(where)}: the whole model is on the GPU"
+    seconds = sum(gpu.values()) / bandwidths["gpu"] + host / bandwidths["host_to_gpu"]
+    if not seconds:  # nothing measured (no CUDA here)
+        return f"--device-map auto: {', '.join(where)}: the host's share crosses to the GPU every token"
     return (f"--device-map auto: {', '.join(where)}: expect at most about {1 / seconds:.2g} tokens/s (the "
             f"host's share crosses to the GPU every token, measured at {bandwidths['host_to_gpu'] / 1e9:.0f} GB/s)")
 
@@ -96,5 +99,5 @@ def split_reason(model) -> str | None:
     device_map = getattr(model, "hf_device_map", None)
     if not device_map or len({str(device) for device in device_map.values()}) <= 1:
         return None
-    note = getattr(model, NOTE_ATTRIBUTE, None) or placement_note(bytes_by_device(model), _bandwidths())
+    note = placement_note(bytes_by_device(model), getattr(model, BANDWIDTHS_ATTRIBUTE, None) or _bandwidths())
     return f"fast decoding needs the whole model on one GPU ({note})"

@@ -358,7 +358,10 @@ class ReplSession:
         self.console.print(table)
 
     def change_setting(self, name: str, value: str) -> None:
-        if name == "quantize" and self.engine.backend_override is None:
+        if name == "quantize":
+            if self.engine.backend_override is not None:
+                raise commands.CommandError("this session generates through a server (--server): its weights are "
+                                            "the server's to quantize")
             self.change_quantization(value.strip().lower())
             return
         try:
