@@ -209,20 +209,21 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     norm = norm.contiguous() if norm is not None else out
     flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
     if offset is None:
-        arguments = (x, words, scale.contiguous(), norm, residual, out, n, k, eps)
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
-        if x.is_cuda:
-            _int8_tuned[grid](*arguments, **flags)
-        else:
-            _int8_matvec[grid](*arguments, **flags, **INTERPRETER_INT8)
+        _launch(_int8_tuned, _int8_matvec, INTERPRETER_INT8, n,
+                (x, words, scale.contiguous(), norm, residual, out, n, k, eps), flags)
     else:
-        arguments = (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps)
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
-        if x.is_cuda:
-            _int4_tuned[grid](*arguments, **flags)
-        else:
-            _int4_matvec[grid](*arguments, **flags, **INTERPRETER_INT4)
+        _launch(_int4_tuned, _int4_matvec, INTERPRETER_INT4, n,
+                (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps), flags)
     return out
+
+
+def _launch(tuned, kernel, interpreter_tiles: dict, rows: int, arguments: tuple, flags: dict) -> None:
+    """The tuned kernel on CUDA, fixed tiles under the interpreter; a program per BLOCK_N of the ``rows``."""
+    grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_N"]),)
+    if arguments[0].is_cuda:
+        tuned[grid](*arguments, **flags)
+    else:
+        kernel[grid](*arguments, **flags, **interpreter_tiles)
 
 
 @torch.library.custom_op("kernelllm::quant_matvec", mutates_args=())
@@ -301,11 +302,7 @@ def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor
     offset = offset.contiguous() if offset is not None else scale
     arguments = (x, words, scale.contiguous(), offset, out, m, n, k, x.stride(0), out.stride(0))
     flags = dict(INT4=offset is not scale, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
-    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
-    if x.is_cuda:
-        _small_tuned[grid](*arguments, **flags)
-    else:
-        _matmul_small[grid](*arguments, **flags, **INTERPRETER_SMALL)
+    _launch(_small_tuned, _matmul_small, INTERPRETER_SMALL, n, arguments, flags)
     return out
 
 
