@@ -425,3 +425,44 @@ def test_too_large_and_invalid_reference_exit_2():
 
     assert [exit_status(v) for v in (Verdict.CORRECT, Verdict.MISMATCH, Verdict.TOO_LARGE,
                                      Verdict.INVALID_REFERENCE)] == [0, 1, 2, 2]
+
+
+def _checker_import_graph() -> dict[str, set[str]]:
+    """Which repl.checker modules each one imports, at the top or inside a function."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    paths = {}
+    for path in (root / "repl" / "checker").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in paths.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("repl.checker"):
+                # `from package import module` imports the module; `from module import name`, the module
+                submodules = {f"{node.module}.{alias.name}" for alias in node.names} & paths.keys()
+                imported |= submodules or {node.module}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith("repl.checker")}
+        graph[name] = {other for other in imported if other in paths and other != name}
+    return graph
+
+
+def test_the_sandbox_and_the_fork_server_import_nothing_that_imports_them_back():
+    graph = _checker_import_graph()
+
+    def reachable(start: str) -> set[str]:
+        seen, pending = set(), [start]
+        while pending:
+            for other in graph[pending.pop()] - seen:
+                seen.add(other)
+                pending.append(other)
+        return seen
+
+    confinement = [name for name in graph if name.startswith("repl.checker.sandbox") or name.endswith(".zygote")]
+    assert len(confinement) >= 8
+    circles = {name: sorted(other for other in reachable(name) if name in reachable(other)) for name in confinement}
+    assert {name: circle for name, circle in circles.items() if circle} == {}
+    assert "repl.checker.zygote" not in set().union(*(graph[name] for name in confinement if "sandbox" in name))

@@ -1,4 +1,4 @@
-"""Confinement of candidate code (repl/checker/sandbox.py): each attack of issue 10 run in a confined process, and
+"""Confinement of candidate code (repl/checker/sandbox/): each attack of issue 10 run in a confined process, and
 its denial asserted. The attacks are small programs in tests/confinement_cases/ (no torch import, except the GPU
 case), started as the checker starts a candidate: start_confined, then confine_self (cases/run.py).
 
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from repl.checker import sandbox
+from repl.checker.sandbox import limits, processes, view
 from repl.checker.sandbox import (PipeCollector, is_allowed_env_name, kill_process_tree, make_sandbox_dir,
                                   memory_exceeded, remove_sandbox_dir)
 from repl.checker.zygote import ForkedProcess, ForkServer
@@ -55,7 +56,7 @@ def started_by(request, fork_server):
 
 def start_confined(argv, **options):
     process, notes = sandbox.start_confined(argv, fork_server=_started_by.get("server"), **options)
-    expected = ForkedProcess if _started_by.get("server") and sandbox.namespace_prefix() else subprocess.Popen
+    expected = ForkedProcess if _started_by.get("server") and view.namespace_prefix() else subprocess.Popen
     assert isinstance(process, expected), "started the other way"
     return process, notes
 
@@ -240,14 +241,14 @@ def test_the_sandbox_disk_is_size_limited():
 @pytest.mark.parametrize("bound", ["cgroup", "watchdog", "watchdog (cgroup not joinable)"])
 def test_forked_children_cannot_hold_more_memory_together_than_the_limit(bound, monkeypatch, tmp_path):
     if bound == "watchdog":
-        monkeypatch.setattr(sandbox, "_make_cgroup", lambda limit: None)  # as on a machine without cgroup rights
+        monkeypatch.setattr(limits, "make_cgroup", lambda limit: None)  # as on a machine without cgroup rights
     elif bound.startswith("watchdog"):
-        monkeypatch.setattr(sandbox, "_make_cgroup", lambda limit: tmp_path / "not-a-cgroup")
+        monkeypatch.setattr(limits, "make_cgroup", lambda limit: tmp_path / "not-a-cgroup")
     else:
-        probe = sandbox._make_cgroup(1024**3)
+        probe = limits.make_cgroup(1024**3)
         if probe is None:
             pytest.skip("no memory cgroup can be made here")
-        sandbox._remove_cgroup(probe)
+        limits.remove_cgroup(probe)
     ran = run_case("fork_memory.py", "8", "64", memory_limit_bytes=256 * 1024**2)
     held = ran.stdout.splitlines()
     assert "1 held" in held, ran.stderr[-2000:]  # the case did allocate
@@ -266,7 +267,7 @@ def test_flooding_the_result_pipe_leaves_the_callers_buffer_capped():
     killed = threading.Event()
 
     def kill():
-        sandbox._kill_group(process)
+        processes.kill_group(process.pid)
         killed.set()
 
     collector = PipeCollector(read_end, limit_bytes=1024**2, on_overflow=kill)
@@ -355,13 +356,13 @@ def test_the_view_cannot_be_undone_even_without_landlock(outside_dir, monkeypatc
 def test_every_layer_is_applied_on_this_machine():
     ran = run_case("environment.py")
     # The watchdog is how total memory is bounded where this user may not make a cgroup: a choice, not a gap.
-    assert [note for note in ran.notes if not note.startswith(sandbox._WATCHDOG_NOTE)] == []
+    assert [note for note in ran.notes if not note.startswith(limits.WATCHDOG_NOTE)] == []
     assert "confine_self_notes\": []" in ran.stderr
 
 
 def test_missing_layers_are_reported_and_landlock_still_fences_writes(outside_dir, monkeypatch):
-    monkeypatch.setattr(sandbox, "namespace_prefix", lambda: ())
-    monkeypatch.setattr(sandbox, "network_cut_prefix", lambda: ())
+    monkeypatch.setattr(view, "namespace_prefix", lambda: ())
+    monkeypatch.setattr(view, "network_cut_prefix", lambda: ())
     target = outside_dir / "precious.txt"
     target.write_text("keep me")
     ran = run_case("change_outside.py", str(target))
@@ -439,7 +440,7 @@ def test_a_fork_server_that_dies_takes_its_children_with_it(started_by):
         process, _ = sandbox.start_confined([sys.executable, str(CASES / "end.py"), "sleep"], sandbox_dir=sandbox_dir,
                                             gpu=False, fork_server=server, stdout=subprocess.PIPE)
         assert process.stdout.readline() == b"sleeping\n"
-        tree = sandbox._descendants(process.pid)
+        tree = processes.descendants(process.pid)
         assert len(tree) >= 2  # the middle process and the program, PID 1 of its namespace
         server.process.kill()
         assert process.wait(timeout=30) == -signal.SIGKILL

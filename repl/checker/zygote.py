@@ -5,7 +5,7 @@ spends about 2 CPU-seconds on a small machine, 4 s of wall time on a GPU host, i
 costs milliseconds.
 
 Trust: the fork server runs only this project's code, with the candidates' environment (the allow-list of
-sandbox.worker_environment) and without a CUDA context (a process forked after CUDA is initialised cannot use the
+sandbox/environment.py) and without a CUDA context (a process forked after CUDA is initialised cannot use the
 GPU). It never sees a kernel, a reference or the judge's data: only what to start (argv), the environment, the
 sandbox plan and file descriptors. What a child can read of its memory is that of a process that imported torch.
 
@@ -13,7 +13,7 @@ Each start forks twice, as `unshare --fork --kill-child` does for the exec path:
 - the middle process starts a session of its own (the judge kills it with killpg), keeps only the descriptors the
   candidate gets, enters new user (root mapped to the caller's uid), network, mount, IPC and PID namespaces, and
   forks;
-- the child, PID 1 of the new PID namespace, does what sandbox's init stage does (`sandbox.enter_sandbox`: cgroup,
+- the child, PID 1 of the new PID namespace, does what sandbox's init stage does (`init_stage.enter_sandbox`: cgroup,
   view, limits, every capability dropped, notes reported) and then runs argv's program (`python -m module ...` or
   `python script ...`) with runpy, in place of exec;
 - the middle process waits for the child and ends as it ended (its exit status, or its signal), which the fork
@@ -38,6 +38,12 @@ import threading
 import time
 import traceback
 
+from repl.checker.sandbox.environment import worker_environment
+from repl.checker.sandbox.init_stage import enter_sandbox
+from repl.checker.sandbox.launch import make_sandbox_dir, remove_sandbox_dir
+from repl.checker.sandbox.pipes import PipeCollector
+from repl.checker.sandbox.view import namespace_prefix
+
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_FDS = 16
 START_S = 120.0  # importing torch and Triton on a loaded machine
@@ -58,8 +64,6 @@ class ForkServer:
     it for confined processes. `spawn` is thread-safe; `close()` ends the server and, with it, its children."""
 
     def __init__(self, device: str, cuda_visible_devices: str | None = None):
-        from repl.checker.sandbox import PipeCollector, make_sandbox_dir, worker_environment
-
         self._dir = make_sandbox_dir()  # its HOME and working directory: nothing of the user's
         env = worker_environment(dict(os.environ), self._dir, cuda_visible_devices)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -138,6 +142,15 @@ class ForkServer:
             raise ForkServerGone(str(reply.get("failed", "the fork server refused")))
         return int(reply["spawned"])
 
+    def start_process(self, argv: list[str], *, spec: dict, env: dict[str, str], fds: dict[int, int],
+                      streams: dict) -> "ForkedProcess | None":
+        """spawn's child as a process object (streams: our ends of its standard streams, by name); None when the
+        server cannot serve (the caller then starts a new process)."""
+        try:
+            return ForkedProcess(self, self.spawn(argv, spec=spec, env=env, fds=fds), **streams)
+        except ForkServerGone:
+            return None
+
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
         """The child's exit code as subprocess gives it (negative: the signal), waiting up to `timeout` seconds
         (None: as long as it takes, 0: not at all). A child of a server that died counts as killed."""
@@ -151,8 +164,6 @@ class ForkServer:
         return not self.gone and self.process.poll() is None
 
     def close(self) -> None:
-        from repl.checker.sandbox import remove_sandbox_dir
-
         self.gone = self.gone or "closed"
         try:
             self._socket.shutdown(socket.SHUT_RDWR)
@@ -171,8 +182,6 @@ def start_fork_server(device: str, cuda_visible_devices: str | None) -> ForkServ
     """A fork server for candidates on `device`, starting; None where this OS gives no user namespaces (the
     candidates are then started as new processes, with what confinement is left), or where KERNELLLM_FORK_SERVER
     is 0 (the same, by choice)."""
-    from repl.checker.sandbox import namespace_prefix
-
     if os.environ.get("KERNELLLM_FORK_SERVER") == "0" or not namespace_prefix() or not hasattr(os, "pidfd_open"):
         return None
     try:
@@ -411,8 +420,6 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
 
 def _child(request: dict, libc, parent_alive: int) -> None:
     import select
-
-    from repl.checker.sandbox import enter_sandbox
 
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if select.select([parent_alive], [], [], 0)[0]:

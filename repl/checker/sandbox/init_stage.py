@@ -1,0 +1,62 @@
+"""The init stage: the first code to run inside a candidate's namespaces, before the candidate's program.
+
+It joins the cgroup, builds the view, lowers the limits, drops every capability, reports the layers it could not
+apply on a private pipe and starts a session of its own; then the program runs, confined. A new process runs it as
+``python -I -S init_stage.py SPEC -- ARGV`` under the unshare tool and then *becomes* the program (exec); a process
+forked from the fork server (zygote.py) calls `enter_sandbox` and then runs the program without an exec.
+"""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # started as a script with -I -S: the project's root is not on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from repl.checker.sandbox.limits import WATCHDOG_NOTE, lower_limits  # noqa: E402
+from repl.checker.sandbox.view import build_view, drop_capabilities  # noqa: E402
+
+
+def enter_sandbox(spec: dict) -> None:
+    """The init stage's work, done by a process that is already inside its namespaces (PID 1 of its PID namespace):
+    join the cgroup, build the view, lower the limits, drop every capability, report the notes on spec's report_fd
+    and start a session of its own. What comes next (exec, or the fork server's runpy) runs confined."""
+    notes: list[str] = []
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
+    if spec["cgroup"]:
+        try:
+            Path(spec["cgroup"], "cgroup.procs").write_text("0")
+        except OSError:
+            spec["cgroup"] = None
+    if spec["namespaces"]:
+        try:
+            build_view(spec, notes)
+        except OSError as error:
+            notes.append(f"filesystem view incomplete ({error}): writes outside the sandbox rely on Landlock")
+    lower_limits(spec, notes)
+    if not spec["cgroup"]:
+        notes.append(f"{WATCHDOG_NOTE} (no memory cgroup could be made or joined here): it counts resident "
+                     "memory, not shared memory that no process maps")
+    os.chdir(spec["cwd"])
+    if spec["user_namespace"] and not drop_capabilities():
+        notes.append("capabilities in the namespace not dropped: the candidate could unmount the view's covers")
+    with os.fdopen(spec["report_fd"], "w") as report:
+        report.write(json.dumps(notes) + "\n")
+    if spec["namespaces"]:
+        os.setsid()  # our own session inside the PID namespace: its killpg(0) reaches only its own processes
+
+
+def main(spec: dict, argv: list[str]) -> None:
+    enter_sandbox(spec)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        print(f"cannot start {argv[0]}: {error}", file=sys.stderr)
+        os._exit(127)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]), sys.argv[3:])
