@@ -466,3 +466,14 @@ def test_the_sandbox_and_the_fork_server_import_nothing_that_imports_them_back()
     circles = {name: sorted(other for other in reachable(name) if name in reachable(other)) for name in confinement}
     assert {name: circle for name, circle in circles.items() if circle} == {}
     assert "repl.checker.zygote" not in set().union(*(graph[name] for name in confinement if "sandbox" in name))
+
+
+def test_a_candidate_without_a_seccomp_binding_is_told_in_a_note(monkeypatch):
+    from repl.checker.sandbox import syscall_filter
+
+    def missing():
+        raise ImportError("No module named 'pyseccomp'")
+
+    monkeypatch.setattr(syscall_filter, "load_binding", missing)
+    [note] = syscall_filter.install_syscall_filter()
+    assert note.startswith("no syscall filter") and "keyrings" in note

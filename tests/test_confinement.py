@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import uuid
 from dataclasses import dataclass
@@ -463,3 +464,37 @@ def _wait_until_gone(pid: int, timeout: float) -> bool:
         return bool(select.select([pidfd], [], [], timeout)[0])
     finally:
         os.close(pidfd)
+
+
+# ---- the syscall filter -------------------------------------------------------------------------------------------
+
+
+def test_keyrings_io_uring_bpf_perf_nested_namespaces_ptrace_and_odd_sockets_are_denied():
+    ran = run_case("kernel_interfaces.py")
+    denied = {name: errno.EPERM for name in ("add_key", "keyctl", "io_uring_setup", "bpf", "perf_event_open",
+                                             "userfaultfd", "unshare user", "ptrace child")}
+    expected = {**denied, "clone3": errno.ENOSYS, "vsock": errno.EAFNOSUPPORT, "alg": errno.EAFNOSUPPORT, "unix": 0,
+                "thread started": True}
+    assert ran.report == expected, ran.stderr[-2000:]
+
+
+def test_the_syscall_filter_covers_threads_that_were_running_before_it():
+    # torch starts its thread pools before the candidate confines itself: the filter must reach them too (TSYNC).
+    code = textwrap.dedent("""
+        import ctypes, json, threading
+        from repl.checker.sandbox.syscall_filter import install_syscall_filter
+        libc = ctypes.CDLL(None, use_errno=True)
+        go, result = threading.Event(), {}
+        def earlier():
+            go.wait()
+            result["errno"] = 0 if libc.syscall(250, 0, -4, 0) >= 0 else ctypes.get_errno()
+        thread = threading.Thread(target=earlier)
+        thread.start()
+        notes = install_syscall_filter()
+        go.set()
+        thread.join()
+        print(json.dumps({"notes": notes, **result}))
+    """)
+    report = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                       cwd=Path(__file__).resolve().parents[1]).stdout)
+    assert report == {"notes": [], "errno": errno.EPERM}

@@ -42,6 +42,7 @@ from repl.checker.sandbox.environment import worker_environment
 from repl.checker.sandbox.init_stage import enter_sandbox
 from repl.checker.sandbox.launch import make_sandbox_dir, remove_sandbox_dir
 from repl.checker.sandbox.pipes import PipeCollector
+from repl.checker.sandbox.syscall_filter import load_binding
 from repl.checker.sandbox.view import namespace_prefix
 
 MAX_MESSAGE_BYTES = 1 << 20
@@ -254,6 +255,10 @@ def _preload(device: str) -> None:
         enable_triton_interpreter()
     for name in PRELOADED:
         importlib.import_module(name)
+    try:
+        load_binding()  # finding libseccomp runs ldconfig: once here, not in every candidate
+    except (ImportError, RuntimeError, OSError):
+        pass  # each candidate's confine_self says so
     if device == "cuda":
         # Not Inductor's heuristics module (compat.HEURISTICS), though each candidate imports it: importing it asks
         # CUDA for its devices, after which torch refuses CUDA to every child (_cuda_unusable_in_children).
