@@ -4,6 +4,7 @@ The cases live in tests/checker_cases and are listed in checker_suite.py; test_c
 """
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -327,3 +328,50 @@ def test_arguments_that_cannot_be_checked_raise_value_error(arguments):
 def test_asking_for_cuda_without_a_gpu_raises_value_error():
     with pytest.raises(ValueError, match="no CUDA GPU"):
         check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text(), device="cuda")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_a_caller_killed_mid_check_leaves_no_judge_and_no_candidate_behind(tmp_path):
+    # The candidate hangs with a process of its own that cleared its parent-death signal and left its session; the
+    # caller (a CLI, a REPL) is killed. The judge sees its requests end and takes everything with it at once, even
+    # in mid-check: the check's own timeout (120 s) is not waited for.
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys\nfrom repl.checker import Checker\n"
+        "with Checker(device='cpu', spares=0) as checker:\n"
+        f"    print(checker.check(open({str(CASES_DIR / 'relu_reference.py')!r}).read(), "
+        f"open({str(CASES_DIR / 'attack_outlives_its_check.py')!r}).read()))\n")
+    root = str(Path(__file__).resolve().parents[1])
+    caller = subprocess.Popen([sys.executable, str(script)], cwd=root, stdout=subprocess.DEVNULL,
+                              env={**os.environ, "KERNELLLM_TEST_MARKER": marker, "PYTHONPATH": root})
+    try:
+        deadline = time.monotonic() + 120
+        while not _processes_with(marker) and time.monotonic() < deadline and caller.poll() is None:
+            time.sleep(0.1)  # waiting for the candidate's process to appear: a state, not a fixed time
+        assert _processes_with(marker), "the candidate never started its process"
+        judges = [pid for pid in _processes_with("repl.checker.judge") if _parent(pid) == caller.pid]
+        caller.kill()
+        caller.wait()
+        deadline = time.monotonic() + 30
+        while (_processes_with(marker) or any(_alive(pid) for pid in judges)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with(marker) == [] and not any(_alive(pid) for pid in judges)
+    finally:
+        caller.kill()
+        for pid in _processes_with(marker):
+            os.kill(pid, 9)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

@@ -498,3 +498,82 @@ def test_the_syscall_filter_covers_threads_that_were_running_before_it():
     report = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                        cwd=Path(__file__).resolve().parents[1]).stdout)
     assert report == {"notes": [], "errno": errno.EPERM}
+
+
+# ---- nothing outlives its check -----------------------------------------------------------------------------------
+
+
+def _marked(marker: str) -> list[int]:
+    """The processes whose command line holds marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _all_gone(pids: list[int], timeout: float = 30) -> bool:
+    return all(_wait_until_gone(pid, timeout) for pid in pids)
+
+
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
+def test_a_process_that_clears_its_parent_death_signal_and_leaves_its_session_dies_with_the_check(cgroup,
+                                                                                                  monkeypatch):
+    if cgroup == "no cgroup":  # as for an unprivileged user: the PID namespace's init is what holds it all
+        monkeypatch.setattr(limits, "make_cgroup", lambda limit: None)
+    elif not LINUX_WITH_NAMESPACES and limits.make_cgroup(1024**2) is None:
+        pytest.skip("neither a PID namespace nor a cgroup here")
+    marker = f"kernelllm-orphan-{uuid.uuid4().hex}"
+    sandbox_dir = make_sandbox_dir()
+    process, _ = start_confined([sys.executable, str(CASES / "run.py"), str(sandbox_dir), str(CASES / "leave_orphan.py"),
+                                 marker], sandbox_dir=sandbox_dir, gpu=False, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == b"left\n"
+        left = _marked(marker)
+        assert left, "the case started nothing"
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    try:
+        assert _all_gone(left), f"{_marked(marker)} outlived the check"
+    finally:
+        for pid in _marked(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_without_namespaces_or_cgroup_the_callers_subreaper_catches_the_orphans(started_by):
+    if started_by != "new process":
+        pytest.skip("no fork server without namespaces")
+    # In a process of its own: becoming a child subreaper is for good, and start_confined is run without namespaces
+    # and without a cgroup, as on a machine where unprivileged user namespaces are off.
+    marker = f"kernelllm-orphan-{uuid.uuid4().hex}"
+    code = textwrap.dedent(f"""
+        import json, subprocess, sys
+        from repl.checker.sandbox import launch, limits, processes, view
+        view.namespace_prefix = view.network_cut_prefix = lambda: ()
+        limits.make_cgroup = lambda limit: None
+        assert processes.become_subreaper()
+        sandbox_dir = launch.make_sandbox_dir()
+        process, notes = launch.start_confined(
+            [sys.executable, {str(CASES / "run.py")!r}, str(sandbox_dir), {str(CASES / "leave_orphan.py")!r},
+             {marker!r}], sandbox_dir=sandbox_dir, gpu=False, stdout=subprocess.PIPE)
+        assert process.stdout.readline() == b"left\\n"
+        launch.kill_process_tree(process)
+        launch.remove_sandbox_dir(sandbox_dir)
+        print(json.dumps({{"orphans": processes.kill_orphans(keep=set()), "notes": notes}}))
+    """)
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        report = json.loads(ran.stdout)
+        assert any("no user namespaces" in note for note in report["notes"])
+        assert len(report["orphans"]) == 1
+        assert _marked(marker) == []
+    finally:
+        for pid in _marked(marker):
+            os.kill(pid, signal.SIGKILL)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from repl.checker import default_spares
 from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
 from repl.checker.result import CheckResult, Verdict
+from repl.checker.sandbox.processes import become_subreaper, children, kill_orphans, kill_tree
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
 
 MODEL_SEED = 42
@@ -460,6 +461,7 @@ class CheckRun:
     def close(self) -> None:
         if self.candidate is not None:
             self.candidate.kill()
+        self.judge.pool.kill_orphans()
 
 
 # ---- candidate processes --------------------------------------------------------------------------------------
@@ -585,6 +587,14 @@ class CandidatePool:
                 if attempt == 2:
                     raise Ended(Verdict.CRASH, message, output_tail=tail)
 
+    def kill_orphans(self) -> None:
+        """Nothing a candidate started outlives its check: where it had no PID namespace to die with, what it left
+        was re-parented to this process (a child subreaper); processes of the pool are kept."""
+        keep = {candidate.process.pid for candidate in self.waiting}
+        if self.fork_server is not None:
+            keep.add(self.fork_server.process.pid)
+        kill_orphans(keep)
+
     def close(self) -> None:
         if self._filling is not None:
             self._filling.join()
@@ -618,6 +628,15 @@ def _all_non_negative(inputs: list) -> bool:
 # ---- the process ------------------------------------------------------------------------------------------------
 
 
+def end_with_the_caller() -> None:
+    """The caller is gone (it exited or was killed): every process below this one is killed and this one exits at
+    once, even while the main thread is stuck in a reference."""
+    for child in children(os.getpid()):
+        kill_tree(child)
+    os._exit(0)
+
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, required=True)
@@ -628,6 +647,7 @@ def main() -> None:
     options = parser.parse_args()
     for fd in (options.requests, options.replies):
         os.set_inheritable(fd, False)
+    become_subreaper()  # orphans of candidates come here, where kill_orphans finds them
     channel = Channel(options.requests, options.replies)
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     spares = default_spares(jobs=1) if options.spares is None else options.spares
@@ -647,8 +667,7 @@ def main() -> None:
             try:
                 request, _ = channel.receive(max_blob=0)
             except (PeerGone, WireError, OSError):
-                checks.put(None)
-                return
+                end_with_the_caller()
             if request.get("op") == "cancel":
                 cancelled_ids.add(request.get("id"))
                 if request.get("id") == current_id[0]:

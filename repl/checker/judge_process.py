@@ -17,6 +17,7 @@ from pathlib import Path
 
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.sandbox import PipeCollector, is_secret_name
+from repl.checker.sandbox.processes import children, kill_tree
 from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -178,6 +179,9 @@ class JudgeProcess:
             self.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+        if self.process.poll() is None:  # stuck: its candidates first (a judge killed alone would leave them)
+            for child in children(self.process.pid):
+                kill_tree(child)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

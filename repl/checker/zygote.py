@@ -70,7 +70,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "repl.checker.zygote", "--control", str(theirs.fileno()), "--device", device],
+                [sys.executable, "-m", "repl.checker.zygote", "--control", str(theirs.fileno()), "--device", device,
+                 "--judge", str(os.getpid())],
                 pass_fds=(theirs.fileno(),), env=env, cwd=self._dir / "work", stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except BaseException:
@@ -395,7 +396,17 @@ def _keep_only(targets: dict[int, int]) -> None:
 def _middle(request: dict, targets: dict[int, int], server: int) -> None:
     libc = _libc()
     os.setsid()
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    child: list[int] = []
+
+    def end(number, frame):
+        # The candidate may have cleared its own parent-death signal: this process, out of its reach (outside its
+        # PID namespace), kills it, and with it the namespace, before it goes.
+        if child:
+            os.kill(child[0], signal.SIGKILL)
+        os._exit(128 + number)
+
+    signal.signal(signal.SIGTERM, end)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != server:
         os._exit(1)  # the server died before the line above: nobody would end this process
     _keep_only(targets)
@@ -406,8 +417,10 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
     alive_read, alive_write = os.pipe()
     pid = os.fork()
     if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.close(alive_write)
         _child(request, libc, alive_read)
+    child.append(pid)
     os.close(alive_read)
     for fd in {0, 1, 2, *targets}:
         os.close(fd)  # the child holds them: the judge sees the pipes close when it ends
@@ -477,8 +490,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--control", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--judge", type=int, required=True)
     options = parser.parse_args()
     control = socket.socket(fileno=options.control)
+    # Dies with the judge (its middle processes then kill their candidates): a judge killed while a check ran
+    # leaves nothing running.
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != options.judge:
+        os._exit(0)  # the judge died before the line above
     try:
         serve(control, options.device)
     except BaseException:

@@ -3,17 +3,18 @@ what the init stage could not apply, and kill it with everything it started."""
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import shutil
 import time
 from pathlib import Path
 
 from repl.checker.sandbox import limits, view
 from repl.checker.sandbox.environment import worker_environment
-from repl.checker.sandbox.processes import kill_group
+from repl.checker.sandbox.processes import children, kill_group
 
 DISK_LIMIT_BYTES = 2 * 1024**3  # the sandbox's tmpfs: work dir, /tmp, /dev/shm and HOME together
 INIT_STAGE = Path(__file__).resolve().with_name("init_stage.py")
@@ -102,7 +103,24 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     if confinement.cgroup is None:
         confinement.watchdog = threading.Thread(target=limits.watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
+    if namespaces:
+        confinement.namespace_init = _hold_namespace_init(process.pid)
     return process, notes
+
+
+def _hold_namespace_init(parent: int) -> int | None:
+    """A pidfd of the process's PID namespace's init (the one child of the unshare tool or of the fork server's
+    middle process), taken once the init stage has reported: killing it ends every process in the namespace, also
+    one that cleared its parent-death signal and left its session. None when it has already ended."""
+    for pid in children(parent):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (ProcessLookupError, OSError):
+            continue
+        if pid in children(parent):  # still the same process: not a recycled pid
+            return pidfd
+        os.close(pidfd)
+    return None
 
 
 def _fork_confined(fork_server, argv: list[str], spec: dict, env: dict[str, str], pass_fds: tuple[int, ...],
@@ -166,10 +184,17 @@ def _read_report(fd: int, timeout: float) -> list[str] | None:
 
 
 def kill_process_tree(process: subprocess.Popen) -> None:
-    """Kill the confined process and everything it started (its group, its PID namespace, its cgroup), reap it and
-    remove its cgroup."""
-    kill_group(process.pid)
+    """Kill the confined process and everything it started (its PID namespace through its init, its group, its
+    cgroup), reap it and remove its cgroup."""
     confinement = getattr(process, "confinement", None)
+    if confinement is not None and confinement.namespace_init is not None:
+        try:
+            signal.pidfd_send_signal(confinement.namespace_init, signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass  # already ended
+        os.close(confinement.namespace_init)
+        confinement.namespace_init = None
+    kill_group(process.pid)
     if confinement is not None and confinement.cgroup is not None:
         limits.kill_cgroup(confinement.cgroup)
     process.wait()

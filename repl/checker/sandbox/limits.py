@@ -25,6 +25,7 @@ class Confinement:
     cgroup: Path | None = None
     memory_exceeded: str | None = None  # set by the watchdog when it killed the processes
     watchdog: threading.Thread | None = None
+    namespace_init: int | None = None  # a pidfd of its PID namespace's init (launch.kill_process_tree kills it)
 
 
 def default_memory_limit_bytes() -> int:

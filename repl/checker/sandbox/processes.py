@@ -1,4 +1,5 @@
-"""The process table: a /proc file's text, a process's children and all its descendants; killing a group."""
+"""The process table: a /proc file's text, a process's children and all its descendants; killing a group, a tree,
+and the orphans a candidate left with its caller."""
 
 import glob
 import os
@@ -42,3 +43,49 @@ def kill_group(pid: int) -> None:
             pass
     except PermissionError:
         pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to pid and every process below it, all listed before any is killed (the tree is lost once its root
+    dies); a second pass catches what forked meanwhile. Killing the init of a PID namespace ends all of it."""
+    for _ in range(2):
+        for member in descendants(pid):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def seccomp_filters(pid: int | str) -> int:
+    """How many seccomp filters the process runs under (its mode, 0 or 2, on kernels before 5.9)."""
+    status = read_text(Path(f"/proc/{pid}/status"))
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    for name in ("Seccomp_filters", "Seccomp"):
+        if name in fields:
+            return int(fields[name].strip() or 0)
+    return 0
+
+
+def kill_orphans(keep: set[int]) -> list[int]:
+    """Kills the children of this process (a child subreaper: PR_SET_CHILD_SUBREAPER) that a candidate left: they
+    run under more seccomp filters than this process (every candidate installs one before its code runs), and are
+    not in `keep` (the processes this one started). Reaps them; returns their pids. Where the candidate has a PID
+    namespace nothing reaches here: its orphans stay in the namespace and die with it."""
+    own = seccomp_filters("self")
+    orphans = [pid for pid in children(os.getpid()) if pid not in keep and seccomp_filters(pid) > own]
+    for pid in orphans:
+        kill_tree(pid)
+    for pid in orphans:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return orphans
+
+
+def become_subreaper() -> bool:
+    """Orphans of this process's descendants are re-parented to it (not to init), where kill_orphans finds them."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    return ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0
