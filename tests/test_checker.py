@@ -3,6 +3,7 @@
 The cases live in tests/checker_cases and are listed in checker_suite.py; test_checker_gpu.py runs them on a GPU.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -375,3 +376,25 @@ def _alive(pid: int) -> bool:
         return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_the_reference_runs_while_every_process_of_the_candidate_is_stopped(tmp_path, monkeypatch):
+    # A candidate that leaves busy processes behind cannot starve the reference into a timeout blamed on the
+    # reference (invalid_reference): they are all stopped while it runs, and they end with the check.
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    report = tmp_path / "states.jsonl"
+    monkeypatch.setenv("KERNELLLM_TEST_MARKER", marker)
+    monkeypatch.setenv("KERNELLLM_TEST_REPORT", str(report))
+    try:
+        result = check_kernel((CASES_DIR / "relu_reference_watching.py").read_text(),
+                              (CASES_DIR / "busy_children_triton.py").read_text(), device="cpu", trials=3)
+        assert result.verdict == "correct", result.message
+        seen = [json.loads(line) for line in report.read_text().splitlines()]
+        during_trials = [states for states in seen if states]  # the first runs come before the candidate's
+        assert len(during_trials) >= 3
+        assert all(set(states.values()) == {"T"} and len(states) == 2 for states in during_trials), seen
+        assert _processes_with(marker) == []
+    finally:
+        for pid in _processes_with(marker):
+            os.kill(pid, 9)

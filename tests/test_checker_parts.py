@@ -477,3 +477,68 @@ def test_a_candidate_without_a_seccomp_binding_is_told_in_a_note(monkeypatch):
     monkeypatch.setattr(syscall_filter, "load_binding", missing)
     [note] = syscall_filter.install_syscall_filter()
     assert note.startswith("no syscall filter") and "keyrings" in note
+
+
+class _ScriptedJudge:
+    """The caller's side of a judge (JudgeProcess) talking to a script instead of a judge process: frames written
+    to its reply pipe at given times."""
+
+    def __init__(self, monkeypatch, frames: list[tuple[float, dict]]):
+        import os
+        import threading
+        import time
+
+        from repl.checker import judge_process
+        from repl.checker.wire import Channel
+
+        monkeypatch.setattr("repl.checker.GRACE_S", 0.3)
+        reply_read, reply_write = os.pipe()
+        request_read, request_write = os.pipe()
+        self.sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                        start_new_session=True)
+        judge = judge_process.JudgeProcess.__new__(judge_process.JudgeProcess)
+        judge.process, judge.channel = self.sleeper, Channel(reply_read, request_write)
+        judge.device_label, judge.ready = "cpu-interpreter", True
+        judge._output = judge_process.PipeCollector(os.open(os.devnull, os.O_RDONLY), limit_bytes=1024, keep="tail")
+        self.judge, self.started = judge, time.monotonic()
+        writer = Channel(None, reply_write)
+
+        def play():
+            for at, frame in frames:
+                time.sleep(max(0.0, self.started + at - time.monotonic()))
+                try:
+                    writer.send(frame)
+                except Exception:
+                    return
+
+        threading.Thread(target=play, daemon=True).start()
+        self._keep = (request_read,)
+
+    def check(self, timeout: float):
+        request = {"op": "check", "id": 1, "reference_code": "", "kernel_code": "", "trials": 1, "atol": 0.01,
+                   "rtol": 0.01, "timeout": timeout}
+        try:
+            return self.judge.check(request, None)
+        finally:
+            self.sleeper.kill()
+            self.sleeper.wait()
+
+
+def test_the_caller_waits_for_a_judge_whose_deadline_grew_and_takes_its_answer(monkeypatch):
+    # The judge's deadline grows with the bytes a trial moves (1 s a GB); it says so, and the caller, whose own
+    # deadline would have passed at timeout + grace, waits for the judge's own `timeout` verdict instead of killing
+    # it and throwing its warm state away.
+    answer = CheckResult(verdict=Verdict.TIMEOUT, message="no result within 0.1 s; the candidate was killed")
+    scripted = _ScriptedJudge(monkeypatch, [(0.0, {"stage": "received", "deadline_in": 0.1}),
+                                            (0.05, {"stage": "candidate", "deadline_in": 1.5}),
+                                            (1.0, {"result": answer.to_json_dict()})])
+    result = scripted.check(timeout=0.1)
+    assert result.message == answer.message
+
+
+@pytest.mark.parametrize("alone, verdict", [(True, "invalid_reference"), (False, "timeout")])
+def test_a_judge_stuck_in_the_reference_blames_it_only_when_no_candidate_lived(monkeypatch, alone, verdict):
+    scripted = _ScriptedJudge(monkeypatch, [(0.0, {"stage": "received", "deadline_in": 0.2}),
+                                            (0.0, {"stage": "reference", "alone": alone, "deadline_in": 0.2})])
+    result = scripted.check(timeout=0.2)
+    assert result.verdict == verdict and "judge was stopped" in result.message

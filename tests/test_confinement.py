@@ -356,8 +356,9 @@ def test_the_view_cannot_be_undone_even_without_landlock(outside_dir, monkeypatc
 @needs_namespaces
 def test_every_layer_is_applied_on_this_machine():
     ran = run_case("environment.py")
-    # The watchdog is how total memory is bounded where this user may not make a cgroup: a choice, not a gap.
-    assert [note for note in ran.notes if not note.startswith(limits.WATCHDOG_NOTE)] == []
+    # The watchdog (memory) and a lower priority (CPU) are how a user who may not make a cgroup is bounded: a choice,
+    # not a gap.
+    assert [note for note in ran.notes if not note.startswith((limits.WATCHDOG_NOTE, limits.CPU_NOTE))] == []
     assert "confine_self_notes\": []" in ran.stderr
 
 
@@ -577,3 +578,21 @@ def test_without_namespaces_or_cgroup_the_callers_subreaper_catches_the_orphans(
     finally:
         for pid in _marked(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
+def test_cpu_is_bounded_by_a_cgroup_quota_or_else_by_a_priority_that_cannot_be_raised(cgroup, monkeypatch):
+    if cgroup == "no cgroup":
+        monkeypatch.setattr(limits, "make_cgroup", lambda limit: None)
+        monkeypatch.setattr(limits, "make_cpu_cgroup", lambda: None)
+    ran = run_case("cpu_bound.py")
+    quota_cores = limits.cpu_cores_for_candidates() * limits.CPU_PERIOD_US
+    if cgroup == "cgroup":
+        if ran.report["quota"] is None:
+            pytest.skip("no cpu cgroup can be made here")
+        assert int(ran.report["quota"]) == quota_cores and ran.report["niceness"] == 0
+        assert not any(note.startswith(limits.CPU_NOTE) for note in ran.notes)
+    else:
+        assert ran.report["niceness"] == limits.NICENESS and ran.report["rlimit_nice"] == 0
+        assert any(note.startswith(limits.CPU_NOTE) for note in ran.notes)
+    assert ran.report["raised"] is False

@@ -25,6 +25,7 @@ import time
 
 from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
                                   traceback_text)
+from repl.checker.sandbox.limits import limit_cpu_time
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
@@ -78,6 +79,8 @@ class Candidate:
 
         code = request["kernel_code"]
         data = decode(request["data"], blob)
+        if request.get("cpu_seconds"):
+            limit_cpu_time(float(request["cpu_seconds"]))
         try:
             module = import_source(code, KERNEL_PATH, write_file=True)
         except BaseException as error:

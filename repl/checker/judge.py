@@ -23,6 +23,7 @@ updates and one ``result`` per check. A reference that hangs or kills this proce
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import queue
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 from repl.checker import default_spares
 from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
 from repl.checker.result import CheckResult, Verdict
-from repl.checker.sandbox.processes import become_subreaper, children, kill_orphans, kill_tree
+from repl.checker.sandbox.processes import (become_subreaper, children, continue_processes, kill_orphans, kill_tree,
+                                            stop_tree)
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
 
 MODEL_SEED = 42
@@ -226,7 +228,7 @@ class CheckRun:
     """One check, from the problem to the verdict."""
 
     def __init__(self, judge: Judge, request: dict, cancel: threading.Event, stage):
-        self.judge, self.request, self.cancel, self.stage = judge, request, cancel, stage
+        self.judge, self.request, self.cancel, self.send_stage = judge, request, cancel, stage
         self.deadline = time.monotonic() + float(request["timeout"])
         self.candidate: CandidateProcess | None = None
         self.notes: list[str] = []
@@ -238,6 +240,18 @@ class CheckRun:
         self.phases: dict[str, float] = {}
         self._phase_start = time.monotonic()
 
+    def stage(self, name: str, *, alone: bool | None = None, allowance: float | None = None) -> None:
+        """Tell the caller where the check is and when this judge will answer at the latest (deadline_in: the
+        check's deadline, or `allowance` for a stage that has its own), so that the caller's deadline always falls
+        after this one: the caller's kill is for a judge that is stuck, not one whose deadline grew (moving a large
+        blob) or that runs the reference. alone: whether a candidate process of this check still lives (only a
+        reference stage with none is the reference's fault when it overruns)."""
+        deadline_in = allowance if allowance is not None else self.deadline - time.monotonic()
+        extra = {"deadline_in": round(max(deadline_in, 0.0), 3)}
+        if alone is not None:
+            extra["alone"] = alone
+        self.send_stage(name, **extra)
+
     def phase(self, name: str) -> None:
         """Where the time went (result.phases_s): seconds since the previous phase ended."""
         now = time.monotonic()
@@ -246,7 +260,7 @@ class CheckRun:
 
     def conclude(self) -> CheckResult:
         try:
-            self.stage("reference")
+            self.stage("reference", alone=True)
             problem = self.judge.problem(self.request["reference_code"])
             self.phase("problem")
             self.stage("candidate")
@@ -274,26 +288,28 @@ class CheckRun:
         self.phase("candidate_ready")
         self.stage("started")
         self.notes += self.candidate.notes
-        request = {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data}
-        reply, _ = self.exchange(request, problem.init_blob)
+        reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.notes += reply.get("notes", [])
         self.shape_specialised = bool(reply.get("shape_specialised"))
         self.phase("load")
 
-    def exchange(self, request: dict, blob=b"", *, max_blob: int = 0, reference=None):
-        """Send a request; run `reference()` (if given) while the candidate works; return (reply, blob[, ref]).
-        max_blob: the most reply bytes accepted (room is made for them in shared memory)."""
+    def load_request(self, problem: Problem) -> dict:
+        # cpu_seconds: the candidate's RLIMIT_CPU, a backstop should its process outlive the check's kill
+        return {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data,
+                "cpu_seconds": float(self.request["timeout"]) * (os.cpu_count() or 1) + 10.0}
+
+    def exchange(self, request: dict, blob=b"", *, max_blob: int = 0):
+        """Send a request and return (reply, blob). max_blob: the most reply bytes accepted (room is made for them
+        in shared memory)."""
         channel = self.candidate.channel
         max_blob = max_blob or OUTPUT_SLACK_BYTES
         try:
             channel.expect(max_blob)
-            self.deadline += (len(blob) + max_blob) * TRANSFER_S_PER_BYTE
-            channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
-            reference_output = None
-            if reference is not None:
-                self.stage("reference")
-                reference_output = reference()
+            transfer_s = (len(blob) + max_blob) * TRANSFER_S_PER_BYTE
+            self.deadline += transfer_s
+            if transfer_s >= 0.1:
                 self.stage("candidate")
+            channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
             reply, data = channel.receive(max_blob=max_blob, deadline=self.deadline, cancel=self.cancel)
         except Stopped as stopped:
             self.candidate.kill()
@@ -314,23 +330,16 @@ class CheckRun:
             verdict = {"compile_error": Verdict.COMPILE_ERROR, "bad_output": Verdict.MISMATCH,
                        "crash": Verdict.CRASH}.get(kind, Verdict.RUNTIME_ERROR)
             raise Ended(verdict, str(error.get("message", "")), error.get("traceback"))
-        return (reply, data, reference_output) if reference is not None else (reply, data)
+        return reply, data
 
     def trial(self, problem: Problem, *, skip_launches: bool, label: str):
         inputs = self.judge.make_inputs(problem)
         self.inputs_all_non_negative &= _all_non_negative(inputs)
-        tree, blob = encode_at(inputs, "input")
-
-        def reference():
-            try:
-                return self.judge.run_reference(problem, inputs)
-            except BaseException as error:
-                raise self.judge.reference_failed(f"reference fails on {label}", error)
-
+        tree, blob = encode_at(inputs, "input")  # before the reference runs: it may change its inputs in place
+        expected = self.reference_alone(problem, inputs, label)
         # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
-        reply, data, expected = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
-                                              max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES,
-                                              reference=reference)
+        reply, data = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
+                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES)
         if _tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
             problem.output_bytes = _tensor_bytes(expected)
         try:
@@ -340,6 +349,31 @@ class CheckRun:
         from repl.checker.compare import compare_outputs  # imports torch: not before the fork server starts
 
         return compare_outputs(got, expected, self.request["atol"], self.request["rtol"]), reply.get("launched", [])
+
+    def reference_alone(self, problem: Problem, inputs: list, label: str):
+        """The reference's output for these inputs, computed while the candidate's processes are stopped: a
+        candidate that forks busy processes cannot starve it into a timeout blamed on the reference, and the
+        judge's own time is not counted against the kernel (the check's deadline moves by as much). A reference
+        that fails while the candidate holds its resources is run again once the candidate is killed: only a
+        reference that fails alone is invalid_reference."""
+        self.stage("reference", alone=False, allowance=float(self.request["timeout"]))
+        started = time.monotonic()
+        try:
+            with self.candidate.stopped():
+                return self.judge.run_reference(problem, inputs)
+        except BaseException as error:
+            first = describe(error)
+        finally:
+            self.deadline += time.monotonic() - started
+            self.stage("candidate")
+        self.candidate.kill()
+        self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
+        try:
+            self.judge.run_reference(problem, self.judge.make_inputs(problem))
+        except BaseException as error:
+            raise self.judge.reference_failed(f"reference fails on {label}", error)
+        raise Ended(Verdict.CRASH, f"the reference failed while this candidate held its resources ({first}) and "
+                    "ran once the candidate was killed")
 
     def run_trials(self, problem: Problem) -> None:
         for number in range(1, int(self.request["trials"]) + 1):
@@ -380,8 +414,7 @@ class CheckRun:
             # The trial without launches failed and the process was stopped: time in a fresh one.
             try:
                 self.candidate = judge.pool.take(self.deadline, self.cancel)
-                self.exchange({"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data},
-                              problem.init_blob)
+                self.exchange(self.load_request(problem), problem.init_blob)
             except Ended as ended:
                 result.notes.append(f"timing skipped: {ended.message}")
                 return
@@ -511,6 +544,15 @@ class CandidateProcess:
 
     def alive(self) -> bool:
         return self.channel.read_fd is not None and self.process.poll() is None
+
+    @contextlib.contextmanager
+    def stopped(self):
+        """Every process of the candidate stopped (SIGSTOP) for the length of the block, then continued."""
+        stopped = stop_tree(self.process.pid) if self.alive() else []
+        try:
+            yield
+        finally:
+            continue_processes(stopped)
 
     def output_tail(self) -> str | None:
         return self._output.data().decode("utf-8", errors="replace") or None
@@ -692,7 +734,7 @@ def main() -> None:
             current_cancel.set()
         channel.send({"stage": "received"})
         try:
-            result = judge.check(request, current_cancel, lambda name: channel.send({"stage": name}))
+            result = judge.check(request, current_cancel, lambda name, **extra: channel.send({"stage": name, **extra}))
         except BaseException as error:  # a bug in the judge; never a silent end
             result = CheckResult(verdict=Verdict.CRASH, message=f"the judge failed: {describe(error)}",
                                  traceback=traceback_text(error, (__file__,)))

@@ -93,7 +93,7 @@ class JudgeProcess:
         except PeerGone:
             self.close()
             return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
-        stage, deadline, cancel_sent = "queued", None, None
+        stage, alone, deadline, cancel_sent = "queued", True, None, None
         limit = float(request["timeout"])
         while True:
             now = time.monotonic()
@@ -113,14 +113,19 @@ class JudgeProcess:
                     return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled; the judge was stopped")
                 if deadline is not None and time.monotonic() >= deadline:
                     self.close(grace_s=0)
-                    return self._stuck(stage, limit)
+                    return self._stuck(stage, alone, limit)
                 continue
             except (PeerGone, WireError):
                 self.close()
-                return self._died(stage)
+                return self._died(stage, alone)
             if "stage" in message:
-                stage = message["stage"]
-                if stage in ("received", "started"):  # "started": a candidate process is ready, the clock restarts
+                stage = str(message["stage"])
+                alone = message.get("alone") is not False  # whether no candidate of the check lives (reference)
+                deadline_in = message.get("deadline_in")
+                if isinstance(deadline_in, (int, float)) and 0 <= deadline_in < 1e9:
+                    # The judge's own deadline, which it enforces: this one falls GRACE_S after it.
+                    deadline = time.monotonic() + deadline_in + GRACE_S
+                elif stage in ("received", "started"):  # "started": a candidate process is ready, the clock restarts
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
@@ -145,7 +150,11 @@ class JudgeProcess:
             self.close()
             return None
 
-    def _stuck(self, stage: str, limit: float) -> CheckResult:
+    def _stuck(self, stage: str, alone: bool, limit: float) -> CheckResult:
+        if stage == "reference" and not alone:  # the judge always answers itself, unless it is stuck
+            return CheckResult(verdict=Verdict.TIMEOUT, device=self.device_label,
+                               message=f"the reference did not finish within {limit:g} s while the candidate's "
+                                       "processes were stopped; the judge was stopped", output_tail=self.output_tail())
         if stage == "reference":
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference did not finish within {limit:g} s; the judge was stopped",
@@ -154,11 +163,11 @@ class JudgeProcess:
                            message=f"no result within {limit:g} s; the judge was stopped",
                            output_tail=self.output_tail())
 
-    def _died(self, stage: str) -> CheckResult:
+    def _died(self, stage: str, alone: bool) -> CheckResult:
         code = self.process.poll()
         how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
                and -code in signal.Signals._value2member_map_ else f"status {code}")
-        if stage == "reference":
+        if stage == "reference" and alone:
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference crashed the judge ({how})", output_tail=self.output_tail())
         return CheckResult(verdict=Verdict.CRASH, device=self.device_label, message=f"the judge died ({how})",

@@ -31,6 +31,12 @@ def enter_sandbox(spec: dict) -> None:
             Path(spec["cgroup"], "cgroup.procs").write_text("0")
         except OSError:
             spec["cgroup"] = None
+            spec["cpu_bounded"] = spec.get("cpu_cgroup") is not None  # v2 keeps the quota in that cgroup
+    if spec.get("cpu_cgroup"):
+        try:
+            Path(spec["cpu_cgroup"], "cgroup.procs").write_text("0")
+        except OSError:
+            spec["cpu_bounded"] = False
     if spec["namespaces"]:
         try:
             build_view(spec, notes)

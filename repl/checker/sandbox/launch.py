@@ -52,7 +52,8 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     env = worker_environment(base_env, sandbox_dir, cuda_visible_devices)
     popen_kwargs.setdefault("cwd", sandbox_dir / "work")
     limit = memory_limit_bytes or limits.default_memory_limit_bytes()
-    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=limits.make_cgroup(limit))
+    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=limits.make_cgroup(limit),
+                                     cpu_cgroup=limits.make_cpu_cgroup())
     namespaces = bool(view.namespace_prefix())
     prefix = view.namespace_prefix() or view.network_cut_prefix()
     notes = []
@@ -72,6 +73,8 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         "disk_limit_bytes": disk_limit_bytes,
         "gpu": gpu,
         "cgroup": str(confinement.cgroup) if confinement.cgroup else None,
+        "cpu_cgroup": str(confinement.cpu_cgroup) if confinement.cpu_cgroup else None,
+        "cpu_bounded": confinement.cpu_cgroup is not None or limits.cpu_bounded_by(confinement.cgroup),
         "max_processes": max(limits.MAX_PROCESSES, 8 * (os.cpu_count() or 1)),
         "cwd": str(popen_kwargs["cwd"]),
         **(view.view_plan(base_env, sandbox_dir, gpu) if namespaces else {}),
@@ -88,6 +91,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     except BaseException:
         os.close(report_read)
         limits.remove_cgroup(confinement.cgroup)
+        limits.remove_cgroup(confinement.cpu_cgroup)
         raise
     finally:
         os.close(report_write)
@@ -100,6 +104,9 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     if confinement.cgroup is not None and any(note.startswith(limits.WATCHDOG_NOTE) for note in notes):
         limits.remove_cgroup(confinement.cgroup)  # the init stage could not join it
         confinement.cgroup = None
+    if confinement.cpu_cgroup is not None and any(note.startswith(limits.CPU_NOTE) for note in notes):
+        limits.remove_cgroup(confinement.cpu_cgroup)
+        confinement.cpu_cgroup = None
     if confinement.cgroup is None:
         confinement.watchdog = threading.Thread(target=limits.watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
@@ -202,3 +209,6 @@ def kill_process_tree(process: subprocess.Popen) -> None:
         confinement.memory_exceeded = limits.memory_exceeded(process)  # before the cgroup and its counters go
         limits.remove_cgroup(confinement.cgroup)
         confinement.cgroup = None
+    if confinement is not None and confinement.cpu_cgroup is not None:
+        limits.remove_cgroup(confinement.cpu_cgroup)
+        confinement.cpu_cgroup = None

@@ -1,6 +1,7 @@
 """Limits that forks cannot multiply: total memory (a memory cgroup where one can be made, else a watchdog in the
-caller that sums the candidate's proportional set size) and the resource limits the init stage lowers (processes,
-file size, core dumps)."""
+caller that sums the candidate's proportional set size), CPU (a cpu cgroup's quota where one can be made, else a
+lower priority that cannot be raised again, and RLIMIT_CPU from the check's time limit) and the resource limits the
+init stage lowers (processes, file size, core dumps)."""
 
 import os
 import signal
@@ -15,6 +16,9 @@ from repl.checker.sandbox.processes import descendants, kill_group, read_text
 MAX_PROCESSES = 1024  # RLIMIT_NPROC inside the user namespace: processes and threads together
 WATCHDOG_INTERVAL_S = 0.05
 WATCHDOG_NOTE = "total memory bounded by a watchdog"
+CPU_NOTE = "CPU bounded by priority"
+CPU_PERIOD_US = 100_000
+NICENESS = 10  # without a cpu cgroup: about a tenth of a core's share against each process of the judge's
 
 
 @dataclass
@@ -22,7 +26,8 @@ class Confinement:
     """What start_confined attaches to the process (``process.confinement``) for kill_process_tree and
     memory_exceeded."""
     memory_limit_bytes: int
-    cgroup: Path | None = None
+    cgroup: Path | None = None  # the memory cgroup (cgroup v2: also the CPU quota, where its controller is on)
+    cpu_cgroup: Path | None = None  # cgroup v1's cpu controller has a hierarchy of its own
     memory_exceeded: str | None = None  # set by the watchdog when it killed the processes
     watchdog: threading.Thread | None = None
     namespace_init: int | None = None  # a pidfd of its PID namespace's init (launch.kill_process_tree kills it)
@@ -69,6 +74,30 @@ def lower_limits(spec: dict, notes: list[str]) -> None:
         notes.append("process count not limited (no user namespace to count them in)")
     lower(resource.RLIMIT_FSIZE, spec["disk_limit_bytes"])
     lower(resource.RLIMIT_CORE, 0)
+    lower(resource.RLIMIT_NICE, 0)  # its priority can be lowered, never raised again
+    if not spec.get("cpu_bounded"):
+        os.nice(NICENESS)
+        notes.append(f"{CPU_NOTE} (no cpu cgroup could be made here): niceness {NICENESS} and a CPU-time limit, "
+                     "not a share of the cores")
+
+
+def cpu_cores_for_candidates() -> int:
+    """The cores a candidate's processes may use together: all but one, which stays the judge's (one on a machine
+    with one or two)."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def limit_cpu_time(seconds: float) -> None:
+    """RLIMIT_CPU for this process from now on: `seconds` more of CPU time (SIGXCPU, then SIGKILL a second later).
+    A backstop for a process that outlives the kill of its check; each process it starts gets the same limit."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    limit = int(used.ru_utime + used.ru_stime + seconds) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard - 1)
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1 if hard == resource.RLIM_INFINITY else hard))
 
 
 # ---- total memory: a cgroup where one can be made, else a watchdog ------------------------------------------------
@@ -86,8 +115,11 @@ def make_cgroup(limit: int) -> Path | None:
         if controllers == "":
             base = Path("/sys/fs/cgroup") if Path("/sys/fs/cgroup/cgroup.controllers").exists() else None
             files = {"memory.max": limit, "memory.swap.max": 0}
-            if base is None or "memory" not in read_text(base / path.lstrip("/") / "cgroup.subtree_control"):
+            enabled = read_text(base / path.lstrip("/") / "cgroup.subtree_control").split() if base else []
+            if "memory" not in enabled:
                 continue
+            if "cpu" in enabled:
+                files["cpu.max"] = f"{cpu_cores_for_candidates() * CPU_PERIOD_US} {CPU_PERIOD_US}"
         elif "memory" in controllers.split(","):
             base = Path("/sys/fs/cgroup/memory")
             files = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
@@ -107,10 +139,39 @@ def make_cgroup(limit: int) -> Path | None:
                 try:
                     (cgroup / name).write_text(str(value))
                 except OSError:
-                    pass  # no swap accounting: swap is off or not counted; the memory limit stands
+                    pass  # no swap accounting (swap is off or not counted), or no cpu.max: the memory limit stands
             return cgroup
         except OSError:
             remove_cgroup(cgroup)
+    return None
+
+
+def cpu_bounded_by(cgroup: Path | None) -> bool:
+    """Whether this (v2) cgroup holds the CPU quota make_cgroup set."""
+    return cgroup is not None and read_text(cgroup / "cpu.max").split()[:1] not in ([], ["max"])
+
+
+def make_cpu_cgroup() -> Path | None:
+    """Under cgroup v1, a cpu cgroup below this process's own whose quota is cpu_cores_for_candidates() cores; None
+    elsewhere (v2 keeps the quota in the memory cgroup) or where this user may not make one."""
+    for line in read_text(Path("/proc/self/cgroup")).splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" not in controllers.split(","):
+            continue
+        parent = Path("/sys/fs/cgroup", controllers) / path.lstrip("/")
+        _remove_stale_cgroups(parent)
+        cgroup = parent / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            cgroup.mkdir()
+        except OSError:
+            return None
+        try:
+            (cgroup / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (cgroup / "cpu.cfs_quota_us").write_text(str(cpu_cores_for_candidates() * CPU_PERIOD_US))
+            return cgroup
+        except OSError:
+            remove_cgroup(cgroup)
+            return None
     return None
 
 

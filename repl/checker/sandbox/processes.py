@@ -89,3 +89,48 @@ def become_subreaper() -> bool:
 
     pr_set_child_subreaper = 36
     return ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0
+
+
+def stop_tree(pid: int) -> list[int]:
+    """SIGSTOP to pid and every process below it, until no new one appears (a stopped process cannot fork);
+    returns them all, for continue_processes."""
+    stopped: list[int] = []
+    for _ in range(8):
+        new = [member for member in descendants(pid) if member not in stopped]
+        if not new:
+            break
+        for member in new:
+            try:
+                os.kill(member, signal.SIGSTOP)
+                stopped.append(member)
+            except (ProcessLookupError, PermissionError):
+                pass
+    _wait_until_stopped(stopped, timeout=2.0)
+    return stopped
+
+
+def _wait_until_stopped(pids: list[int], timeout: float) -> None:
+    """SIGSTOP takes effect when the process is next scheduled: a busy one on another core runs on for a moment."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while pending and time.monotonic() < deadline:
+        pending = [pid for pid in pending if process_state(pid) not in ("T", "t", "Z", "X", "")]
+        if pending:
+            time.sleep(0.001)
+
+
+def process_state(pid: int) -> str:
+    """The one-letter state of /proc/PID/stat (R, S, T...), "" when it is gone."""
+    stat = read_text(Path(f"/proc/{pid}/stat"))
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[0] if fields else ""
+
+
+def continue_processes(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
