@@ -213,16 +213,26 @@ class CheckPool:
             if self.cancel.is_set():
                 result = CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started")
             else:
-                options = self.options
-                result = self._checkers[device].check(reference_code, candidate.reply.text, trials=options.trials,
-                                                      atol=options.atol, rtol=options.rtol,
-                                                      timeout=options.timeout, cancel=self.cancel)
+                result = self._check_one(device, reference_code, candidate)
             candidate.attempt.check = result
         finally:
             self._slots.put(device)
             candidate.state, candidate.check_finished_at = DONE, time.monotonic()
             on_progress(candidate)
         return candidate
+
+    def _check_one(self, device: str, reference_code: str, candidate: Candidate) -> CheckResult:
+        """One candidate's verdict, whatever it holds: a failure of the checking machinery on one candidate is that
+        candidate's `crash`, so that a run (eval, :best) goes on with the others."""
+        options = self.options
+        try:
+            return self._checkers[device].check(reference_code, candidate.reply.text, trials=options.trials,
+                                                atol=options.atol, rtol=options.rtol, timeout=options.timeout,
+                                                cancel=self.cancel)
+        except Exception as error:
+            return CheckResult(verdict=Verdict.CRASH,
+                               message=f"the checker failed on this candidate: {type(error).__name__}: "
+                                       f"{str(error)[:300]}")
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

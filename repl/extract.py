@@ -48,5 +48,21 @@ def extract_kernel_code(reply: str) -> str | None:
     return None
 
 
+def kernel_source(kernel_code_or_reply: str) -> str | None:
+    """The code to check. Text that parses as Python is a file, checked whole: its own ModelNew is the one checked,
+    however it is bound (a class, `ModelNew = _Impl`, an import), never a fenced example in its docstring, and ```
+    in a comment changes nothing. Anything else is a reply, whose last Python block defining ModelNew is taken.
+
+    Parsing untrusted text can take the parser's memory and recursion far (one line of 100,000 `-`): the checker
+    calls this in the confined candidate process, never in the process that asked for the check."""
+    from repl.module_source import parse_python
+
+    try:
+        parse_python(kernel_code_or_reply)
+    except (SyntaxError, ValueError):
+        return extract_kernel_code(kernel_code_or_reply)
+    return kernel_code_or_reply
+
+
 def _tidy(code: str) -> str:
     return code.strip("\n") + "\n"

@@ -86,6 +86,9 @@ def inspect_module_source(code: str) -> ModuleSource:
     except SyntaxError as error:
         source.syntax_error = f"line {error.lineno}: {error.msg}"
         return source
+    except (MemoryError, RecursionError, ValueError) as error:  # nested past the parser's limits; a NUL byte
+        source.syntax_error = f"cannot be parsed ({type(error).__name__})"
+        return source
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             source.functions.add(node.name)

@@ -78,6 +78,8 @@ ATTACKS = {
         "attack_int_off_by_one.py", "int_add_reference.py", "mismatch", "int32 outputs must be equal"),
     "complex output with its imaginary part dropped": Case(
         "attack_complex_drops_imaginary.py", "complex_reference.py", "mismatch", "elements differ"),
+    "forges a reply whose fields are of the wrong types": Case(
+        "attack_forges_fields.py", RELU, "mismatch", "notes[0] is not text"),
     "tensor subclass lying about subtraction": Case(
         "attack_tensor_subclass.py", RELU, "mismatch", "is a tensor subclass (AlwaysClose): only plain tensors cross"),
     "a .py whose docstring holds a fenced correct example": Case(

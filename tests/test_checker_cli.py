@@ -36,13 +36,21 @@ RUNS = {
     "mismatch report": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_identity.py", "--device", "cpu"),
     "invalid reference --json": (CASES_DIR / "broken_reference.py", CASES_DIR / "relu_triton.py", "--device", "cpu",
                                  "--json"),
+    # One line of 100,000 '-' (and the name ModelNew, so that it goes as far as a candidate process): the parser
+    # runs out of stack (MemoryError). The asking process once parsed it and printed no JSON at all.
+    "unparsable --json": (CASES_DIR / "relu_reference.py", "UNPARSABLE", "--device", "cpu", "--json"),
+    "unparsable report": (CASES_DIR / "relu_reference.py", "UNPARSABLE", "--device", "cpu"),
 }
 
 
 @pytest.fixture(scope="module")
-def runs():
-    with ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
-        return dict(zip(RUNS, pool.map(run_command, RUNS.values())))
+def runs(tmp_path_factory):
+    unparsable = tmp_path_factory.mktemp("kernels") / "unparsable.py"
+    unparsable.write_text("# ModelNew\n" + "-" * 100_000 + "\n")
+    runs = {name: tuple(unparsable if part == "UNPARSABLE" else part for part in arguments)
+            for name, arguments in RUNS.items()}
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        return dict(zip(runs, pool.map(run_command, runs.values())))
 
 
 def run_command(arguments: tuple) -> subprocess.CompletedProcess:
@@ -100,3 +108,12 @@ def test_the_subcommand_keeps_the_main_commands_device_option():
     assert (args.device, args.check_device, args.reference, args.kernel, args.json) == ("cuda:1", "cpu", "ref.py",
                                                                                         "kernel.py", True)
     assert (args.trials, args.atol, args.rtol, args.timeout) == (5, 1e-2, 1e-2, None)
+
+
+def test_a_kernel_the_parser_cannot_take_gets_a_verdict_in_both_report_modes(runs):
+    as_json = runs["unparsable --json"]
+    assert as_json.returncode == 1, as_json.stderr
+    result = json.loads(as_json.stdout)
+    assert result["verdict"] == "compile_error" and "cannot be parsed" in result["message"]
+    report = runs["unparsable report"]
+    assert report.returncode == 1 and "compile error" in report.stdout.lower() and "Traceback" not in report.stderr

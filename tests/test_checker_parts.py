@@ -542,3 +542,83 @@ def test_a_judge_stuck_in_the_reference_blames_it_only_when_no_candidate_lived(m
                                             (0.0, {"stage": "reference", "alone": alone, "deadline_in": 0.2})])
     result = scripted.check(timeout=0.2)
     assert result.verdict == verdict and "judge was stopped" in result.message
+
+
+def _frame(text: bytes, blob: bytes = b"") -> bytes:
+    from repl.checker.wire import HEADER
+
+    return HEADER.pack(len(text), len(blob)) + text + blob
+
+
+@pytest.mark.parametrize("body", [b"[" + b"[]," * 400_000 + b"[]]", b"[" + b"1.5," * 250_000 + b"1]",
+                                  b"[" * 100_000 + b"]" * 100_000], ids=["empty lists", "numbers", "nesting"])
+def test_decoding_a_candidates_frame_holds_at_most_a_small_multiple_of_its_cap(body):
+    # A 64 MiB frame of nested empty lists once took the judge from 236 MB to 3.4 GB: from a candidate, a frame's
+    # JSON is capped at 1 MiB and its lists and objects at 65,536, so no frame holds more than ~20x the cap.
+    import os
+    import threading
+    import tracemalloc
+
+    from repl.checker.wire import UNTRUSTED_JSON_BYTES, Channel, WireError
+
+    read_end, write_end = os.pipe()
+    channel = Channel(read_end, None, untrusted_peer=True)
+    frame = _frame(body)
+    def write():
+        try:
+            for start in range(0, len(frame), 65536):
+                os.write(write_end, frame[start:start + 65536])
+        except OSError:
+            pass  # refused before it was all read
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    tracemalloc.start()
+    try:
+        try:
+            message, _ = channel.receive(max_blob=0, deadline=None)
+        except WireError:
+            message = None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        channel.close()
+        os.close(write_end)
+    assert peak < 24 * UNTRUSTED_JSON_BYTES, peak
+    assert message is None or isinstance(message, dict)
+
+
+def test_a_forged_reply_is_refused_field_by_field_and_its_text_cut_to_size():
+    from repl.checker.candidate_replies import MESSAGE_CHARS, clean_reply
+    from repl.checker.wire import WireError
+
+    with pytest.raises(WireError, match=r"notes\[0\] is not text"):
+        clean_reply({"loaded": True, "notes": [{"not": "text"}]})
+    for forged in ({"shape_specialised": "yes"}, {"launched": "kernel"}, {"estimate_ms": float("nan")},
+                   {"batch_ms": [1.0, -2.0]}, {"error": ["runtime_error"]}, {"ready": 1}):
+        with pytest.raises(WireError):
+            clean_reply(forged)
+    cleaned = clean_reply({"error": {"kind": "anything", "message": "\U0001F600" * 100_000}, "extra": 1})
+    assert cleaned["error"]["kind"] == "runtime_error" and len(cleaned["error"]["message"]) <= MESSAGE_CHARS + 10
+    assert "extra" not in cleaned
+
+
+def test_the_judges_answer_never_exceeds_its_cap_whatever_the_text_holds():
+    import json
+
+    from repl.checker.result import REPLY_JSON_BYTES, bounded_json_dict
+
+    grows = "\x00\U0001F600" * 300_000  # 6 and 12 bytes each once escaped: 5.4 MB
+    result = CheckResult(verdict=Verdict.RUNTIME_ERROR, message=grows, traceback=grows, notes=[grows] * 3,
+                         output_tail=grows)
+    data = bounded_json_dict(result)
+    assert len(json.dumps(data)) <= REPLY_JSON_BYTES
+    assert CheckResult.from_json_dict(data).verdict == Verdict.RUNTIME_ERROR
+
+
+def test_a_result_with_fields_of_the_wrong_type_still_reads_and_renders():
+    # A forged note that is not text crashed the plain report (AttributeError) and it printed no verdict.
+    result = CheckResult.from_json_dict({"verdict": "mismatch", "message": "m", "notes": [{"a": 1}, "x"],
+                                         "kernel_ms": "fast", "trials": True, "phases_s": [1]})
+    assert (result.notes, result.kernel_ms, result.trials, result.phases_s) == ([], None, 0, {})
+    assert "mismatch" in rendered(result)

@@ -274,3 +274,20 @@ def test_concurrency_samples_several_problems_at_once(stand_in_checker):
     most_active[0] = 0
     evaluate(problems, engine=engine, samples=2)
     assert most_active[0] == 1
+
+
+def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, monkeypatch):
+    # Whatever one candidate does to the checking machinery (here: the check raises, as the caller's parser did on
+    # a line of 100,000 '-'), every other candidate gets its verdict and the results file is written.
+    def check(reference_code, reply_text, **options):
+        if "x + y" in reply_text:
+            raise MemoryError()
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    use_stand_in_checker(monkeypatch, check)
+    out = tmp_path / "results.json"
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    assert not report.interrupted
+    verdicts = {r.name: [c["verdict"] for c in r.candidates] for r in report.results}
+    assert "crash" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
+    assert [p["name"] for p in json.loads(out.read_text())["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]

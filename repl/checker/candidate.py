@@ -26,6 +26,7 @@ import time
 from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
                                   traceback_text)
 from repl.checker.sandbox.limits import limit_cpu_time
+from repl.extract import kernel_source
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
@@ -77,7 +78,12 @@ class Candidate:
     def load(self, request: dict, blob: bytes) -> dict:
         import torch
 
-        code = request["kernel_code"]
+        try:
+            code = kernel_source(request["kernel_code"])
+        except BaseException as error:  # the parser's recursion or memory, on text made to exhaust them
+            raise Failure("compile_error", f"kernel cannot be parsed: {describe(error)}", error)
+        if code is None:
+            raise Failure("compile_error", "no Python code defining ModelNew found in the kernel")
         data = decode(request["data"], blob)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))

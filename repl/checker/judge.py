@@ -37,8 +37,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from repl.checker import default_spares
+from repl.checker.candidate_replies import clean_reply
 from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
-from repl.checker.result import CheckResult, Verdict
+from repl.checker.result import CheckResult, Verdict, bounded_json_dict
 from repl.checker.sandbox.processes import (become_subreaper, children, continue_processes, kill_orphans, kill_tree,
                                             stop_tree)
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
@@ -311,6 +312,7 @@ class CheckRun:
                 self.stage("candidate")
             channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
             reply, data = channel.receive(max_blob=max_blob, deadline=self.deadline, cancel=self.cancel)
+            reply = clean_reply(reply)
         except Stopped as stopped:
             self.candidate.kill()
             if stopped.reason == "cancelled":
@@ -528,7 +530,8 @@ class CandidateProcess:
         finally:
             os.close(request_read)
             os.close(reply_write)
-        self.channel = Channel(reply_read, request_write, shared_in=shared_replies, shared_out=shared_requests)
+        self.channel = Channel(reply_read, request_write, shared_in=shared_replies, shared_out=shared_requests,
+                               untrusted_peer=True)
         self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
         self.ready = False
 
@@ -537,6 +540,7 @@ class CandidateProcess:
             return
         reply, _ = self.channel.receive(max_blob=0, deadline=min(deadline, time.monotonic() + CANDIDATE_START_S),
                                         cancel=cancel)
+        reply = clean_reply(reply)
         if not reply.get("ready"):
             raise PeerGone(str((reply.get("error") or {}).get("message", "candidate did not start")))
         self.notes = [*self.notes, *reply.get("notes", [])]
@@ -739,7 +743,7 @@ def main() -> None:
             result = CheckResult(verdict=Verdict.CRASH, message=f"the judge failed: {describe(error)}",
                                  traceback=traceback_text(error, (__file__,)))
         try:
-            channel.send({"result": result.to_json_dict()})
+            channel.send({"result": bounded_json_dict(result)})
         except PeerGone:
             break
     judge.pool.close()

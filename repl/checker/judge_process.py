@@ -129,7 +129,11 @@ class JudgeProcess:
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
-                return CheckResult.from_json_dict(message["result"])
+                try:
+                    return CheckResult.from_json_dict(message["result"])
+                except (ValueError, TypeError) as error:
+                    return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
+                                       message=f"the judge's answer could not be read ({error})")
 
     def size(self, reference_code: str, timeout: float) -> str | None:
         """The judge's too_large line for this reference (None: it fits, or no answer within `timeout`, after which

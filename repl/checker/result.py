@@ -1,5 +1,7 @@
 """What a check concludes: one record that travels from the judge to the caller, and out as JSON."""
 
+import json
+import types
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
@@ -34,6 +36,7 @@ class Verdict(StrEnum):
 
 
 VERDICTS = tuple(Verdict)
+REPLY_JSON_BYTES = 4 * 1024 * 1024  # the most a result the judge sends holds (the wire accepts 64 MiB)
 
 
 @dataclass
@@ -74,6 +77,48 @@ class CheckResult:
 
     @classmethod
     def from_json_dict(cls, data: dict) -> "CheckResult":
-        """Reads what to_json_dict wrote; keys it does not know (from a newer writer) are ignored."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
+        """Reads what to_json_dict wrote; keys it does not know (from a newer writer) are ignored, and a value not of
+        its field's type (a forged note that is not text...) is left out: every report can then show the result."""
+        if not isinstance(data, dict):
+            raise ValueError("a check result that is not a JSON object")
+        types = {f.name: f.type for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in types and _conforms(value, types[key])})
+
+
+def _conforms(value, annotation) -> bool:
+    """Whether a JSON value fits a field's annotation (str, float | None, list[str], dict, Verdict...)."""
+    if isinstance(annotation, str):  # postponed annotations are not used here; accept plain JSON
+        return True
+    if isinstance(annotation, types.UnionType):
+        return any(_conforms(value, option) for option in annotation.__args__)
+    if annotation is type(None):
+        return value is None
+    origin = getattr(annotation, "__origin__", None)
+    if origin is list:
+        (item,) = annotation.__args__
+        return isinstance(value, list) and all(_conforms(element, item) for element in value)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is Verdict:
+        return isinstance(value, str)
+    return isinstance(value, annotation)
+
+
+def bounded_json_dict(result: CheckResult, limit: int = REPLY_JSON_BYTES) -> dict:
+    """The result as JSON that fits `limit` whatever the candidate made its text of (characters that grow sixfold
+    when escaped included): texts cut, then only the verdict and the start of the message."""
+    data = result.to_json_dict()
+    if len(json.dumps(data)) <= limit:
+        return data
+    for name, value in data.items():
+        if isinstance(value, str):
+            data[name] = value[-20_000:] if name in ("traceback", "output_tail") else value[:2000]
+        elif isinstance(value, list):
+            data[name] = [str(item)[:500] for item in value[:32]]
+    if len(json.dumps(data)) <= limit:
+        return data
+    return CheckResult(verdict=result.verdict, device=result.device, message=result.message[:2000]).to_json_dict()

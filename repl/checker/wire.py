@@ -28,6 +28,10 @@ import time
 HEADER = struct.Struct("!IQ")
 IN_SHARED_MEMORY = 1 << 63  # header flag: the blob is in the receiver's SharedBuffer, not in the frame
 MAX_JSON_BYTES = 64 * 1024 * 1024
+# From an untrusted peer (a candidate): far less JSON, and few containers in it, so that decoding one frame holds at
+# most a small multiple of it in memory (an empty list or dict costs 50-60 bytes for its 2-3 bytes of JSON).
+UNTRUSTED_JSON_BYTES = 1024 * 1024
+UNTRUSTED_CONTAINERS = 65536
 POLL_S = 0.05
 SHARED_MIN_BYTES = 1 << 16  # smaller blobs go through the pipe: one write, no mapping to check
 ALIGNMENT = 64  # every tensor's bytes start at a multiple of this in a blob
@@ -146,7 +150,12 @@ def encode_at(value, where: str) -> tuple[object, bytes]:
 def decode(tree, blob, device=None):
     """The inverse of encode: plain torch.Tensors (on `device`, default the CPU) and Python values. Every tensor is a
     copy: nothing decoded aliases the blob, which may be memory the peer can still write."""
-    return _decode(tree, memoryview(blob).cast("B"), device)
+    try:
+        return _decode(tree, memoryview(blob).cast("B"), device)
+    except RecursionError:
+        raise WireError("a frame nested too deeply") from None
+    except (TypeError, ValueError, OverflowError) as error:  # forged entries: a shape that is not a list of ints...
+        raise WireError(f"a malformed tensor entry ({type(error).__name__})") from None
 
 
 def _decode(item, view: memoryview, device):
@@ -258,8 +267,12 @@ class Channel:
     `shared_in`/`shared_out`, large blobs travel through shared memory instead (see the module's docstring)."""
 
     def __init__(self, read_fd: int | None = None, write_fd: int | None = None, *,
-                 shared_in: SharedBuffer | None = None, shared_out: SharedBuffer | None = None):
+                 shared_in: SharedBuffer | None = None, shared_out: SharedBuffer | None = None,
+                 untrusted_peer: bool = False):
+        """untrusted_peer: frames are read with UNTRUSTED_JSON_BYTES and UNTRUSTED_CONTAINERS as caps."""
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.max_json = UNTRUSTED_JSON_BYTES if untrusted_peer else MAX_JSON_BYTES
+        self.max_containers = UNTRUSTED_CONTAINERS if untrusted_peer else None
         self.shared_in, self.shared_out = shared_in, shared_out
         for fd in (read_fd, write_fd):
             if fd is not None:
@@ -309,8 +322,8 @@ class Channel:
         json_length, blob_field = HEADER.unpack(self._buffer[:HEADER.size])
         in_shared = bool(blob_field & IN_SHARED_MEMORY)
         blob_length = blob_field & ~IN_SHARED_MEMORY
-        if json_length > MAX_JSON_BYTES:
-            raise WireError(f"a message of {json_length} bytes of JSON, above the {MAX_JSON_BYTES} accepted")
+        if json_length > self.max_json:
+            raise WireError(f"a message of {json_length} bytes of JSON, above the {self.max_json} accepted")
         if blob_length > max_blob:
             raise WireError(f"{blob_length} bytes of tensors sent, above the {max_blob} accepted")
         if in_shared and self.shared_in is None:
@@ -318,9 +331,12 @@ class Channel:
         end = HEADER.size + json_length + (0 if in_shared else blob_length)
         self._fill(end, deadline, cancel)
         frame, self._buffer = self._buffer[:end], self._buffer[end:]
+        text = bytes(frame[HEADER.size:HEADER.size + json_length])
+        if self.max_containers is not None and text.count(b"[") + text.count(b"{") > self.max_containers:
+            raise WireError(f"a message of more than {self.max_containers} lists and objects")
         try:
-            message = json.loads(bytes(frame[HEADER.size:HEADER.size + json_length]))
-        except ValueError:
+            message = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
             raise WireError("a frame that is not JSON") from None
         if not isinstance(message, dict):
             raise WireError("a frame that is not a JSON object")

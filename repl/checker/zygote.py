@@ -242,7 +242,7 @@ class ForkedProcess:
 
 PRELOADED = ("torch", "triton", "triton.language", "repl.checker.compat", "repl.checker.cuda_on_cpu",
              "repl.checker.launches", "repl.checker.loading", "repl.checker.sandbox", "repl.checker.triton_warmup",
-             "repl.checker.wire")
+             "repl.checker.wire", "repl.extract", "repl.module_source")
 
 
 def _preload(device: str) -> None:

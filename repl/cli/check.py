@@ -58,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from repl.checker import check_kernel
 
+    from repl.checker import CheckResult, Verdict
+
     try:
         reference = _read(args.reference, "REFERENCE")
         kernel = _read(args.kernel, "KERNEL")
@@ -66,14 +68,33 @@ def run(args) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNUSABLE
-    if args.json:
-        print(json.dumps(result.to_json_dict()))
-    else:
-        from repl.ui.check_view import render_check_result
-        from repl.ui.console import make_console
-
-        make_console().print(render_check_result(result, full_traceback=getattr(args, "debug", False)))
+    except Exception as error:  # whatever the kernel held: a verdict is still printed
+        if getattr(args, "debug", False):
+            raise
+        result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
+    print_report(result, as_json=args.json, debug=getattr(args, "debug", False))
     return exit_status(result.verdict)
+
+
+def print_report(result, *, as_json: bool, debug: bool) -> None:
+    """The report, or at least the verdict and its message on one line should the report fail."""
+    if as_json:
+        try:
+            text = json.dumps(result.to_json_dict())
+        except (TypeError, ValueError):
+            text = json.dumps({"verdict": str(result.verdict), "correct": result.correct,
+                               "message": str(result.message)})
+        print(text)
+        return
+    from repl.ui.check_view import render_check_result
+    from repl.ui.console import make_console
+
+    try:
+        make_console().print(render_check_result(result, full_traceback=debug))
+    except Exception:
+        if debug:
+            raise
+        print(f"{result.verdict}: {result.message}")
 
 
 def exit_status(verdict: str) -> int:

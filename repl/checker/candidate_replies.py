@@ -1,0 +1,96 @@
+"""What a candidate may say: every field of its replies checked for type and cut to size before the judge uses it.
+
+A candidate writes its own frames (it can forge any JSON within the wire's caps), so nothing it sends is trusted to
+be what the protocol says: a field of the wrong type refuses the reply (the check's verdict is `mismatch`, "reply
+refused"), text is cut to a length the caller can show, lists to a count it can keep. Unknown fields are dropped.
+"""
+
+import math
+
+from repl.checker.wire import WireError
+
+MESSAGE_CHARS = 2000
+TRACEBACK_CHARS = 20_000
+NOTE_CHARS = 500
+NOTES = 32
+KERNEL_NAME_CHARS = 200
+KERNEL_NAMES = 256
+BATCHES = 10_000
+ERROR_KINDS = ("compile_error", "runtime_error", "bad_output", "crash")
+
+
+def clean_reply(reply: dict) -> dict:
+    """The reply with each known field of the right type and size; raises WireError naming the first that is not."""
+    cleaned = {}
+    for name, check in _FIELDS.items():
+        if name in reply:
+            cleaned[name] = check(reply[name], name)
+    return cleaned
+
+
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise WireError(f"{name} is not true or false")
+    return value
+
+
+def _text(limit: int):
+    def check(value, name: str) -> str:
+        if not isinstance(value, str):
+            raise WireError(f"{name} is not text")
+        return value if len(value) <= limit else value[:limit] + " [cut]"
+    return check
+
+
+def _optional_text(limit: int):
+    text = _text(limit)
+    return lambda value, name: None if value is None else text(value, name)
+
+
+def _texts(limit: int, count: int):
+    text = _text(limit)
+
+    def check(value, name: str) -> list[str]:
+        if not isinstance(value, list):
+            raise WireError(f"{name} is not a list")
+        return [text(item, f"{name}[{index}]") for index, item in enumerate(value[:count])]
+    return check
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise WireError(f"{name} is not a non-negative number")
+    return float(value)
+
+
+def _numbers(value, name: str) -> list[float]:
+    if not isinstance(value, list) or len(value) > BATCHES:
+        raise WireError(f"{name} is not a list of at most {BATCHES} numbers")
+    return [_number(item, f"{name}[{index}]") for index, item in enumerate(value)]
+
+
+def _error(value, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise WireError(f"{name} is not an object")
+    kind = value.get("kind")
+    return {"kind": kind if kind in ERROR_KINDS else "runtime_error",
+            "message": _text(MESSAGE_CHARS)(value.get("message", ""), f"{name}.message"),
+            "traceback": _optional_text(TRACEBACK_CHARS)(value.get("traceback"), f"{name}.traceback")}
+
+
+def _tree(value, name: str):
+    return value  # the outputs: wire.decode checks every entry as it rebuilds the tensors
+
+
+_FIELDS = {
+    "ready": _flag,
+    "loaded": _flag,
+    "notes": _texts(NOTE_CHARS, NOTES),
+    "prepare_s": _number,
+    "shape_specialised": _flag,
+    "outputs": _tree,
+    "launched": _texts(KERNEL_NAME_CHARS, KERNEL_NAMES),
+    "estimate_ms": _number,
+    "batch_ms": _numbers,
+    "error": _error,
+}
