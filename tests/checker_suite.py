@@ -54,11 +54,22 @@ CASES = {
     "infinite loop": Case("relu_hangs.py", RELU, "timeout", "no result within 3 s", options={"timeout": 3}),
     "a valid kernel with a Markdown fence in a comment": Case("relu_fence_in_comment.py", RELU, "correct"),
     "softmax whose outputs are all below atol": Case("softmax_triton.py", "softmax_reference.py", "correct"),
+    # Honest kernels that must keep their `correct` under the exact and small-value rules (issue 22).
+    "softmax over 100 classes": Case("softmax_triton.py", "softmax_wide_reference.py", "correct"),
+    "fp16 softmax over 4096 classes": Case("softmax_fp16_triton.py", "softmax_fp16_reference.py", "correct"),
+    "layer norm with the reference's parameters": Case("layernorm_triton.py", "layernorm_reference.py", "correct"),
+    "a Python int and bool beside a tensor": Case("count_triton.py", "count_reference.py", "correct"),
+    "dict outputs": Case("dict_triton.py", "dict_reference.py", "correct"),
+    "one wrong value of a dict": Case("dict_second_wrong.py", "dict_reference.py", "mismatch", "output['double']"),
+    "in place, with a buffer": Case("inplace_buffer_triton.py", "inplace_buffer_reference.py", "correct"),
+    "a list of a transposed view and a 0-dim tensor": Case("views_triton.py", "views_reference.py", "correct"),
     # A reference that hangs or kills the judge: the reference's fault, not the candidate's.
     "reference that hangs": Case("relu_triton.py", "hanging_reference.py", "invalid_reference",
                                  "did not finish within 3 s", options={"timeout": 3}),
     "reference that crashes the judge": Case("relu_triton.py", "crashing_reference.py", "invalid_reference",
                                              "crashed the judge"),
+    "reference whose dropout is active (random)": Case("relu_triton.py", "dropout_reference.py", "invalid_reference",
+                                                       "the reference is random"),
 }
 
 # Issue 10's "wrong kernels judged correct", one file each: every one must now get an honest verdict.
@@ -78,6 +89,12 @@ ATTACKS = {
         "attack_int_off_by_one.py", "int_add_reference.py", "mismatch", "int32 outputs must be equal"),
     "complex output with its imaginary part dropped": Case(
         "attack_complex_drops_imaginary.py", "complex_reference.py", "mismatch", "elements differ"),
+    "softmax that flushes every probability below 0.01": Case(
+        "attack_softmax_flushes_small.py", "softmax_wide_reference.py", "mismatch", "small values flushed"),
+    "Python int output off by two": Case(
+        "attack_python_int_off_by_two.py", "count_reference.py", "mismatch", "output[1] is"),
+    "ModelNew bound by assignment, a correct example in its docstring": Case(
+        "attack_model_new_alias.py", RELU, "mismatch", "elements differ"),
     "forges a reply whose fields are of the wrong types": Case(
         "attack_forges_fields.py", RELU, "mismatch", "notes[0] is not text"),
     "tensor subclass lying about subtraction": Case(

@@ -398,3 +398,13 @@ def test_the_reference_runs_while_every_process_of_the_candidate_is_stopped(tmp_
     finally:
         for pid in _processes_with(marker):
             os.kill(pid, 9)
+
+
+def test_an_honest_bfloat16_kernel_that_fails_under_the_interpreter_is_told_why(checker):
+    # Triton's interpreter computes bfloat16 on its 16-bit patterns (x * 2 is wrong): the mismatch says so.
+    result = checker.check((CASES_DIR / "bf16_double_reference.py").read_text(),
+                           (CASES_DIR / "bf16_double_triton.py").read_text())
+    assert result.verdict == "mismatch"
+    assert any("bfloat16 under Triton's CPU interpreter" in note for note in result.notes), result.notes
+    fp32 = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_wrong_mask.py").read_text())
+    assert not any("bfloat16" in note for note in fp32.notes)  # only where bfloat16 is involved

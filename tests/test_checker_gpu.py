@@ -81,3 +81,11 @@ def test_a_warm_check_reuses_the_judge_and_a_ready_candidate():
 def test_a_kernel_whose_launches_do_nothing_is_caught_by_the_trial_without_launches():
     result = check_kernel(RELU_REFERENCE, (CASES_DIR / "attack_torch_computes.py").read_text(), device="cuda")
     assert result.verdict == "no_triton" and "did no work" in result.message, result.message
+
+
+def test_an_honest_bfloat16_kernel_is_correct_on_the_gpu():
+    # Under the CPU interpreter it is a mismatch with a note (its bfloat16 arithmetic is wrong); here it is right.
+    result = check_kernel((CASES_DIR / "bf16_double_reference.py").read_text(),
+                          (CASES_DIR / "bf16_double_triton.py").read_text(), device="cuda")
+    assert result.verdict == "correct", result.message
+    assert not any("bfloat16" in note for note in result.notes)

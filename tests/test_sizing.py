@@ -142,8 +142,7 @@ def test_inputs_beyond_the_machine_are_sized_without_being_allocated(tmp_path):
 
 def test_a_small_problem_is_not_flagged():
     size = measure_problem(module_from((TESTS / "eval_problems" / "1_ReLU.py").read_text()))
-    assert size.sized and size.input_bytes == 800
-    assert size.output_bytes is None  # not worth a forward on meta: it costs seconds the first time
+    assert size.sized and size.input_bytes == 800 and size.output_bytes == 800
     assert too_large_reason(size, on_cuda=False, memory_bytes=available_memory_bytes(False)) is None
 
 
@@ -152,6 +151,26 @@ def test_kernelbook_init_inputs_and_parameters_are_counted():
     assert size.sized
     assert size.parameter_bytes == 1024 * 1024 * 4  # no bias: the keyword reached the constructor
     assert size.input_bytes == 8 * 1024 * 4
+
+
+def test_a_huge_output_from_tiny_inputs_is_too_large():
+    module = module_from("""
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.expand(1 << 20, 1 << 11).contiguous()
+
+def get_inputs():
+    return [torch.randn(1)]
+
+def get_init_inputs():
+    return []
+""")
+    size = measure_problem(module)
+    assert (size.input_bytes, size.output_bytes) == (4, 2**33)  # 4 bytes in, 8.6 GB out
+    assert "a check holds at least 17.2 GB" in too_large_reason(size, on_cuda=True, memory_bytes=16 * GB)
 
 
 def test_outputs_count_once_the_inputs_are_large():

@@ -4,9 +4,17 @@ The first problem found is reported as one line naming where it is (``output``, 
 outputs are compared element by element. Errors are measured in float64 (complex128 for complex outputs: real and
 imaginary parts both count) over the positions where both are finite.
 
-- Integer and boolean outputs must be equal: a tolerance would let an index or a count be off by one.
+- Integer and boolean outputs must be equal, tensors and Python numbers alike: a tolerance would let an index or a
+  count be off by one (and a bool must be a bool, an int an int).
+- Dict outputs are compared key by key: the same keys, each value as above.
 - A floating output whose reference magnitudes are all below atol would match anything small (zeros for a softmax
   over many classes): it is compared with atol lowered to rtol x its largest magnitude, and a note says so.
+- Small values flushed: atol lets an element whose reference is below it come back as zero (a softmax with every
+  probability under 0.01 zeroed passed). An element is *collapsed* when the candidate's magnitude is at most rtol
+  times the reference's, and the reference's is not negligible: at least rtol x the output's largest magnitude. Any
+  collapsed element is a mismatch, whatever atol says. Honest kernels do not collapse values of that size: fp16 and
+  bf16 rounding, cancellation in a reduction and flush-to-zero of denormals all act far below 1% of the output's
+  scale (a layer norm's values near zero, a softmax's tail over thousands of classes).
 
 max_rel_error is |candidate - reference| / |reference| over elements with |reference| > atol: below that the
 absolute tolerance governs (as in allclose) and a ratio would only measure noise around zero.
@@ -53,12 +61,33 @@ def _compare(candidate, reference, atol, rtol, where, comparison: Comparison) ->
             _compare(candidate_item, reference_item, atol, rtol, f"{where}[{index}]", comparison)
             if comparison.problem:
                 return
-    elif isinstance(reference, (int, float)) and not isinstance(reference, bool):
-        is_number = isinstance(candidate, (int, float))
-        if not is_number or not math.isclose(candidate, reference, rel_tol=rtol, abs_tol=atol):
-            comparison.problem = f"{where} is {candidate!r}, expected {reference!r}"
-    elif candidate != reference:
+    elif isinstance(reference, dict):
+        _compare_dicts(candidate, reference, atol, rtol, where, comparison)
+    elif isinstance(reference, (bool, int)):  # exactly: the same type (a bool is not an int here) and value
+        if type(candidate) is not type(reference) or candidate != reference:
+            comparison.problem = f"{where} is {_short(candidate)}, expected {reference!r}"
+    elif isinstance(reference, float):
+        is_number = isinstance(candidate, (int, float)) and not isinstance(candidate, bool)
+        if not is_number or not (math.isclose(candidate, reference, rel_tol=rtol, abs_tol=atol)
+                                 or math.isnan(candidate) and math.isnan(reference)):
+            comparison.problem = f"{where} is {_short(candidate)}, expected {reference!r}"
+    elif type(candidate) is not type(reference) or candidate != reference:
         comparison.problem = f"{where} is {_kind(candidate)}, expected {_kind(reference)}"
+
+
+def _compare_dicts(candidate, reference, atol, rtol, where, comparison: Comparison) -> None:
+    if not isinstance(candidate, dict):
+        comparison.problem = f"{where} is {_kind(candidate)}, expected a dict"
+        return
+    if set(candidate) != set(reference):
+        missing, extra = sorted(set(reference) - set(candidate)), sorted(set(candidate) - set(reference))
+        parts = [f"lacks {missing[:5]}" if missing else "", f"has unexpected {extra[:5]}" if extra else ""]
+        comparison.problem = f"{where} {' and '.join(part for part in parts if part)}"
+        return
+    for key in reference:
+        _compare(candidate[key], reference[key], atol, rtol, f"{where}[{key!r}]", comparison)
+        if comparison.problem:
+            return
 
 
 def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Comparison) -> None:
@@ -109,8 +138,9 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
                                 f"compared with atol={lowered:.3g} instead")
         atol = lowered
 
-    # Pass 2: the errors, and how many elements are outside the tolerance.
-    outside = 0
+    # Pass 2: the errors, how many elements are outside the tolerance, and how many collapsed (see the docstring).
+    outside = collapsed = 0
+    collapse_floor = rtol * largest
     max_abs = None
     for got, expected in _wide_slices(candidate, reference):
         finite = torch.isfinite(got) & torch.isfinite(expected)
@@ -124,8 +154,18 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
             relative = (difference[above_atol] / magnitude[above_atol]).max().item()
             comparison.max_rel_error = max(comparison.max_rel_error, relative)
         outside += int((difference > atol + rtol * magnitude).sum())
+        within = difference <= atol + rtol * magnitude
+        if within.any():
+            got_magnitude = got.abs()[finite]
+            collapsed += int((within & (magnitude > 0) & (magnitude >= collapse_floor)
+                              & (got_magnitude <= rtol * magnitude)).sum())
     if max_abs is not None:
         comparison.max_abs_error = max(comparison.max_abs_error, max_abs)
+    if collapsed and not outside:
+        comparison.problem = (f"{where}: {collapsed} of {candidate.numel()} elements are zero or nearly where the "
+                              f"reference is not negligible (at least {collapse_floor:.3g}, rtol x its largest "
+                              "magnitude): small values flushed")
+        return
     if outside:
         comparison.problem = (f"{where}: {outside} of {candidate.numel()} elements differ beyond atol={atol:g}, "
                               f"rtol={rtol:g} (max abs error {max_abs:.3g})")
@@ -155,6 +195,11 @@ def _compare_exactly(candidate, reference, where, comparison: Comparison) -> Non
     if unequal:
         comparison.problem = (f"{where}: {unequal} of {candidate.numel()} elements differ "
                               f"({_dtype_name(reference.dtype)} outputs must be equal)")
+
+
+def _short(value) -> str:
+    text = repr(value) if isinstance(value, (bool, int, float, str)) or value is None else _kind(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _kind(value) -> str:

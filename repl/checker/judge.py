@@ -150,12 +150,36 @@ class Judge:
             raise Ended(Verdict.INVALID_REFERENCE, f"reference init inputs cannot be sent: {error}")
         problem = Problem(module, model, init_data, init_blob)
         try:
-            problem.output_bytes = _tensor_bytes(self.run_reference(problem, self.make_inputs(problem)))
+            inputs = self.make_inputs(problem)
+            again = to_device(inputs, self.device, clone=True)  # the reference may change its inputs in place
+            output = self.run_reference(problem, inputs)
+            problem.output_bytes = _tensor_bytes(output)
+            del inputs
+            output_again = self.run_reference(problem, again)
         except Ended:
             raise
         except BaseException as error:
             raise self.reference_failed("reference Model fails to run", error)
+        self.require_deterministic(model, output, output_again)
         return problem
+
+    @staticmethod
+    def require_deterministic(model, output, output_again) -> None:
+        """A reference that gives two answers for the same inputs (it draws random numbers in forward) cannot be
+        matched by any kernel: invalid_reference, saying so, before a kernel is blamed for it."""
+        import torch
+
+        from repl.checker.compare import compare_outputs
+
+        differs = compare_outputs(output_again, output, 1e-2, 1e-2).problem
+        if differs is None:
+            return
+        dropouts = [name for name, module in model.named_modules()
+                    if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.training and module.p > 0]
+        why = (f"its dropout ({', '.join(dropouts[:3])}) is active: the reference is built in training mode"
+               if dropouts else "it draws random numbers in forward")
+        raise Ended(Verdict.INVALID_REFERENCE, f"the reference is random: two runs on the same inputs differ "
+                    f"({differs}); {why}, and no kernel can match it. Seed it, or take the randomness out")
 
     def size_up(self, module) -> None:
         """Issue 14: a problem the device cannot hold (or the interpreter cannot run in time) ends here, before
@@ -299,9 +323,9 @@ class CheckRun:
         return {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data,
                 "cpu_seconds": float(self.request["timeout"]) * (os.cpu_count() or 1) + 10.0}
 
-    def exchange(self, request: dict, blob=b"", *, max_blob: int = 0):
+    def exchange(self, request: dict, blob=b"", *, max_blob: int = 0, before_sending=None):
         """Send a request and return (reply, blob). max_blob: the most reply bytes accepted (room is made for them
-        in shared memory)."""
+        in shared memory). before_sending: called once the request's bytes are copied, before they are sent."""
         channel = self.candidate.channel
         max_blob = max_blob or OUTPUT_SLACK_BYTES
         try:
@@ -310,7 +334,10 @@ class CheckRun:
             self.deadline += transfer_s
             if transfer_s >= 0.1:
                 self.stage("candidate")
-            channel.send(request, blob, deadline=self.deadline, cancel=self.cancel)
+            frame = channel.frame(request, blob)
+            if before_sending is not None:
+                before_sending()
+            channel.send_frame(frame, deadline=self.deadline, cancel=self.cancel)
             reply, data = channel.receive(max_blob=max_blob, deadline=self.deadline, cancel=self.cancel)
             reply = clean_reply(reply)
         except Stopped as stopped:
@@ -337,11 +364,16 @@ class CheckRun:
     def trial(self, problem: Problem, *, skip_launches: bool, label: str):
         inputs = self.judge.make_inputs(problem)
         self.inputs_all_non_negative &= _all_non_negative(inputs)
-        tree, blob = encode_at(inputs, "input")  # before the reference runs: it may change its inputs in place
-        expected = self.reference_alone(problem, inputs, label)
+        tree, blob = encode_at(inputs, "input")
+        expected = []
+
+        def reference():  # once the inputs are copied for the candidate: the reference may change them in place
+            expected.append(self.reference_alone(problem, inputs, label))
+
         # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
         reply, data = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
-                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES)
+                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES, before_sending=reference)
+        expected = expected[0]
         if _tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
             problem.output_bytes = _tensor_bytes(expected)
         try:
@@ -350,7 +382,10 @@ class CheckRun:
             raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
         from repl.checker.compare import compare_outputs  # imports torch: not before the fork server starts
 
-        return compare_outputs(got, expected, self.request["atol"], self.request["rtol"]), reply.get("launched", [])
+        comparison = compare_outputs(got, expected, self.request["atol"], self.request["rtol"])
+        if not comparison.matches and not self.judge.on_cuda and _holds_bfloat16([inputs, expected]):
+            comparison.notes.append(BFLOAT16_UNDER_THE_INTERPRETER)
+        return comparison, reply.get("launched", [])
 
     def reference_alone(self, problem: Problem, inputs: list, label: str):
         """The reference's output for these inputs, computed while the candidate's processes are stopped: a
@@ -659,9 +694,27 @@ def _tensor_bytes(value) -> int:
 
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        value = list(value.values())
     if isinstance(value, (list, tuple)):
         return sum(_tensor_bytes(item) for item in value)
     return 0
+
+
+BFLOAT16_UNDER_THE_INTERPRETER = (
+    "bfloat16 under Triton's CPU interpreter: it holds bfloat16 values as 16-bit integers and computes on them "
+    "(even x * 2 comes out wrong), so an honest bfloat16 kernel can fail here; check it on a GPU, or compute in "
+    "float32 inside the kernel (tl.load(...).to(tl.float32))")
+
+
+def _holds_bfloat16(value) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.bfloat16
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(_holds_bfloat16(item) for item in value)
 
 
 def _all_non_negative(inputs: list) -> bool:

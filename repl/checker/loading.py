@@ -42,13 +42,14 @@ def init_arguments(init_inputs) -> tuple[list, dict]:
     return init_inputs, {}
 
 
-def to_device(value, device):
+def to_device(value, device, *, clone: bool = False):
+    """Tensors (in lists and tuples too) moved to device; clone: copies, also of those already there."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, copy=clone)
     if isinstance(value, (list, tuple)):
-        return type(value)(to_device(item, device) for item in value)
+        return type(value)(to_device(item, device, clone=clone) for item in value)
     return value
 
 

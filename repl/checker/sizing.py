@@ -2,9 +2,9 @@
 
 KernelBench's current problems use inputs of several GB (19_ReLU: a 4096 x 393216 float32 tensor, 6.4 GB). On the
 CPU such a check runs for a minute and dies for lack of memory; under the Triton interpreter it would need hours.
-``measure_problem`` calls the module's ``get_init_inputs()``, builds ``Model``, calls ``get_inputs()`` and (for
-inputs of 256 MB or more) runs one forward on PyTorch's *meta* device: shapes and dtypes propagate, no storage is
-allocated. Any explicit device (``.cuda()``, ``.to("cuda")``, ``device="cpu"``) is turned into ``meta`` while it
+``measure_problem`` calls the module's ``get_init_inputs()``, builds ``Model``, calls ``get_inputs()`` and runs one
+forward on PyTorch's *meta* device: shapes and dtypes propagate, no storage is allocated, and the outputs count (a
+problem with 4 bytes of input can return 6.4 GB). Any explicit device (``.cuda()``, ``.to("cuda")``, ``device="cpu"``) is turned into ``meta`` while it
 runs. Code that needs real values (``.item()``, ``.numpy()``, ``nonzero``) cannot be sized: the result says so and
 ``too_large_reason`` never calls such a problem too large.
 
@@ -39,9 +39,6 @@ from repl.errors import one_line
 
 INTERPRETER_ELEMENTS_PER_S = 50e6  # an upper bound on the Triton interpreter's rate; see the module docstring
 DEFAULT_TRIALS = 5  # the checker's default number of trials
-# Below this (inputs and parameters), the forward is not run to size the output: an output too large for a device
-# would need to be dozens of times the inputs.
-FORWARD_FROM_BYTES = 256 * 2**20
 SIZING_TIMEOUT_S = 20.0  # for problem_too_large's subprocess (importing torch takes seconds on a busy machine)
 WHAT_TO_DO_CPU = "check it on a GPU (--device cuda) or lower the sizes in get_inputs()"
 WHAT_TO_DO_GPU = "check it on a GPU with more free memory or lower the sizes in get_inputs()"
@@ -132,12 +129,8 @@ def measure_problem(reference_module) -> ProblemSize:
                 big = max(tensors, key=lambda t: t.numel() * t.element_size())
                 size.largest = TensorSize(str(big.dtype).removeprefix("torch."), list(big.shape),
                                           big.numel() * big.element_size())
-            if size.input_bytes + size.parameter_bytes < FORWARD_FROM_BYTES \
-                    or size.input_elements > interpreter_element_budget():
-                # The first forward on meta costs seconds (PyTorch's Python meta kernels import torch._dynamo):
-                # worth it only where the output could decide, not for small problems nor for ones too large for
-                # the interpreter whatever the output. The output then stays unknown.
-                return size
+            if size.input_elements > interpreter_element_budget():
+                return size  # too large for the interpreter whatever the output: the forward would add nothing
             try:
                 outputs = _tensors(model(*inputs))
             except Exception:  # an op with no meta kernel, or data-dependent code: the output stays unknown

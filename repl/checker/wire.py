@@ -289,6 +289,11 @@ class Channel:
              cancel: threading.Event | None = None) -> None:
         """blob: bytes or a Payload. Stopped midway leaves a partial frame behind: the peer can then only be
         stopped, as the judge does."""
+        self.send_frame(self.frame(message, blob), deadline=deadline, cancel=cancel)
+
+    def frame(self, message: dict, blob=b"") -> bytearray:
+        """The frame for message and blob, its tensor bytes copied now (into shared memory, or into the frame):
+        what the tensors hold later changes nothing of it. Send it (send_frame) before making the next one."""
         text = json.dumps(message).encode()
         if len(text) > MAX_JSON_BYTES:
             raise WireError(f"message too large ({len(text)} bytes of JSON)")
@@ -297,11 +302,15 @@ class Channel:
             shared = self.shared_out
             if shared is not None and payload.nbytes >= SHARED_MIN_BYTES and shared.make_room(payload.nbytes):
                 payload.write_into(shared.view(payload.nbytes))
-                frame = bytearray(HEADER.pack(len(text), payload.nbytes | IN_SHARED_MEMORY) + text)
-            else:
-                frame = bytearray(HEADER.size + len(text) + payload.nbytes)
-                frame[:HEADER.size + len(text)] = HEADER.pack(len(text), payload.nbytes) + text
-                payload.write_into(memoryview(frame)[HEADER.size + len(text):])
+                return bytearray(HEADER.pack(len(text), payload.nbytes | IN_SHARED_MEMORY) + text)
+            frame = bytearray(HEADER.size + len(text) + payload.nbytes)
+            frame[:HEADER.size + len(text)] = HEADER.pack(len(text), payload.nbytes) + text
+            payload.write_into(memoryview(frame)[HEADER.size + len(text):])
+            return frame
+
+    def send_frame(self, frame: bytearray, *, deadline: float | None = None,
+                   cancel: threading.Event | None = None) -> None:
+        with self._write_lock:
             data = memoryview(frame)
             while data:
                 _wait_ready(self.write_fd, "w", deadline, cancel)
