@@ -216,3 +216,15 @@ def test_asking_before_generating_runs_the_module_in_a_subprocess():
         too_large, small, broken, hangs = pool.map(lambda ask: problem_too_large(ask[0], "cpu", timeout=ask[1]), asked)
     assert too_large is not None and "float32[4096, 393216] (6.4 GB)" in too_large
     assert (small, broken, hangs) == (None, None, None)
+
+
+def test_sizing_in_a_process_that_never_compiles_does_not_import_dynamo():
+    # PyTorch's Python meta kernels import torch._dynamo on their first call (seconds): the CPU judge and the
+    # sizing subprocess never compile, and size without it, outputs included.
+    code = ("import sys, types; from repl.checker.sizing import measure_problem; "
+            f"m = types.ModuleType('m'); exec(open({str(TESTS / 'checker_cases' / 'layernorm_reference.py')!r}).read(), "
+            "m.__dict__); size = measure_problem(m, compiles_later=False); "
+            "print(size.output_bytes, 'torch._dynamo' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=TESTS.parent)
+    assert run.stdout.split() == ["16384", "False"], run.stderr[-2000:]

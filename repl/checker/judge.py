@@ -25,6 +25,7 @@ updates and one ``result`` per check. A reference that hangs or kills this proce
 import argparse
 import contextlib
 import hashlib
+import importlib
 import os
 import queue
 import secrets
@@ -89,6 +90,11 @@ class Judge:
         import torch
 
         self.pool.fill_in_background()  # a size request need not wait for the fork server's imports
+        # Sizing runs each new problem's forward on the meta device, whose Python kernels import sympy (and, where
+        # torch.compile will be timed, torch._dynamo: sizing.py does without it on the CPU) the first time: seconds,
+        # imported now, while the first candidate is prepared, not on the first check's clock.
+        meta_kernels_need = "torch._dynamo" if device == "cuda" else "torch.fx.experimental.symbolic_shapes"
+        threading.Thread(target=importlib.import_module, args=(meta_kernels_need,), daemon=True).start()
         self.on_cuda = device == "cuda"
         if self.on_cuda and not torch.cuda.is_available():
             raise RuntimeError(f"CUDA was requested but the judge sees no GPU "
@@ -189,7 +195,7 @@ class Judge:
         except ImportError:
             return
         try:
-            size = measure_problem(module)
+            size = measure_problem(module, compiles_later=self.on_cuda)
         except BaseException as error:
             raise self.reference_failed("reference cannot be sized", error)
         reason = too_large_reason(size, on_cuda=self.on_cuda, memory_bytes=self.memory_bytes())
@@ -208,7 +214,8 @@ class Judge:
             from repl.checker.sizing import measure_problem, too_large_reason
 
             module = import_source(code, REFERENCE_PATH, write_file=False)
-            return too_large_reason(measure_problem(module), on_cuda=self.on_cuda, memory_bytes=self.memory_bytes())
+            return too_large_reason(measure_problem(module, compiles_later=self.on_cuda), on_cuda=self.on_cuda,
+                                    memory_bytes=self.memory_bytes())
         except BaseException:
             return None
 

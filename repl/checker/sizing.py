@@ -26,6 +26,7 @@ judge, ask ``problem_too_large(module_code, device)``, a short subprocess (``pyt
 way the process that holds the model never imports the user's module.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -109,13 +110,19 @@ def format_bytes(count: int | float) -> str:
 
 # -- measuring -------------------------------------------------------------------------------------------------------
 
-def measure_problem(reference_module) -> ProblemSize:
-    """Size the problem defined by an imported module (Model, get_inputs, get_init_inputs) without allocating it."""
+def measure_problem(reference_module, *, compiles_later: bool = True) -> ProblemSize:
+    """Size the problem defined by an imported module (Model, get_inputs, get_init_inputs) without allocating it.
+
+    compiles_later=False: this process never runs torch.compile (the CPU judge, the sizing subprocess), so the
+    forward on meta may skip the import of torch._dynamo that PyTorch's Python meta kernels make the first time
+    (`_dynamo_stand_in`: 1.5 s on this project's machine, most of a first check's sizing), in building the model
+    and in its forward."""
     import torch
 
     size = ProblemSize()
     try:
-        with torch.device("meta"), _devices_to_meta_mode(), torch.no_grad():
+        with contextlib.nullcontext() if compiles_later else _dynamo_stand_in(), torch.device("meta"), \
+                _devices_to_meta_mode(), torch.no_grad():
             init_args, init_kwargs = init_arguments(reference_module.get_init_inputs())
             size.init_input_bytes = sum(t.numel() * t.element_size() for t in _tensors([init_args, init_kwargs]))
             model = reference_module.Model(*init_args, **init_kwargs)
@@ -140,6 +147,36 @@ def measure_problem(reference_module) -> ProblemSize:
     except Exception as error:
         size.unsized = f"could not size the problem: {one_line(error, 200, with_type=True)}"
     return size
+
+
+@contextlib.contextmanager
+def _dynamo_stand_in():
+    """PyTorch's Python meta kernels are wrapped in torch._compile._disable_dynamo, which imports torch._dynamo on
+    their first call only to mark them "not to be traced" (torch._dynamo.disable), a no-op outside tracing. In a
+    process that never compiles, a stand-in module answers that import for the length of the forward: each wrapper
+    then calls its kernel directly (and remembers it). Anything else asking the stand-in for more fails: the problem
+    is then left unsized, and never called too large."""
+    import sys
+    import types
+
+    import torch
+
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType("torch._dynamo")
+    stand_in.disable = lambda fn=None, recursive=True, wrapping=True, **_: fn
+    stand_in.is_compiling = lambda: False
+    sys.modules["torch._dynamo"] = stand_in
+    had_attribute = "_dynamo" in vars(torch)
+    torch._dynamo = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch._dynamo") is stand_in:
+            del sys.modules["torch._dynamo"]
+        if vars(torch).get("_dynamo") is stand_in and not had_attribute:
+            delattr(torch, "_dynamo")
 
 
 def _tensors(value) -> list:
@@ -327,7 +364,7 @@ def _main(argv: list[str]) -> int:
         result["size"] = asdict(ProblemSize(unsized=f"the module does not import: {one_line(error)}"))
         print(json.dumps(result), flush=True)
         return 0
-    size = measure_problem(module)
+    size = measure_problem(module, compiles_later=False)
     result["size"] = size.to_json_dict()
     if size.sized:
         import torch

@@ -93,7 +93,8 @@ def become_subreaper() -> bool:
 
 def stop_tree(pid: int) -> list[int]:
     """SIGSTOP to pid and every process below it, until no new one appears (a stopped process cannot fork);
-    returns them all, for continue_processes."""
+    returns them all, for continue_processes. Not waited for: a busy process on another core stops within a
+    scheduler tick, and a sleeping one before it runs again."""
     stopped: list[int] = []
     for _ in range(8):
         new = [member for member in descendants(pid) if member not in stopped]
@@ -105,20 +106,7 @@ def stop_tree(pid: int) -> list[int]:
                 stopped.append(member)
             except (ProcessLookupError, PermissionError):
                 pass
-    _wait_until_stopped(stopped, timeout=2.0)
     return stopped
-
-
-def _wait_until_stopped(pids: list[int], timeout: float) -> None:
-    """SIGSTOP takes effect when the process is next scheduled: a busy one on another core runs on for a moment."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    pending = list(pids)
-    while pending and time.monotonic() < deadline:
-        pending = [pid for pid in pending if process_state(pid) not in ("T", "t", "Z", "X", "")]
-        if pending:
-            time.sleep(0.001)
 
 
 def process_state(pid: int) -> str:
