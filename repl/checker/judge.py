@@ -295,7 +295,6 @@ class CheckRun:
             self.stage("reference", alone=True)
             problem = self.judge.problem(self.request["reference_code"])
             self.phase("problem")
-            self.stage("candidate")
             self.load_candidate(problem)
             self.run_trials(problem)
             result = self.result(Verdict.CORRECT, f"matches the reference on {self.trials} trials")
@@ -315,6 +314,7 @@ class CheckRun:
         # Waiting for a candidate process to be ready is the checker's overhead, not the kernel's time: it has a
         # limit of its own, and the check's clock (here and the caller's) restarts once the process is ready.
         waited = time.monotonic()
+        self.stage("candidate", allowance=CANDIDATE_START_S + float(self.request["timeout"]))
         self.candidate = self.judge.pool.take(waited + CANDIDATE_START_S, self.cancel)
         self.deadline += time.monotonic() - waited
         self.phase("candidate_ready")
