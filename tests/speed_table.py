@@ -89,10 +89,10 @@ def run(device: str, small: bool = False, log=print) -> dict:
         reference = read(MATMUL, small)
         for label, kernel in MATMUL_CASES:
             rows.append(row(label, checker.check(reference, read(kernel, small), **options)))
-            log(json.dumps(rows[-1], default=str))
+            log(f"[{time.monotonic() - started:.0f} s] " + json.dumps(rows[-1], default=str))
         for label, reference_file, kernel in OTHER_CASES:
             rows.append(row(label, checker.check(read(reference_file, small), read(kernel, small), **options)))
-            log(json.dumps(rows[-1], default=str))
+            log(f"[{time.monotonic() - started:.0f} s] " + json.dumps(rows[-1], default=str))
     return {"rows": rows, "direct_eager_ms": direct_matmul_ms(small), "seconds": round(time.monotonic() - started, 1)}
 
 
