@@ -106,6 +106,8 @@ WORK = {
     "a constant within 1% of every row sum of non-negative inputs": Case(
         "attack_rowsum_constant.py", "rowsum_positive_reference.py", "mismatch", "elements differ"),
     "a reference whose output never changes": Case("ones_triton.py", "constant_output_reference.py", "correct"),
+    "row sums: every other timed call returns the previous output": Case(
+        "attack_rowsum_memo_when_timed.py", "rowsum_positive_reference.py", "mismatch", "timed call", options=TIMED),
     "plain Python calling PyTorch in a @triton.jit body": Case(
         "attack_python_in_kernel.py", RELU, "runtime_error", "Triton's launcher for a GPU refuses relu_kernel's"),
     "a Python break in a @triton.jit loop": Case(

@@ -70,7 +70,7 @@ def test_cpu_checks_run_under_the_interpreter_without_timings(checked):
             assert "timing unavailable" in result.message
             assert result.trials == 5
             assert (result.kernel_ms, result.eager_ms, result.compiled_ms, result.speedup_vs_eager) == (None,) * 4
-            assert result.max_abs_error <= 1e-2
+            assert result.max_abs_error <= 1e-2 or result.max_rel_error <= 1e-2  # scaled draws: large sums
 
 
 def test_outputs_all_below_atol_are_compared_with_a_tolerance_that_tells_them_apart(checked):
@@ -109,9 +109,12 @@ def test_a_kernel_counting_its_calls_cannot_find_the_trial_without_launches(chec
 
 def test_weak_trials_are_sharpened_or_reported(checked):
     honest = checked["honest row sums, whose plain draws a constant would pass"]
-    assert honest.correct and any("inputs get random signs" in note for note in honest.notes), honest.notes
-    assert not any("all inputs were non-negative" in note for note in honest.notes)  # the trials' inputs had signs
+    assert honest.correct and any("inputs get random scales" in note for note in honest.notes), honest.notes
     assert checked["a constant within 1% of every row sum of non-negative inputs"].verdict == "mismatch"
+    # Mixing two sharpened draws per element would average them out: timed calls are scaled too, so a replayed
+    # result is wrong on the next call.
+    memo = checked["row sums: every other timed call returns the previous output"]
+    assert memo.verdict == "mismatch" and "(fresh inputs)" in memo.message, memo.message
     constant = checked["a reference whose output never changes"]
     assert constant.correct and any(note.startswith("weak trials:") for note in constant.notes), constant.notes
 
@@ -120,7 +123,7 @@ def test_timed_calls_get_fresh_inputs_and_their_outputs_are_rechecked(checked):
     honest = checked["hand-written kernel, timed under the interpreter"]
     timing = honest.timing
     assert honest.kernel_ms > 0 and honest.eager_ms > 0 and honest.flags == [], honest.flags
-    assert timing["calls"] == 3 and timing["rechecked"] >= 1 and timing["judge_ms"] > 0
+    assert (timing["calls"], timing["windows"]) == (6, 3) and timing["rechecked"] >= 1 and timing["judge_ms"] > 0
     assert honest.kernel_ms == pytest.approx(max(timing["candidate_ms"], timing["judge_ms"]), abs=1e-5)
     memo = checked["every other timed call returns the previous output"]
     assert memo.verdict == "mismatch" and "(fresh inputs)" in memo.message

@@ -31,6 +31,16 @@ CPU = torch.device("cpu")
 # ---- fresh inputs, sums, the harness -----------------------------------------------------------------------------
 
 
+def test_calls_of_a_problem_sharpened_by_scales_are_also_scaled_per_call():
+    bases = [[torch.ones(4), torch.arange(4)], [torch.ones(4), torch.arange(4)]]
+    plain, scaled = MixedInputs(bases, CPU, seed=3), MixedInputs(bases, CPU, seed=3, scales=True)
+    assert torch.equal(plain(1)[0], torch.ones(4))
+    factors = {round(float(scaled(index)[0][0]), 6) for index in range(10)}
+    assert len(factors) == 10 and all(0.5 <= factor <= 2.0 for factor in factors)
+    assert torch.equal(scaled(4)[0], MixedInputs(bases, CPU, seed=3, scales=True)(4)[0])  # the judge's copy agrees
+    assert torch.equal(scaled(4)[1], torch.arange(4))  # integers are never scaled
+
+
 def test_every_call_gets_new_inputs_that_the_judge_rebuilds_exactly():
     bases = [[torch.randn(64, 8), torch.randint(0, 10, (32,)), 3], [torch.randn(64, 8), torch.randint(0, 10, (32,)), 3]]
     candidate, judge = MixedInputs(bases, CPU, seed=7), MixedInputs(bases, CPU, seed=7)
@@ -79,12 +89,12 @@ def test_plans_bound_calls_windows_and_the_outputs_kept_at_once():
     assert plan_calls(0.001, 4096, **gpu).calls == 1002  # 1000 calls, rounded up to whole windows
     assert len(plan_calls(0.001, 4096, **gpu).windows) == MIN_WINDOWS
     assert plan_calls(50.0, 4096, **gpu).calls >= 10
-    big = plan_calls(15.0, 13 << 30, **gpu)  # a 6.4 GB problem: one output kept at a time
+    big = plan_calls(15.0, 6400 << 20, **gpu)  # a 6.4 GB output: one kept at a time
     assert all(count == 1 for _, count in big.windows) and big.calls == 10
-    windows = plan_calls(0.01, 64 << 20, **gpu).windows  # 64 MB outputs: 16 at once
+    windows = plan_calls(0.01, 256 << 20, **gpu).windows  # 256 MB outputs: 16 at once
     assert all(count <= 16 for _, count in windows)
     assert [first for first, _ in windows] == sorted({first for first, _ in windows})
-    assert plan_calls(1.0, 4096, on_cuda=False, memory_bytes=1 << 30).windows == [(0, 3)]
+    assert plan_calls(1.0, 4096, on_cuda=False, memory_bytes=1 << 30).windows == [(0, 2), (2, 2), (4, 2)]
 
 
 # ---- the judge's figure and its flags ----------------------------------------------------------------------------
@@ -182,11 +192,14 @@ def _study(make, reference=lambda inputs: inputs[0].sum(dim=1)):
 def test_draws_a_comparison_cannot_tell_apart_are_sharpened_or_reported():
     assert _study(lambda: [torch.randn(4, 64)]) == (None, None)
     sharpening, note = _study(lambda: [torch.rand(4, 1 << 18)])  # row sums within 0.1% of each other
-    assert sharpening.name == "random signs" and "inputs get random signs" in note
-    signed = sharpening([torch.rand(4, 1 << 18)])[0]
+    assert sharpening.name == "random scales" and "inputs get random scales" in note  # signs kept: no cancellation
+    scaled = [sharpening([torch.ones(8)])[0][0] for _ in range(20)]
+    assert 0.25 <= min(scaled) < max(scaled) <= 4.0
+    normalised = _study(lambda: [torch.rand(4, 1 << 18)],
+                        lambda inputs: (inputs[0] / inputs[0].norm(dim=1, keepdim=True)).sum(dim=1))
+    assert normalised[0].name == "random signs"  # scales change nothing here
+    signed = normalised[0]([torch.rand(4, 1 << 18)])[0]
     assert bool((signed < 0).any()) and bool((signed > 0).any())
-    squares = _study(lambda: [torch.rand(4, 1 << 18)], lambda inputs: (inputs[0] ** 2).sum(dim=1))
-    assert squares[0].name == "random scales"  # signs do not change squares
     constant = study(lambda: [torch.randn(4, 8)], lambda inputs: torch.ones(4), lambda a, b: not torch.equal(a, b))
     assert constant[0] is None and constant[1].startswith("weak trials")
 

@@ -29,14 +29,14 @@ class CandidateTiming:
 
     def warm(self, request: dict, blob) -> dict:
         self.bases = decode(request["bases"], blob, device=self.device)
-        inputs = MixedInputs(self.bases, self.device, int(request["seed"]))
+        inputs = MixedInputs(self.bases, self.device, int(request["seed"]), scales=bool(request.get("scales")))
         warmups = int(request.get("warmups", WARMUP_CALLS))
         return {"estimate_ms": estimate_ms(self._call, inputs, self.clock, warmups)}
 
     def time(self, request: dict, blob) -> dict:
         if self.bases is None:
             raise RuntimeError("timed calls asked for before the base inputs")
-        inputs = MixedInputs(self.bases, self.device, int(request["seed"]))
+        inputs = MixedInputs(self.bases, self.device, int(request["seed"]), scales=bool(request.get("scales")))
         first, count = int(request["first"]), int(request["count"])
         self.kept = {}
         self.recorder.counting = True

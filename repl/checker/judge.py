@@ -464,10 +464,10 @@ class CheckRun:
             result.notes.append(f"timing did not finish: {ended.message}")
             return
         self.candidate.kill()  # nothing of the judge's is timed while a candidate process is alive
-        judge.pool.wait_for_spares(self.deadline, self.cancel)
         result.kernel_ms, result.timing = speed.conclude()
         if not problem.timed:
             self.stage("reference")
+            judge.pool.wait_for_spares(self.deadline, self.cancel)  # a starting spare loads the CPU and the GPU
             time_reference(judge, problem)
             self.stage("candidate")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms

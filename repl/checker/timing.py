@@ -18,6 +18,7 @@ and torch.compile (in the judge's), the same way.
 """
 
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -30,8 +31,8 @@ TARGET_TOTAL_MS = 100.0  # of the kernel's own time, per timing
 MIN_CALLS, MAX_CALLS = 10, 1000
 CALL_COUNTS = (10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000)
 MIN_WINDOWS = 3  # the judge's floor is the median over windows: one hiccup of the machine does not move it
-KEPT_BYTES = 1 << 30  # outputs kept at once (a window's worth), at most; less on a small device
-INTERPRETER_CALLS = 3  # under Triton's interpreter (tests of the checker): a few calls, one window
+KEPT_BYTES = 4 << 30  # outputs kept at once (a window's worth), at most; less on a small device
+INTERPRETER_WINDOWS = 3  # under Triton's interpreter (tests of the checker): a few short windows, two calls each
 _SEED_STRIDE = 1_000_003
 
 
@@ -90,17 +91,25 @@ def call_seed(seed: int, index: int) -> int:
 
 
 class MixedInputs:
-    """Call i's inputs: every tensor element from base draw a or base draw b, by a mask from call i's seed. The
-    judge rebuilds any call's inputs from the same bases and seed (same device kind, same mask)."""
+    """Call i's inputs: every tensor element from base draw a or base draw b, by a mask from call i's seed; with
+    `scales` (problems whose draws sharpen.py had to scale), each floating tensor also times a factor from 0.5 to 2
+    drawn from the same seed, so that calls stay apart where mixing two draws averages them out (a large-K matmul).
+    The judge rebuilds any call's inputs from the same bases and seed (same device kind, same mask)."""
 
-    def __init__(self, bases: list, device: torch.device, seed: int):
+    def __init__(self, bases: list, device: torch.device, seed: int, scales: bool = False):
         self.first, self.second = bases
-        self.device, self.seed = device, seed
+        self.device, self.seed, self.scales = device, seed, scales
         self.generator = torch.Generator(device=device)
 
     def __call__(self, index: int) -> list:
-        self.generator.manual_seed(call_seed(self.seed, index))
-        return [_mix(a, b, self.generator) for a, b in zip(self.first, self.second)]
+        seed = call_seed(self.seed, index)
+        self.generator.manual_seed(seed)
+        inputs = [_mix(a, b, self.generator) for a, b in zip(self.first, self.second)]
+        if self.scales:
+            factors = random.Random(seed)
+            inputs = [value * 2.0 ** factors.uniform(-1.0, 1.0)
+                      if isinstance(value, torch.Tensor) and value.is_floating_point() else value for value in inputs]
+        return inputs
 
 
 def _mix(a, b, generator):
@@ -216,9 +225,11 @@ class CallPlan:
 
 def plan_calls(estimate: float, kept_bytes_per_call: int, *, on_cuda: bool, memory_bytes: int) -> CallPlan:
     """How many calls, in how many windows: about TARGET_TOTAL_MS of the kernel's time, MIN_CALLS..MAX_CALLS calls,
-    at least MIN_WINDOWS windows, and no more outputs kept at once than KEPT_BYTES (or 1/16 of the device's memory)."""
+    at least MIN_WINDOWS windows, and no more outputs kept at once than KEPT_BYTES (or 1/16 of the device's memory).
+    Few, long windows: each one has fixed costs (the request, the reply) that only the null kernel's estimate of them
+    separates from the kernel's time."""
     if not on_cuda:
-        return CallPlan([(0, INTERPRETER_CALLS)])
+        return CallPlan([(2 * window, 2) for window in range(INTERPRETER_WINDOWS)])
     wanted = max(MIN_CALLS, min(MAX_CALLS, math.ceil(TARGET_TOTAL_MS / max(estimate, 1e-4))))
     # A few sizes only: the judge times its null kernel once per problem and window size.
     calls = next(size for size in CALL_COUNTS if size >= wanted)
