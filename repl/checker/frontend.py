@@ -4,9 +4,10 @@ Triton's interpreter (``TRITON_INTERPRET=1``) runs a ``@triton.jit`` body as Pyt
 ``torch.relu`` on its pointers, loops over Python objects or prints passes there, and a GPU's compiler refuses it.
 So on the CPU every kernel the candidate launches (once per kernel and specialisation) is also taken through the
 real front end for an H100 (``GPUTarget("cuda", 90, 32)``): the code generator from the AST to TTIR, then the TTIR
-and TTGIR passes. None of it needs a driver: the arguments are bound with the backend's own specialisation rules
-(triton.runtime.jit's binder) from the launch's actual arguments. It stops before LLVM and ptxas. About 20 ms a
-kernel (0.1 s for the process's first, paid by triton_warmup.py while a spare waits).
+passes. None of it needs a driver: the arguments are bound with the backend's own specialisation rules
+(triton.runtime.jit's binder) from the launch's actual arguments. It stops there (the TTGIR passes, which would
+double the cost, and LLVM and ptxas). About 20-30 ms a kernel on a loaded 2-core machine (0.1 s for the process's
+first, paid by triton_warmup.py while a spare waits).
 
 Under the interpreter, ``@triton.jit`` gives ``InterpretedFunction`` objects; the front end needs ``JITFunction``
 ones, for the kernel and for every jit function it calls (``triton_helpers.maximum``, and ``tl.zeros``, which
@@ -67,6 +68,7 @@ class PristineTriton:
         self.objects = [tl, tl.core, tl.tensor, tl.math, tl.dtype, tl.condition, tl.standard,
                         getattr(tl.core, "tensor_descriptor_base", tl.tensor)]
         self.saved = [(obj, dict(vars(obj))) for obj in self.objects]
+        self.jit_names: dict[int, list[str]] = {}
 
     def __call__(self, kernel_globals: dict):
         return _Swap(self, kernel_globals)
@@ -105,7 +107,12 @@ class _Swap:
             if inspect.ismodule(value):
                 modules[id(value)] = value
         for module in modules.values():
-            for name, value in list(vars(module).items()):
+            names = self.pristine.jit_names.get(id(module))
+            if names is None:  # a module's jit functions are defined when it is imported: listed once
+                names = [name for name, value in vars(module).items() if isinstance(value, InterpretedFunction)]
+                self.pristine.jit_names[id(module)] = names
+            for name in names:
+                value = vars(module).get(name)
                 if isinstance(value, InterpretedFunction):
                     self._set(module, name, _front_end_function(value.fn))
         return self
@@ -197,8 +204,7 @@ class FrontEndCheck:
             stages: dict = {}
             backend.add_stages(stages, compile_options, source.language)
             metadata: dict = {}
-            for stage in ("ttir", "ttgir"):
-                module = stages[stage](module, metadata)
+            stages["ttir"](module, metadata)
 
 
 def _first_line(error: BaseException) -> str:
