@@ -39,8 +39,19 @@ SMALL = {"N = 4096": "N = 64", "M, N, K = 64, 64, 524288": "M, N, K = 16, 16, 81
          "torch.rand(8192, 8192": "torch.rand(64, 64"}
 
 
+EXTENDS = "# extends: "
+
+
 def read(name: str, small: bool) -> str:
+    """A case's source; an attack that says "# extends: K" gets kernel file K's kernel and helpers (everything but its
+    ModelNew) after its imports, so that each attack file holds only its trick."""
     text = (CASES_DIR / name).read_text()
+    if EXTENDS in text:
+        base = (CASES_DIR / text.split(EXTENDS, 1)[1].split()[0]).read_text()
+        body = base[base.index("\n\n\n"):base.index("\nclass ModelNew")]
+        lines = text.splitlines()
+        last_import = max(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+        text = "\n".join(lines[:last_import + 1]) + body + "\n".join(lines[last_import + 1:]) + "\n"
     for old, new in (SMALL.items() if small else ()):
         text = text.replace(old, new)
     return text
