@@ -118,6 +118,14 @@ def test_a_clock_that_reports_less_than_the_judge_saw_is_flagged_and_the_judges_
     assert "reported 90.750 ms" in timer_flag(figures) and "165.000 ms" in timer_flag(figures)
 
 
+def test_under_the_interpreter_one_window_that_caught_the_scheduler_is_no_flag():
+    windows = [(40.0, [10.0, 10.0]), (21.0, [10.0, 10.0]), (45.0, [10.0, 10.0])]  # two windows preempted
+    figures = judged_ms(windows, {2: 0.5}, round_trip_ms=0.1)[2]
+    assert timer_flag(figures, on_cuda=True) is not None and timer_flag(figures, on_cuda=False) is None
+    patched = [(wall, [ms / 10 for ms in calls]) for wall, calls in windows]  # a clock that reports a tenth
+    assert "the window where they agreed best" in timer_flag(judged_ms(patched, {2: 0.5}, 0.1)[2], on_cuda=False)
+
+
 def test_small_disagreements_are_not_flags():
     # 85% of what the judge saw, or 0.4 ms short in all: noise of a loaded machine, not evidence.
     assert timer_flag({"claimed_ms": 85.0, "seen_ms": 100.0}) is None
