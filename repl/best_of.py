@@ -103,14 +103,16 @@ class Candidate:
 # -- ranking -------------------------------------------------------------------------------------------------------
 
 def rank_key(candidate: Candidate):
-    """Correct first; then the fastest kernel (no timing last); then the lowest max error; then the checked ones;
-    then the order of sampling."""
+    """Correct first; among correct ones, a timing with evidence against it (CheckResult.flags) after every
+    unflagged one, timed or not; then the fastest kernel (no timing last); then the lowest max error; then the
+    checked ones; then the order of sampling."""
     check = candidate.check
     kernel_ms = check.kernel_ms if check is not None else None
     error = check.max_abs_error if check is not None else None
     if error is not None and math.isnan(error):
         error = None
-    return (not candidate.correct, kernel_ms is None, kernel_ms or 0.0, error is None, error or 0.0,
+    flagged = check is not None and check.flagged
+    return (not candidate.correct, flagged, kernel_ms is None, kernel_ms or 0.0, error is None, error or 0.0,
             check is None, candidate.index)
 
 

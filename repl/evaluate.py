@@ -10,6 +10,10 @@ Definitions (docs/best-of-k.md):
   null when no kernel was timed (timings need a GPU, and only correct kernels are timed).
 - compiled: candidates that got as far as running (correct, mismatch, runtime_error, no_triton).
 - Problems too large for the check's device (verdict too_large) are reported apart and left out of pass@k and fast_p.
+- A correct kernel whose timing is flagged (the checker found evidence against it: docs/checker.md) is correct for
+  pass@k, but its timing counts nowhere: it is ranked after every unflagged correct kernel, a problem whose best
+  is flagged is not fast for any p > 0, its speedup is left out of the geomean, and the summary lists such kernels
+  apart ("flagged": their count and names).
 
 The JSON file is rewritten atomically after each finished problem, so an interrupted run loses at most the problems
 whose checks were in flight, and a rerun with the same file skips the finished ones (too-large ones are tried again:
@@ -117,8 +121,8 @@ class ProblemResult:
     compiled: int
     correct: int
     pass_at: dict[str, float]
-    best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager"}
-    candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms"}]
+    best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager", "flagged"}
+    candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms", "flagged", ...}]
     note: str | None = field(default=None, compare=False)  # not in the file: why a problem was too large
 
     @classmethod
@@ -131,14 +135,13 @@ class ProblemResult:
         if ranked and ranked[0].correct:
             check = ranked[0].check
             best = {"candidate": _candidate_name(ranked[0]), "kernel_ms": check.kernel_ms,
-                    "speedup_vs_eager": check.speedup_vs_eager}
+                    "speedup_vs_eager": check.speedup_vs_eager, "flagged": _flag(check)}
         too_large = next((c.check.message for c in candidates if c.verdict == Verdict.TOO_LARGE), None)
         return cls(
             name=name, n=n, compiled=compiled, correct=correct, note=too_large,
             pass_at={str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
             best=best,
-            candidates=[{"file": _candidate_name(c), "verdict": c.verdict and str(c.verdict),
-                         "kernel_ms": c.check.kernel_ms if c.check else None} for c in candidates],
+            candidates=[_candidate_record(c) for c in candidates],
         )
 
     def to_json_dict(self) -> dict:
@@ -158,7 +161,8 @@ class ProblemResult:
         if not best.get("kernel_ms") or not best.get("speedup_vs_eager"):
             return []
         eager_ms = best["kernel_ms"] * best["speedup_vs_eager"]
-        return [eager_ms / c["kernel_ms"] for c in self.candidates if c["verdict"] == "correct" and c["kernel_ms"]]
+        return [eager_ms / c["kernel_ms"] for c in self.candidates
+                if c["verdict"] == "correct" and c["kernel_ms"] and not c.get("flagged")]
 
     @property
     def geomean_speedup(self) -> float | None:
@@ -179,6 +183,31 @@ def _candidate_name(candidate: Candidate) -> str:
     return candidate.name or f"sample_{candidate.index}"
 
 
+def _flag(check) -> str | None:
+    """The first of a correct kernel's timing flags (None when unflagged)."""
+    return check.flags[0] if check is not None and check.correct and check.flags else None
+
+
+def _candidate_record(candidate: Candidate) -> dict:
+    """One candidate's entry in the JSON file: its verdict and timing, how close to the device's limits, whether the
+    timing is flagged, and who did the work."""
+    check = candidate.check
+    record = {"file": _candidate_name(candidate), "verdict": candidate.verdict and str(candidate.verdict),
+              "kernel_ms": check.kernel_ms if check else None, "flagged": _flag(check)}
+    if check is not None and check.roofline:
+        record["roofline"] = {key: check.roofline.get(key) for key in ("bandwidth_share", "compute_share",
+                                                                        "gb_per_s", "tflops")}
+    if check is not None and check.correct and check.work:
+        record["work"] = check.work.get("summary")
+    return record
+
+
+def flagged_kernels(results: list[ProblemResult]) -> list[str]:
+    """'problem/candidate' for every correct kernel whose timing is flagged."""
+    return [f"{result.name}/{c['file']}" for result in results for c in result.candidates
+            if c.get("verdict") == "correct" and c.get("flagged")]
+
+
 def summarize(results: list[ProblemResult]) -> dict:
     """The file's "summary": {"problems", "too_large", "pass_at", "fast_p"}. Problems too large for the device are
     counted apart and left out of the rest; pass@k for k up to the smallest n among problems that have candidates (a
@@ -196,9 +225,12 @@ def summarize(results: list[ProblemResult]) -> dict:
         fast_p = {}
         for key, threshold in FAST_P_THRESHOLDS.items():
             fast = sum(1 for result in counted if result.best is not None
-                       and (threshold == 0.0 or (result.best.get("speedup_vs_eager") or 0) > threshold))
+                       and (threshold == 0.0 or (not result.best.get("flagged")
+                                                 and (result.best.get("speedup_vs_eager") or 0) > threshold)))
             fast_p[key] = fast / len(counted)
-    return {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at, "fast_p": fast_p}
+    flagged = flagged_kernels(counted)
+    return {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at, "fast_p": fast_p,
+            "flagged": {"count": len(flagged), "candidates": flagged}}
 
 
 def overall_totals(results: list[ProblemResult]) -> dict:
@@ -212,6 +244,7 @@ def overall_totals(results: list[ProblemResult]) -> dict:
         "solved": sum(1 for result in counted if result.correct),
         "untimed": sum(1 for result in counted if result.untimed),
         "too_large": [result.name for result in results if result.too_large],
+        "flagged": flagged_kernels(counted),
         "geomean_speedup": geometric_mean([s for result in counted for s in result.speedups]),
     }
 

@@ -110,6 +110,36 @@ ATTACKS = {
 }
 CASES.update(ATTACKS)
 
+# Issue 21: who did the work, trials that can tell kernels apart, Triton's front end for a GPU on the CPU.
+TIMED = {"interpreter_timing": True}  # on the CPU, the GPU's timing protocol under the interpreter
+WORK = {
+    "a 1-element flag kernel beside torch.relu": Case(
+        "attack_flag_kernel.py", RELU, "no_triton", "PyTorch computed the reference's only operation (relu)"),
+    "a 1-element flag kernel beside torch.matmul": Case(
+        "attack_flag_beside_matmul.py", "matmul_reference.py", "no_triton",
+        "PyTorch computed the reference's only operation (matmul)"),
+    "Inductor style: a library GEMM, bias and ReLU in Triton": Case(
+        "linear_relu_inductor.py", "linear_relu_reference.py", "correct", launches=("triton_poi_fused_addmm_relu_0",)),
+    "honest row sums, whose plain draws a constant would pass": Case(
+        "rowsum_triton.py", "rowsum_positive_reference.py", "correct", launches=("rowsum_kernel",)),
+    "a constant within 1% of every row sum of non-negative inputs": Case(
+        "attack_rowsum_constant.py", "rowsum_positive_reference.py", "mismatch", "elements differ"),
+    "a reference whose output never changes": Case("ones_triton.py", "constant_output_reference.py", "correct"),
+    "row sums: every other timed call returns the previous output": Case(
+        "attack_rowsum_memo_when_timed.py", "rowsum_positive_reference.py", "mismatch", "timed call", options=TIMED),
+    "plain Python calling PyTorch in a @triton.jit body": Case(
+        "attack_python_in_kernel.py", RELU, "runtime_error", "Triton's launcher for a GPU refuses relu_kernel's"),
+    "a Python break in a @triton.jit loop": Case(
+        "relu_python_break.py", RELU, "compile_error",
+        "Triton's compiler for a GPU rejects relu_kernel: unsupported AST node type: Break"),
+    "every other timed call returns the previous output": Case(
+        "attack_memo_when_timed.py", RELU, "mismatch", "timed call", options=TIMED),
+    "patches its own clock": Case("attack_patched_clock.py", RELU, "correct", options=TIMED),
+    "computes with PyTorch when timed": Case("attack_torch_when_timed.py", RELU, "correct", options=TIMED),
+    "hand-written kernel, timed under the interpreter": Case("relu_triton.py", RELU, "correct", options=TIMED),
+}
+CASES.update(WORK)
+
 
 def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None,
               checker=None) -> dict:

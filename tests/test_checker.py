@@ -67,12 +67,12 @@ def test_the_suite_covers_every_verdict():
 def test_cpu_checks_run_under_the_interpreter_without_timings(checked):
     for name, case in CASES.items():
         result = checked[name]
-        if case.verdict == "correct":
+        if case.verdict == "correct" and not case.options.get("interpreter_timing"):
             assert result.device == "cpu-interpreter"
             assert "timing unavailable" in result.message
             assert result.trials == 5
             assert (result.kernel_ms, result.eager_ms, result.compiled_ms, result.speedup_vs_eager) == (None,) * 4
-            assert result.max_abs_error <= 1e-2
+            assert result.max_abs_error <= 1e-2 or result.max_rel_error <= 1e-2  # scaled draws: large sums
 
 
 def test_outputs_all_below_atol_are_compared_with_a_tolerance_that_tells_them_apart(checked):
@@ -86,6 +86,63 @@ def test_a_correct_kernel_passes_the_trial_without_launches(checked):
     # Every correct case's output went wrong when its launches were skipped; the one whose did not is no_triton.
     assert checked["hand-written kernel (the prompt's style)"].correct
     assert "did no work" in checked["launches a kernel that does nothing while torch computes"].message
+
+
+# ---- issue 21: who did the work, trials that tell kernels apart, the GPU's front end, timed calls ------------------
+
+
+def test_every_correct_verdict_says_who_did_the_work(checked):
+    for name, case in CASES.items():
+        if case.verdict == "correct":
+            assert checked[name].work and checked[name].work["summary"], name
+    assert checked["hand-written kernel (the prompt's style)"].work["summary"] == "Triton kernels only"
+    inductor = checked["Inductor style: a library GEMM, bias and ReLU in Triton"].work
+    assert inductor["summary"] == "PyTorch beside Triton: matmul (library)" and inductor["torch_ops"] == ["matmul"]
+    assert checked["a 1-element flag kernel beside torch.relu"].work is None  # only with a correct verdict
+
+
+def test_a_kernel_counting_its_calls_cannot_find_the_trial_without_launches(checker):
+    """attack_counts_calls.py answers wrongly at its sixth forward, where the trial without launches used to be:
+    wherever that trial now falls, the kernel is never correct (a mismatch in a plain trial, or no_triton)."""
+    kernel = (CASES_DIR / "attack_counts_calls.py").read_text()
+    verdicts = {checker.check(RELU_REFERENCE, kernel).verdict for _ in range(3)}
+    assert verdicts <= {"mismatch", "no_triton"}, verdicts
+
+
+def test_weak_trials_are_sharpened_or_reported(checked):
+    honest = checked["honest row sums, whose plain draws a constant would pass"]
+    assert honest.correct and any("inputs get random scales" in note for note in honest.notes), honest.notes
+    assert checked["a constant within 1% of every row sum of non-negative inputs"].verdict == "mismatch"
+    # Mixing two sharpened draws per element would average them out: timed calls are scaled too, so a replayed
+    # result is wrong on the next call.
+    memo = checked["row sums: every other timed call returns the previous output"]
+    assert memo.verdict == "mismatch" and "(fresh inputs)" in memo.message, memo.message
+    constant = checked["a reference whose output never changes"]
+    assert constant.correct and any(note.startswith("weak trials:") for note in constant.notes), constant.notes
+
+
+def test_timed_calls_get_fresh_inputs_and_their_outputs_are_rechecked(checked):
+    honest = checked["hand-written kernel, timed under the interpreter"]
+    timing = honest.timing
+    assert honest.kernel_ms > 0 and honest.eager_ms > 0 and honest.flags == [], honest.flags
+    assert (timing["calls"], timing["windows"]) == (6, 3) and timing["rechecked"] >= 1 and timing["judge_ms"] > 0
+    assert honest.kernel_ms == pytest.approx(max(timing["candidate_ms"], timing["judge_ms"]), abs=1e-5)
+    memo = checked["every other timed call returns the previous output"]
+    assert memo.verdict == "mismatch" and "(fresh inputs)" in memo.message
+
+
+def test_a_patched_clock_is_flagged_and_the_judges_figure_reported(checked):
+    patched, honest = checked["patches its own clock"], checked["hand-written kernel, timed under the interpreter"]
+    assert patched.flagged and "the candidate's clock reported" in patched.flags[0]
+    assert patched.suspicious == "; ".join(patched.flags)
+    assert patched.kernel_ms == pytest.approx(patched.timing["judge_ms"], abs=1e-5)
+    assert patched.kernel_ms > patched.timing["candidate_ms"] * 5
+    assert not honest.flagged
+
+
+def test_a_kernel_that_computes_with_pytorch_when_timed_is_flagged(checked):
+    result = checked["computes with PyTorch when timed"]
+    assert result.correct and any("timed calls launched no Triton kernel" in flag for flag in result.flags)
 
 
 def test_a_reference_that_hangs_or_crashes_is_not_the_candidates_fault(checked):

@@ -42,11 +42,12 @@ def test_a_correct_kernel_is_timed_against_eager_and_torch_compile():
     assert result.speedup_vs_compiled == pytest.approx(result.compiled_ms / result.kernel_ms)
 
 
-def test_a_speedup_over_10x_is_flagged_as_suspicious():
+def test_a_speedup_over_10x_alone_is_no_flag():
+    # Issue 21: a ratio to eager is no evidence; the judge's clock, the rechecks and the roofline are.
     result = check_kernel((CASES_DIR / "slow_relu_reference.py").read_text(), INDUCTOR_RELU, device="cuda")
     assert result.verdict == "correct", result.message
     assert result.speedup_vs_eager > 10
-    assert "faster than the reference" in result.suspicious
+    assert result.flags == [] and result.suspicious is None and result.roofline["bandwidth_share"] < 1.5
 
 
 def test_an_illegal_memory_access_is_a_verdict_and_the_next_check_runs_normally():

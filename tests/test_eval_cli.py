@@ -38,7 +38,8 @@ def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path)
     assert "1_ReLU" in result.stdout and "pass@1" in result.stdout and "pass@k  @1 0.500  @2 1.000" in result.stdout
     assert "1_ReLU  1/2 correct" in result.stderr  # the line printed as the problem finished
     data = json.loads(out.read_text())
-    assert data["summary"] == {"problems": 1, "too_large": 0, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None}
+    assert data["summary"] == {"problems": 1, "too_large": 0, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None,
+                               "flagged": {"count": 0, "candidates": []}}
     assert [c["verdict"] for c in data["problems"][0]["candidates"]] == ["correct", "mismatch"]
 
 

@@ -138,7 +138,7 @@ def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
     assert relu.pass_at == pytest.approx({"1": 2 / 3, "2": 1.0, "3": 1.0})
     assert add.pass_at == pytest.approx({"1": 0.5, "2": 1.0})
     assert (sigmoid.n, sigmoid.pass_at, sigmoid.best) == (0, {}, None)
-    assert relu.best == {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None}
+    assert relu.best == {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None, "flagged": None}
     # Over the three problems, k up to the smallest n (2): (2/3 + 1/2 + 0) / 3 and (1 + 1 + 0) / 3.
     assert report.summary["pass_at"] == pytest.approx({"1": 7 / 18, "2": 2 / 3})
     assert report.summary["fast_p"] is None  # the CPU interpreter gives no timings
@@ -149,11 +149,17 @@ def test_the_results_file_has_exactly_the_documented_keys(real_run):
     _, out = real_run
     data = json.loads(out.read_text())
     assert set(data) == {"problems", "summary"}
-    assert set(data["summary"]) == {"problems", "too_large", "pass_at", "fast_p"}
+    assert set(data["summary"]) == {"problems", "too_large", "pass_at", "fast_p", "flagged"}
+    assert data["summary"]["flagged"] == {"count": 0, "candidates": []}
     for problem in data["problems"]:
         assert set(problem) == PROBLEM_KEYS
-        assert all(set(c) == {"file", "verdict", "kernel_ms"} for c in problem["candidates"])
-        assert problem["best"] is None or set(problem["best"]) == {"candidate", "kernel_ms", "speedup_vs_eager"}
+        for candidate in problem["candidates"]:
+            # roofline with a timing (a GPU), work with a correct verdict
+            assert {"file", "verdict", "kernel_ms", "flagged"} <= set(candidate) <= {
+                "file", "verdict", "kernel_ms", "flagged", "roofline", "work"}
+            assert ("work" in candidate) == (candidate["verdict"] == "correct")
+        assert problem["best"] is None or set(problem["best"]) == {"candidate", "kernel_ms", "speedup_vs_eager",
+                                                                   "flagged"}
     assert [p["name"] for p in data["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
 
 

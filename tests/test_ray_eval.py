@@ -162,7 +162,8 @@ def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_m
     assert status == 0
     data = json.loads(out.read_text())
     candidates = {p["name"]: p["candidates"] for p in data["problems"]}
-    assert candidates["1_ReLU"] == [{"file": "sample_1", "verdict": "correct", "kernel_ms": None}]
+    assert candidates["1_ReLU"] == [{"file": "sample_1", "verdict": "correct", "kernel_ms": None, "flagged": None,
+                                     "work": "Triton kernels only"}]
     assert [c["verdict"] for c in candidates["2_Add"]] != ["correct"]  # a ReLU kernel is no answer to an add
 
 
@@ -306,9 +307,12 @@ def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(monke
     record = worker.run({"name": "1_ReLU", "code": code, "given": given, "samples": None})
     assert record == {"result": {"name": "1_ReLU", "n": 2, "compiled": 2, "correct": 1,
                                  "pass_at": {"1": 0.5, "2": 1.0},
-                                 "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None},
-                                 "candidates": [{"file": "good.py", "verdict": "correct", "kernel_ms": None},
-                                                {"file": "identity.py", "verdict": "mismatch", "kernel_ms": None}]},
+                                 "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None,
+                                          "flagged": None},
+                                 "candidates": [{"file": "good.py", "verdict": "correct", "kernel_ms": None,
+                                                 "flagged": None},
+                                                {"file": "identity.py", "verdict": "mismatch", "kernel_ms": None,
+                                                 "flagged": None}]},
                       "note": None}
     answer = []
     runner = threading.Thread(target=lambda: answer.append(

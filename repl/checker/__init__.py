@@ -70,10 +70,12 @@ class Checker:
 
     def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = 5, atol: float = 1e-2,
               rtol: float = 1e-2, timeout: float | None = None,
-              cancel: threading.Event | None = None) -> CheckResult:
+              cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
         against `Model` in reference_code. timeout: seconds for the check (default DEFAULT_TIMEOUT_S). cancel: set
-        it from another thread to stop the check promptly; the verdict is then "cancelled"."""
+        it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
+        the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
+        judge's clock): figures that test the checker, not speed."""
         if trials < 1:
             raise ValueError("trials must be at least 1")
         if self._closed:
@@ -88,6 +90,8 @@ class Checker:
         request = {"op": "check", "id": next(self._ids), "reference_code": reference_code,
                    "kernel_code": kernel_code_or_reply, "trials": trials, "atol": atol, "rtol": rtol,
                    "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout}
+        if interpreter_timing:
+            request["interpreter_timing"] = True
         started = time.monotonic()
         with self._slots:
             judge = self._take_judge()

@@ -8,8 +8,9 @@ Started by the judge ahead of need (`python -m repl.checker.candidate`), it gets
 3. then it waits. The judge sends, on a private pipe, in order:
    ``load`` (the kernel's source, the init arguments, the reference's weights) -> ``loaded`` or an error;
    (large blobs travel through the two shared buffers of wire.py, not the pipes)
-   ``run`` (inputs; ``skip_launches`` for the extra trial) -> ``outputs`` (dtype, shape, raw bytes) or an error;
-   ``warm`` / ``time`` (CUDA) -> an estimate / per-call batch times.
+   ``run`` (inputs; ``skip_launches`` for the extra trial) -> ``outputs`` (dtype, shape, raw bytes), the Triton
+   kernels launched and what the forward ran beside them (work.py), or an error;
+   ``ping``, ``warm``, ``time``, ``collect`` (candidate_timing.py) -> timed calls on fresh inputs.
 It never sees the reference's source, the judge's objects or the seeds that made its inputs; what it patches in its
 own process can change nothing but its own answers. One kernel per process: the judge kills it afterwards.
 When the judge goes away (its end of the request pipe closes), this process exits.
@@ -47,7 +48,7 @@ class Candidate:
         self.channel = channel
         self.on_cuda = device == "cuda"
         self.model = None
-        self.timer = None
+        self.timing = None
 
     def prepare(self) -> None:
         import torch
@@ -58,18 +59,18 @@ class Candidate:
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
             install_cuda_on_cpu([KERNEL_PATH])
         from repl.checker.compat import install_inductor_compat
+        from repl.checker.candidate_timing import CandidateTiming
         from repl.checker.launches import LaunchRecorder
         from repl.checker.triton_warmup import warm_up
 
         self.device = torch.device("cuda" if self.on_cuda else "cpu")
         if self.on_cuda:
-            from repl.checker.timing import CudaTimer
-
             torch.empty(1, device=self.device)  # the CUDA context, now
-            self.timer = CudaTimer(self.device)
-        warm_up(self.device)  # Triton's driver helper and compiler ready, not on the clock of a check
-        install_inductor_compat(preload=self.on_cuda)  # see its docstring: on a CPU, only when a kernel imports it
         self.recorder = LaunchRecorder()
+        self.timing = CandidateTiming(self.device, self.forward, self.recorder)  # its clock, before candidate code
+        # Triton's driver helper and compiler (on a CPU, its front end for a GPU too) ready, not on a check's clock.
+        self.recorder.front_end = warm_up(self.device)
+        install_inductor_compat(preload=self.on_cuda)  # see its docstring: on a CPU, only when a kernel imports it
         self.recorder.install()
         self.precision = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
 
@@ -124,41 +125,53 @@ class Candidate:
             return self.model(*inputs)
 
     def run(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
-        import torch
+        from repl.checker.frontend import FrontEndRejected
+        from repl.checker.launches import protected_storages
+        from repl.checker.work import observe
 
         inputs = decode(request["inputs"], blob, device=self.device)
-        self.recorder.launched.clear()
-        self.recorder.skipping = bool(request.get("skip_launches"))
-        self.recorder.recording = True
+        recorder = self.recorder
+        recorder.launched.clear()
+        recorder.launches = 0
+        recorder.skipping = bool(request.get("skip_launches"))
+        recorder.protected = protected_storages(inputs, self.model) if recorder.skipping else set()
+        recorder.recording = True
+        output = None
         try:
-            output = self.forward(inputs)
-            if self.on_cuda:
-                torch.cuda.synchronize()  # an illegal memory access surfaces here, blamed on the candidate
+            output, work = observe(self.forward, inputs, recorder, self.timing.clock if self.on_cuda else None)
+        except FrontEndRejected as error:
+            raise Failure(error.kind, str(error))
         except BaseException as error:
             kind = "compile_error" if is_triton_compilation_error(error) else "runtime_error"
             raise Failure(kind, describe(error), error)
         finally:
-            self.recorder.recording = self.recorder.skipping = False
+            recorder.recording = False
+            if recorder.skipping:
+                recorder.skipping = False
+                output = _detached(output)  # the poisoned buffers get their contents back below
+                recorder.restore()
+        rejected = recorder.front_end.rejected if recorder.front_end is not None else None
+        if rejected is not None:
+            raise Failure(rejected.kind, str(rejected))  # however the forward handled the error
         try:
             tree, data = encode(output)
         except WireError as error:
             raise Failure("bad_output", str(error))
-        return {"outputs": tree, "launched": list(self.recorder.launched)}, data
+        return {"outputs": tree, "launched": list(recorder.launched), "launches": recorder.launches,
+                "work": work}, data
 
-    def warm(self, request: dict, blob: bytes) -> dict:
-        inputs = self._timing_inputs(request, blob)
-        estimate = self.timer.estimate_ms(lambda: self.forward(inputs))
-        return {"estimate_ms": estimate}
 
-    def time(self, request: dict, blob: bytes) -> dict:
-        inputs = self._timing_inputs(request, blob)
-        batches, calls = int(request["batches"]), int(request["calls"])
-        return {"batch_ms": self.timer.batch_ms(lambda: self.forward(inputs), batches, calls)}
+def _detached(value):
+    """A copy of every tensor in value (lists, tuples, dicts kept), so later writes to the originals change nothing."""
+    import torch
 
-    def _timing_inputs(self, request, blob):
-        if getattr(self, "_timing", None) is None or request.get("inputs") is not None:
-            self._timing = decode(request["inputs"], blob, device=self.device)
-        return self._timing
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if type(value) in (list, tuple):
+        return type(value)(_detached(item) for item in value)
+    if type(value) is dict:
+        return {key: _detached(item) for key, item in value.items()}
+    return value
 
 
 def _requests(channel: Channel) -> "queue.Queue":
@@ -208,7 +221,7 @@ def main() -> None:
         os._exit(1)
     channel.send({"ready": True, "notes": notes, "prepare_s": round(time.monotonic() - started, 3)})
     frames = _requests(channel)
-    handlers = {"load": candidate.load, "run": candidate.run, "warm": candidate.warm, "time": candidate.time}
+    handlers = {"load": candidate.load, "run": candidate.run, **candidate.timing.handlers()}
     while True:
         request, blob = frames.get()
         op = request.get("op")

@@ -16,6 +16,7 @@ NOTES = 32
 KERNEL_NAME_CHARS = 200
 KERNEL_NAMES = 256
 BATCHES = 10_000
+SUMS_PER_CALL = 3 * 256  # three sums per output tensor
 ERROR_KINDS = ("compile_error", "runtime_error", "bad_output", "crash")
 
 
@@ -69,6 +70,56 @@ def _numbers(value, name: str) -> list[float]:
     return [_number(item, f"{name}[{index}]") for index, item in enumerate(value)]
 
 
+def _count_or_counts(value, name: str):
+    """Triton launches: a count (a trial) or one count per timed call."""
+    if isinstance(value, list):
+        if len(value) > BATCHES:
+            raise WireError(f"{name} holds more than {BATCHES} counts")
+        return [_count(item, f"{name}[{index}]") for index, item in enumerate(value)]
+    return _count(value, name)
+
+
+def _count(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 53:
+        raise WireError(f"{name} is not a count")
+    return value
+
+
+def _sums(value, name: str) -> list[list[float]]:
+    """Each timed call's output sums: any float (NaN and infinities included: a wrong output's sums are compared,
+    not trusted)."""
+    if not isinstance(value, list) or len(value) > BATCHES:
+        raise WireError(f"{name} is not a list of at most {BATCHES} lists")
+    sums = []
+    for index, row in enumerate(value):
+        if not isinstance(row, list) or len(row) > SUMS_PER_CALL:
+            raise WireError(f"{name}[{index}] is not a list of at most {SUMS_PER_CALL} numbers")
+        if any(isinstance(item, bool) or not isinstance(item, (int, float)) for item in row):
+            raise WireError(f"{name}[{index}] holds something that is not a number")
+        sums.append([float(item) for item in row])
+    return sums
+
+
+def _named_numbers(value, name: str) -> dict[str, float]:
+    if not isinstance(value, dict) or len(value) > KERNEL_NAMES:
+        raise WireError(f"{name} is not an object of at most {KERNEL_NAMES} entries")
+    return {_text(KERNEL_NAME_CHARS)(key, f"{name} key"): _number(item, f"{name}[{key!r}]")
+            for key, item in value.items()}
+
+
+def _work(value, name: str) -> dict:
+    """What a trial's forward ran beside Triton (work.py's profile): operation kinds and times, by name."""
+    if not isinstance(value, dict):
+        raise WireError(f"{name} is not an object")
+    work = {"ops": _named_numbers(value.get("ops", {}), f"{name}.ops")}
+    for part in ("triton_ms", "torch_ms"):
+        if part in value:
+            work[part] = _named_numbers(value[part], f"{name}.{part}")
+    if value.get("forward_ms") is not None:
+        work["forward_ms"] = _number(value["forward_ms"], f"{name}.forward_ms")
+    return work
+
+
 def _error(value, name: str) -> dict:
     if not isinstance(value, dict):
         raise WireError(f"{name} is not an object")
@@ -93,4 +144,10 @@ _FIELDS = {
     "estimate_ms": _number,
     "batch_ms": _numbers,
     "error": _error,
+    # timing and who did the work (speed.py, work.py)
+    "pong": _flag,
+    "launches": _count_or_counts,
+    "work": _work,
+    "call_ms": _numbers,
+    "digests": _sums,
 }

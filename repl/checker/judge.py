@@ -9,9 +9,11 @@ It never imports candidate code. For each check it:
 3. sends the candidate its kernel, the init arguments and the reference's weights (plain data, wire.py);
 4. per trial: fresh inputs from a seed drawn from `secrets` (never sent, never reused), sent to the candidate; the
    reference's outputs are computed here meanwhile, and compared with the plain bytes the candidate returns;
-5. one extra trial on fresh inputs with every Triton launch skipped: if the output is still right, the Triton
-   kernels did no work (`no_triton`);
-6. on CUDA, when correct: times the candidate (in its process) and cross-checks its figures with its own clock.
+5. one extra trial on fresh inputs with every Triton launch skipped, at a random place among the trials: if the
+   output is still right, the Triton kernels did no work (`no_triton`); and who did the work (work.py): the
+   PyTorch operations every trial ran, against the reference's;
+6. on CUDA, when correct: times the candidate (speed.py: fresh inputs per call, outputs rechecked, its figures
+   bounded by the judge's clock), then, with the candidate gone, the reference.
 
 Why reference outputs are not cached: inputs come from fresh secret seeds every check, so a cached output could only
 be replayed for inputs a candidate might learn; computing them costs one reference forward per trial, which is
@@ -43,28 +45,19 @@ from repl.checker.loading import describe, import_source, init_arguments, to_dev
 from repl.checker.result import CheckResult, Verdict, bounded_json_dict
 from repl.checker.sandbox.processes import (become_subreaper, children, continue_processes, kill_orphans, kill_tree,
                                             stop_tree)
+from repl.checker.ended import Ended
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
 
 MODEL_SEED = 42
 REFERENCE_PATH = "<reference>/reference.py"  # in memory only: linecache serves its lines to tracebacks
-SUSPICIOUS_SPEEDUP = 10.0
 CACHED_PROBLEMS = 4
 OUTPUT_TAIL_BYTES = 64 * 1024
 CANDIDATE_START_S = 120.0  # a fresh candidate process imports torch and triton: slow on a loaded machine
 OUTPUT_SLACK_BYTES = 1 << 20
-TIMER_TRUST = 0.5  # the candidate's timed span may be at most this much below the judge's wall clock
 GPU_MEMORY_PER_SPARE = 10 * 1024**3  # a spare takes about 1 GB of GPU memory; most of it stays the problems'
 # Moving a blob to the candidate and back is the checker's work, not the kernel's: each exchange's deadline gets this
 # much time per byte on top (1 s a GB: a 6.4 GB KernelBench input and its output add about 13 s to a trial).
 TRANSFER_S_PER_BYTE = 1 / 1e9
-
-
-class Ended(Exception):
-    """Ends a check with this verdict."""
-
-    def __init__(self, verdict: Verdict, message: str, traceback: str | None = None, output_tail: str | None = None):
-        super().__init__(message)
-        self.verdict, self.message, self.traceback, self.output_tail = verdict, message, traceback, output_tail
 
 
 # ---- the problem (reference side) ---------------------------------------------------------------------------------
@@ -81,6 +74,7 @@ class Problem:
     compiled_ms: float | None = None
     timing_notes: list[str] = field(default_factory=list)
     timed: bool = False
+    facts: object = None  # problem_facts.ProblemFacts: learnt at its first check
 
 
 class Judge:
@@ -110,12 +104,11 @@ class Judge:
         self.memory_limit = memory_limit
         self.device_label = "cuda" if self.on_cuda else "cpu-interpreter"
         self.problems: OrderedDict[str, Problem] = OrderedDict()
-        self.timer = None
-        if self.on_cuda:
-            from repl.checker.timing import CudaTimer
+        from repl.checker.timing import Clock
 
-            self.timer = CudaTimer(self.device)
-            self.flush_ms = self.timer.flush_ms()
+        self.clock = Clock(self.device)  # timing.py's harness, for the reference (and the null kernel)
+        self.quiet_flush_ms = self.clock.flush_ms() if self.on_cuda else None
+        self.peaks = None  # roofline.DevicePeaks, measured on first use
 
     # ---- 1: the problem ------------------------------------------------------------------------------------------
 
@@ -232,10 +225,22 @@ class Judge:
         if self.on_cuda:
             try:
                 with self.device:
-                    return list(to_device(list(problem.module.get_inputs()), self.device))
+                    return self.sharpened(problem, list(to_device(list(problem.module.get_inputs()), self.device)))
             except Exception:
                 torch.manual_seed(secrets.randbits(63))
-        return list(to_device(list(problem.module.get_inputs()), self.device))
+        return self.sharpened(problem, list(to_device(list(problem.module.get_inputs()), self.device)))
+
+    @staticmethod
+    def sharpened(problem: Problem, inputs: list) -> list:
+        """Inputs as sharpen.py makes them where two plain draws cannot be told apart (problem_facts.py)."""
+        return problem.facts.sharpen(inputs) if problem.facts is not None else inputs
+
+    def device_peaks(self):
+        if self.peaks is None:
+            from repl.checker.roofline import DevicePeaks
+
+            self.peaks = DevicePeaks(self.device, self.clock)
+        return self.peaks
 
     def run_reference(self, problem: Problem, inputs: list):
         import torch
@@ -269,6 +274,11 @@ class CheckRun:
         self.launched: list[str] = []
         self.shape_specialised = False
         self.inputs_all_non_negative = True
+        self.trial_launches: list[int] = []  # Triton launches per trial's forward
+        self.work_profiles: list[dict] = []  # work.py's observation of each trial
+        self.work: dict | None = None
+        self.round_trip_ms = 0.0
+        self.timing_wanted = judge.on_cuda or bool(request.get("interpreter_timing"))
         self.phases: dict[str, float] = {}
         self._phase_start = time.monotonic()
 
@@ -294,21 +304,37 @@ class CheckRun:
         try:
             self.stage("reference", alone=True)
             problem = self.judge.problem(self.request["reference_code"])
+            self.learn(problem)
             self.phase("problem")
             self.load_candidate(problem)
             self.run_trials(problem)
             result = self.result(Verdict.CORRECT, f"matches the reference on {self.trials} trials")
+            if self.timing_wanted:
+                self.measure_speed(problem, result)
+                self.phase("timing")
+                result.phases_s = dict(self.phases)
         except Ended as ended:
             result = self.result(ended.verdict, ended.message, ended.traceback)
             result.output_tail = ended.output_tail
             return result
-        if self.judge.on_cuda:
-            self.measure_speed(problem, result)
-            self.phase("timing")
-            result.phases_s = dict(self.phases)
-        else:
+        if not self.judge.on_cuda and not self.timing_wanted:
             result.message += "; timing unavailable under the Triton interpreter"
         return result
+
+    def learn(self, problem: Problem) -> None:
+        """What the judge learns about a problem at its first check (problem_facts.py): the reference's work, whether
+        trials can tell kernels apart, its size."""
+        if problem.facts is None:
+            from repl.checker.problem_facts import study_problem
+
+            try:
+                problem.facts = study_problem(self.judge, problem, self.request["atol"], self.request["rtol"])
+            except Ended:
+                raise
+            except BaseException as error:
+                raise self.judge.reference_failed("reference Model fails to run", error)
+        if problem.facts.weak_note:
+            self.notes.append(problem.facts.weak_note)
 
     def load_candidate(self, problem: Problem) -> None:
         # Waiting for a candidate process to be ready is the checker's overhead, not the kernel's time: it has a
@@ -320,6 +346,10 @@ class CheckRun:
         self.phase("candidate_ready")
         self.stage("started")
         self.notes += self.candidate.notes
+        if self.timing_wanted:
+            from repl.checker.speed import measure_round_trip
+
+            self.round_trip_ms = measure_round_trip(self)  # before any candidate code: it cannot slow these down
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.notes += reply.get("notes", [])
         self.shape_specialised = bool(reply.get("shape_specialised"))
@@ -329,6 +359,15 @@ class CheckRun:
         # cpu_seconds: the candidate's RLIMIT_CPU, a backstop should its process outlive the check's kill
         return {"op": "load", "kernel_code": self.request["kernel_code"], "data": problem.init_data,
                 "cpu_seconds": float(self.request["timeout"]) * (os.cpu_count() or 1) + 10.0}
+
+    def ensure_candidate(self, problem: Problem) -> None:
+        """A live candidate with the kernel loaded: a fresh one where the trial without launches left the last one
+        failed and killed."""
+        if self.candidate is not None and self.candidate.alive():
+            return
+        notes = list(self.notes)
+        self.load_candidate(problem)
+        self.notes = notes  # the same notes again, once
 
     def exchange(self, request: dict, blob=b"", *, max_blob: int = 0, before_sending=None):
         """Send a request and return (reply, blob). max_blob: the most reply bytes accepted (room is made for them
@@ -389,6 +428,10 @@ class CheckRun:
             raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
         from repl.checker.compare import compare_outputs  # imports torch: not before the fork server starts
 
+        if not skip_launches:
+            self.trial_launches.append(int(reply.get("launches", 0) or 0))
+            if isinstance(reply.get("work"), dict):
+                self.work_profiles.append(reply["work"])
         comparison = compare_outputs(got, expected, self.request["atol"], self.request["rtol"])
         if not comparison.matches and not self.judge.on_cuda and _holds_bfloat16([inputs, expected]):
             comparison.notes.append(BFLOAT16_UNDER_THE_INTERPRETER)
@@ -420,7 +463,15 @@ class CheckRun:
                     "ran once the candidate was killed")
 
     def run_trials(self, problem: Problem) -> None:
-        for number in range(1, int(self.request["trials"]) + 1):
+        trials = int(self.request["trials"])
+        without_at = trial_without_launches_place(trials)
+        without = None
+        for position in range(1, trials + 2):
+            if position == without_at:
+                without = self.trial_without_launches(problem)
+                continue
+            self.ensure_candidate(problem)
+            number = self.trials + 1
             comparison, launched = self.trial(problem, skip_launches=False, label=f"trial {number}")
             self.launched += [name for name in launched if name not in self.launched]
             self.trials = number
@@ -432,18 +483,42 @@ class CheckRun:
                 raise Ended(Verdict.MISMATCH, f"trial {number}: {comparison.problem}")
             self.phase("first_trial" if number == 1 else "trials")
         self.require_launch()
-        # Whose work is the output? The same forward, fresh inputs, every Triton launch skipped.
+        if without is not None and without.matches:
+            raise Ended(Verdict.NO_TRITON, "its Triton kernels did no work: with every launch skipped (and the "
+                        "buffers they were given poisoned), the output on fresh inputs was still right")
+        self.who_did_the_work(problem)
+
+    def trial_without_launches(self, problem: Problem):
+        """Whose work is the output? The same forward on fresh inputs, every Triton launch compiled but not run and
+        the fresh buffers it was given poisoned (launches.py). The comparison, or None when it failed."""
         try:
             comparison, _ = self.trial(problem, skip_launches=True, label="the trial without launches")
         except Ended as ended:
             if ended.verdict in (Verdict.TIMEOUT, Verdict.CANCELLED, Verdict.INVALID_REFERENCE):
                 raise
             comparison = None  # it failed without its launches: they mattered
-            self.candidate.kill()  # whatever state it is in, it is not the one that passed
+            self.candidate.kill()  # whatever state it is in, it is not the one that passed: the next trial gets a
+            # fresh process
         self.phase("trial_without_launches")
-        if comparison is not None and comparison.matches:
-            raise Ended(Verdict.NO_TRITON, "its Triton kernels did no work: with every launch skipped, the output "
-                        "on fresh inputs was still right")
+        return comparison
+
+    def who_did_the_work(self, problem: Problem) -> None:
+        """work.py's rule, on every trial's observation; the split a correct verdict shows."""
+        from repl.checker.work import negligible_on_device, redone_by_pytorch, work_split
+
+        if not self.work_profiles:
+            return
+        reference = problem.facts.work if problem.facts is not None else {}
+        for profile in self.work_profiles:
+            reason = redone_by_pytorch(reference, profile.get("ops") or {})
+            if reason:
+                raise Ended(Verdict.NO_TRITON, reason)
+        last = self.work_profiles[-1]  # compilation and autotuning are behind it
+        if self.judge.on_cuda:
+            reason = negligible_on_device(last)
+            if reason:
+                raise Ended(Verdict.NO_TRITON, reason)
+        self.work = work_split(last, self.judge.on_cuda)
 
     def require_launch(self, also: str | None = None) -> None:
         if not self.launched:
@@ -453,76 +528,44 @@ class CheckRun:
     # ---- timing (CUDA) -----------------------------------------------------------------------------------------
 
     def measure_speed(self, problem: Problem, result: CheckResult) -> None:
+        """speed.py: the candidate timed on fresh inputs (a rechecked call that is wrong ends the check as
+        mismatch); the candidate killed; the reference timed if it was not yet; the figures and their flags."""
+        from repl.checker.speed import SpeedCheck, time_reference
+
         judge = self.judge
-        if not self.candidate.alive():
-            # The trial without launches failed and the process was stopped: time in a fresh one.
-            try:
-                self.candidate = judge.pool.take(self.deadline, self.cancel)
-                self.exchange(self.load_request(problem), problem.init_blob)
-            except Ended as ended:
-                result.notes.append(f"timing skipped: {ended.message}")
-                return
-        inputs = judge.make_inputs(problem)
+        speed = SpeedCheck(self, problem)
         try:
-            if not problem.timed:
-                self.stage("reference")
-                self.time_reference(problem, inputs)
-                self.stage("candidate")
-            tree, blob = encode_at(inputs, "input")
-            reply, _ = self.exchange({"op": "warm", "inputs": tree}, blob)
-            batches, calls = judge.timer.batches(float(reply["estimate_ms"]))
-            started = time.monotonic()
-            reply, _ = self.exchange({"op": "time", "batches": batches, "calls": calls, "inputs": None})
-            wall_ms = (time.monotonic() - started) * 1000
-            result.kernel_ms = self.trusted_time(reply["batch_ms"], batches, calls, wall_ms, result)
+            self.ensure_candidate(problem)
+            speed.measure(self.trial_launches)
         except Ended as ended:
+            if ended.verdict in (Verdict.MISMATCH, Verdict.CANCELLED):
+                raise
             result.notes.append(f"timing did not finish: {ended.message}")
             return
+        self.candidate.kill()  # nothing of the judge's is timed while a candidate process is alive
+        result.kernel_ms, result.timing = speed.conclude()
+        if not problem.timed:
+            self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
+            judge.pool.wait_for_spares(self.deadline, self.cancel)  # a starting spare loads the CPU and the GPU
+            time_reference(judge, problem)
+            self.stage("candidate")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
         result.notes += problem.timing_notes
         if result.kernel_ms and result.eager_ms:
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms
             if result.compiled_ms is not None:
                 result.speedup_vs_compiled = result.compiled_ms / result.kernel_ms
-        fastest = max(filter(None, (result.speedup_vs_eager, result.speedup_vs_compiled)), default=0.0)
-        if fastest > SUSPICIOUS_SPEEDUP and not result.suspicious:
-            result.suspicious = (f"{fastest:.1f}x faster than the reference: usually a bug or a cheat "
-                                 "(work skipped, results cached, work on another stream)")
+        flags = list(speed.flags)
+        if judge.on_cuda and result.kernel_ms and problem.facts is not None and problem.facts.size is not None:
+            from repl.checker.roofline import roofline
 
-    def trusted_time(self, batch_ms, batches: int, calls: int, wall_ms: float, result: CheckResult) -> float:
-        """The candidate's median, unless its batches add up to far less than the judge's clock saw pass."""
-        times = [float(value) for value in batch_ms][:batches]
-        if len(times) != batches or not all(value >= 0 for value in times):
-            raise Ended(Verdict.CRASH, "the candidate's timer answered nonsense")
-        reported = statistics.median(times)
-        floor_ms = wall_ms - batches * self.judge.flush_ms - 5.0  # flushes and the round trip are not the kernel's
-        if sum(times) * calls < TIMER_TRUST * floor_ms:
-            result.suspicious = (f"the candidate's timer reported {sum(times) * calls:.3f} ms for work the judge's "
-                                 f"clock saw take {floor_ms:.3f} ms: the wall-clock time is used")
-            return floor_ms / (batches * calls)
-        return reported
-
-    def time_reference(self, problem: Problem, inputs: list) -> None:
-        import torch
-
-        judge = self.judge
-
-        def timed(model):
-            def call():
-                with torch.no_grad():
-                    model(*inputs)
-
-            return judge.timer.median_ms(call)
-
-        try:
-            problem.eager_ms = timed(problem.model)
-        except BaseException as error:
-            problem.timing_notes.append(f"timing the reference failed: {describe(error)}")
-        try:
-            problem.compiled_ms = timed(torch.compile(problem.model))
-        except BaseException as error:
-            problem.timing_notes.append(f"torch.compile(reference) failed: {describe(error)}")
-        problem.timed = True
+            result.roofline, beyond = roofline(problem.facts.size, result.kernel_ms, judge.device_peaks())
+            if beyond:
+                flags.append(beyond)
+        if not judge.on_cuda:
+            result.notes.append("interpreter timings (Triton's CPU interpreter): they test the checker, not speed")
+        result.flags = flags
+        result.suspicious = "; ".join(flags) or None
 
     # ---- the record ----------------------------------------------------------------------------------------------
 
@@ -533,7 +576,8 @@ class CheckRun:
         return CheckResult(verdict=verdict, device=self.judge.device_label, trials=self.trials,
                            max_abs_error=self.max_abs, max_rel_error=self.max_rel, message=message,
                            triton_kernels=list(self.launched), traceback=traceback,
-                           shape_specialised=self.shape_specialised, notes=notes, phases_s=dict(self.phases))
+                           shape_specialised=self.shape_specialised, notes=notes, phases_s=dict(self.phases),
+                           work=self.work if verdict is Verdict.CORRECT else None)
 
     def close(self) -> None:
         if self.candidate is not None:
@@ -683,6 +727,15 @@ class CandidatePool:
             keep.add(self.fork_server.process.pid)
         kill_orphans(keep)
 
+    def wait_for_spares(self, deadline: float, cancel: threading.Event) -> None:
+        """Until every spare has finished starting (a starting process loads the CPU and the GPU): before the judge
+        times anything. A spare that fails to start is the next take()'s business."""
+        for candidate in list(self.waiting):
+            try:
+                candidate.wait_ready(deadline, cancel)
+            except (Stopped, PeerGone, WireError):
+                pass
+
     def close(self) -> None:
         if self._filling is not None:
             self._filling.join()
@@ -694,6 +747,12 @@ class CandidatePool:
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
+
+
+def trial_without_launches_place(trials: int) -> int:
+    """Where the trial without launches falls among the trials+1 forwards: anywhere after the first (which compiles
+    and autotunes), by lottery, so that a kernel counting its calls cannot tell which one it is."""
+    return secrets.SystemRandom().randint(2, trials + 1)
 
 
 def _tensor_bytes(value) -> int:

@@ -56,12 +56,17 @@ class CheckResult:
     speedup_vs_compiled: float | None = None
     # Beyond the issue's keys.
     traceback: str | None = None  # the candidate's (or reference's) traceback, for --debug and the REPL
-    suspicious: str | None = None  # one-line warning: too fast to be true, ...
+    suspicious: str | None = None  # the flags in one line (older results: a >10x warning); see `flags`
     shape_specialised: bool = False  # the kernel hard-codes sizes (Inductor style): right only for these shapes
     notes: list[str] = field(default_factory=list)  # one-line facts worth knowing (weights copied, ...)
     output_tail: str | None = None  # last lines the candidate printed, kept when it died
     elapsed_s: float | None = None
     phases_s: dict = field(default_factory=dict)  # where the judge's time went: problem, candidate, load, trials, ...
+    # Issue 21: speed the judge vouches for, and who did the work (docs/checker.md).
+    flags: list[str] = field(default_factory=list)  # evidence that the timing is not to be believed, one line each
+    timing: dict | None = None  # the figures behind kernel_ms: calls, windows, candidate_ms, judge_ms, round trip...
+    roofline: dict | None = None  # bytes and FLOPs over kernel_ms, as shares of the device's measured limits
+    work: dict | None = None  # who did the work: "summary", shares of GPU time, the PyTorch operations beside Triton
 
     def __post_init__(self):
         try:
@@ -69,6 +74,12 @@ class CheckResult:
         except ValueError:
             raise ValueError(f"unknown verdict {self.verdict!r}") from None
         self.correct = self.verdict is Verdict.CORRECT
+
+    @property
+    def flagged(self) -> bool:
+        """A timing with evidence against it: never ranked above an unflagged correct kernel, never counted in
+        fast_p or a geomean."""
+        return bool(self.flags)
 
     def to_json_dict(self) -> dict:
         data = asdict(self)

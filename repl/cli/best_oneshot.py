@@ -77,6 +77,10 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
         summary += f", {check_result.kernel_ms:.4g} ms"
         if check_result.speedup_vs_eager:
             summary += f", {check_result.speedup_vs_eager:.3g}x vs eager"
+        if check_result.roofline and check_result.roofline.get("bandwidth_share") is not None:
+            summary += f", {100 * check_result.roofline['bandwidth_share']:.0f}% of measured bandwidth"
+        if check_result.flags:
+            summary += f" (flagged: {check_result.flags[0]})"
     if not best.correct:
         say(f"warning: no candidate is correct; writing the best-ranked ({summary}: "
             f"{check_result.message if check_result else 'not checked'})")

@@ -192,6 +192,8 @@ def _problem_line(result) -> Text:
     if result.best and result.best.get("kernel_ms") is not None:
         line.append(f", best {_format(result.best['kernel_ms'])} ms "
                     f"({_format(result.best.get('speedup_vs_eager'), 3, 'x')} vs eager)")
+        if result.best.get("flagged"):
+            line.append(" flagged", style="warn")
     return line
 
 
@@ -232,6 +234,10 @@ def summary_text(report) -> Text:
         names = ", ".join(totals["too_large"][:5]) + (" …" if len(totals["too_large"]) > 5 else "")
         text.append(f"skipped: too large for this device: {len(totals['too_large'])} ({names}); not in pass@k or "
                     "fast_p\n", style="warn")
+    if totals.get("flagged"):
+        names = ", ".join(totals["flagged"][:5]) + (" …" if len(totals["flagged"]) > 5 else "")
+        text.append(f"flagged timings: {len(totals['flagged'])} ({names}); ranked after unflagged kernels, not in "
+                    "fast_p or the geomean\n", style="warn")
     if summary["fast_p"] is not None:
         text.append("fast_p  " + "  ".join(f"p={p} {value:.3f}" for p, value in summary["fast_p"].items()))
         untimed = f" ({totals['untimed']} solved without a timing: in fast_0 only)" if totals["untimed"] else ""

@@ -147,6 +147,8 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
             message = f"Candidate {best.index} is correct after {len(ranked)} tr{'y' if len(ranked) == 1 else 'ies'}"
         else:
             why = "the fastest" if best.check.kernel_ms is not None else "the lowest error; nothing was timed"
+            if best.check.flagged:
+                why = "every correct candidate's timing is flagged"
             message = f"{len(correct)} of {len(ranked)} correct{kept}; candidate {best.index} ({why}) is current"
         session.console.print(f"{message}. :save writes it; :pick N or :show N for another.", style="ok")
     elif best.verdict == Verdict.TOO_LARGE:

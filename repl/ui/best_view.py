@@ -14,6 +14,7 @@ from rich.text import Text
 
 from repl.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED
+from repl.ui.check_view import share_of_peak
 from repl.ui.stream_view import MAX_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL
 
 STATE_STYLES = {GENERATING: "accent", QUEUED: "hint", CHECKING: "accent", WAITING: "hint", DONE: ""}
@@ -116,15 +117,19 @@ def ranking_table(ranked: list[Candidate], current: Candidate | None = None) -> 
     table = Table(box=None, padding=(0, 2), header_style="hint", pad_edge=False)
     for name, justify in [("", "left"), ("#", "right"), ("verdict", "left"), ("max error", "right"),
                           ("kernel ms", "right"), ("vs eager", "right"), ("vs compile", "right"),
-                          ("tokens", "right"), ("note", "left")]:
+                          ("of peak", "right"), ("tokens", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=name != "note", overflow="ellipsis")
     for candidate in ranked:
         check = candidate.check
         note = ""
         if check is not None and not check.correct:
             note = check.message
+        elif check is not None and check.flags:
+            note = "flagged: " + check.flags[0]
         elif check is not None and check.suspicious:
             note = check.suspicious
+        elif check is not None and check.work and check.work.get("summary"):
+            note = check.work["summary"]
         elif candidate.reply is not None and candidate.reply.finish_reason == TRUNCATED:
             note = "reply cut at max_new_tokens"
         table.add_row(
@@ -135,6 +140,7 @@ def ranking_table(ranked: list[Candidate], current: Candidate | None = None) -> 
             _number(check.kernel_ms if check else None),
             _number(check.speedup_vs_eager if check else None, 3, "x"),
             _number(check.speedup_vs_compiled if check else None, 3, "x"),
+            share_of_peak(check),
             str(candidate.tokens),
             Text(note, style="hint"),
         )

@@ -34,9 +34,13 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False):
         table.add_row("kernels", ", ".join(result.triton_kernels))
     if result.shape_specialised:
         table.add_row("shapes", Text("hard-coded (Inductor style): right only for these input shapes", style="yellow"))
+    if result.work and result.work.get("summary"):
+        table.add_row("work", Text(terminal_safe(result.work["summary"])))
     for label, value in _timings(result):
         table.add_row(label, value)
-    if result.suspicious:
+    for flag in result.flags:
+        table.add_row("flagged", Text(terminal_safe(flag), style="bold yellow"))
+    if result.suspicious and not result.flags:  # a result from an older checker
         table.add_row("warning", Text(result.suspicious, style="bold yellow"))
     for note in result.notes:
         table.add_row("note", Text(note, style="dim"))
@@ -88,7 +92,38 @@ def _timings(result: CheckResult) -> list[tuple[str, str]]:
     ]
     if speedups:
         rows.append(("speedup", ", ".join(speedups)))
+    roofline = roofline_text(result)
+    if roofline:
+        rows.append(("roofline", roofline))
+    if result.timing and result.timing.get("judge_ms") is not None:
+        timing = result.timing
+        rows.append(("clocks", f"candidate's {timing['candidate_ms']:.4f} ms, judge's {timing['judge_ms']:.4f} ms "
+                               f"a call ({timing['calls']} calls on fresh inputs, {timing['rechecked']} rechecked)"))
     return rows
+
+
+def roofline_text(result: CheckResult) -> str | None:
+    """'1840 GB/s, 55% of the measured 3350 GB/s; 0.5 TFLOP/s, 1% of 51 (float32 matmul)' for a timed result."""
+    figures = result.roofline
+    if not figures or figures.get("gb_per_s") is None:
+        return None
+    text = (f"{figures['gb_per_s']:.0f} GB/s, {100 * figures['bandwidth_share']:.0f}% of the measured "
+            f"{figures['device_gb_per_s']:.0f} GB/s")
+    if figures.get("tflops") is not None:
+        text += (f"; {figures['tflops']:.3g} TFLOP/s, {100 * figures['compute_share']:.0f}% of the measured "
+                 f"{figures['device_tflops']:.0f} ({figures['dtype']} matmul)")
+    return text
+
+
+def share_of_peak(result: CheckResult | None) -> str:
+    """The larger of a timing's bandwidth and compute shares, for a table cell ('55% bw', '71% flops', '–')."""
+    figures = result.roofline if result is not None else None
+    if not figures:
+        return "–"
+    bandwidth, compute = figures.get("bandwidth_share"), figures.get("compute_share")
+    if compute is not None and compute >= (bandwidth or 0):
+        return f"{100 * compute:.0f}% flops"
+    return f"{100 * bandwidth:.0f}% bw" if bandwidth is not None else "–"
 
 
 def _excerpt(title: str, text: str, whole: bool, from_end: bool) -> Text:
