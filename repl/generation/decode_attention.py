@@ -17,22 +17,24 @@ BLOCK_N = 32  # cached positions per loop step
 
 @triton.jit
 def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
-                   stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                   stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
                    chunk, scale,
                    KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
-                   BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
+                   WINDOW: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
     row_head = tl.program_id(0)  # batch row * KV_HEADS + key/value head
     split = tl.program_id(1)
     b = row_head // KV_HEADS
     kv_head = row_head % KV_HEADS
-    rows = tl.arange(0, GROUP_PAD)
+    rows = tl.arange(0, GROUP_PAD)  # query head in the group * WINDOW + query in the window
     dims = tl.arange(0, DIM)
-    q = tl.load(q_ptr + b * stride_qb + (kv_head * GROUP + rows)[:, None] * stride_qh + dims[None, :],
-                mask=(rows < GROUP)[:, None], other=0.0)
+    step = rows % WINDOW
+    q = tl.load(q_ptr + b * stride_qb + (kv_head * GROUP + rows // WINDOW)[:, None] * stride_qh
+                + step[:, None] * stride_qt + dims[None, :], mask=(rows < GROUP * WINDOW)[:, None], other=0.0)
     k_base = k_ptr + b * stride_kb + kv_head * stride_kh
     v_base = v_ptr + b * stride_vb + kv_head * stride_vh
+    position = tl.load(position_ptr)
     start = split * chunk
-    end = tl.minimum(start + chunk, tl.load(position_ptr) + 1)
+    end = tl.minimum(start + chunk, position + WINDOW)
     best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM], tl.float32)
@@ -44,10 +46,14 @@ def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
             scores = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             scores = tl.dot(q, tl.trans(k))
-        scores = tl.where(valid[None, :], scores * scale, float("-inf"))
+        # Query i of the window sits at position + i and sees the cache up to there (causal within the window).
+        visible = valid[None, :] & (cols[None, :] <= position + step[:, None])
+        scores = tl.where(visible, scores * scale, float("-inf"))
         new_best = tl.maximum(best, tl.max(scores, 1))
-        alpha = tl.exp(best - new_best)
-        p = tl.exp(scores - new_best[:, None])
+        # A row that has seen nothing yet keeps best = -inf: exponentiate against 0 there, not -inf - -inf = NaN.
+        shift = tl.where(new_best == float("-inf"), 0.0, new_best)
+        alpha = tl.exp(best - shift)
+        p = tl.exp(scores - shift[:, None])
         total = total * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * stride_vn + dims[None, :], mask=valid[:, None], other=0.0)
         if IEEE:
@@ -65,7 +71,9 @@ def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
 def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr,
                     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
                     SPLITS: tl.constexpr):
-    head_row = tl.program_id(0)  # (batch row * KV_HEADS + key/value head) * GROUP + query head in the group
+    # (batch row * KV_HEADS + key/value head) * GROUP * WINDOW + query head in the group * WINDOW + query in the
+    # window: with the result laid out (batch, heads, window, dim), that is also the result's row.
+    head_row = tl.program_id(0)
     row_head = head_row // GROUP
     r = head_row % GROUP
     splits = tl.arange(0, SPLITS)
@@ -80,23 +88,27 @@ def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr,
 
 def decode_attention(q, k_cache, v_cache, position, attended: int):
     """Same contract as ``llama_math.attend_cache``: q (B, H, 1, D) against the first ``attended`` cached positions,
-    masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype."""
-    batch, heads, _, dim = q.shape
+    masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype.
+
+    Also a window of T queries (a speculative verify step): q (B, H, T, D), query i at ``position`` + i, each masked
+    after its own position (``speculative.attend_window`` is the torch version); returns (B, H, T, D)."""
+    batch, heads, window, dim = q.shape
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
-    group_pad = max(16, triton.next_power_of_2(group))
+    group_pad = max(16, triton.next_power_of_2(group * window))
     chunk = triton.cdiv(triton.cdiv(attended, SPLITS), BLOCK_N) * BLOCK_N
     slices = batch * kv_heads * SPLITS * group_pad
     partial = torch.empty((slices, dim), dtype=torch.float32, device=q.device)
     best = torch.empty(slices, dtype=torch.float32, device=q.device)
     total = torch.empty(slices, dtype=torch.float32, device=q.device)
-    result = torch.empty((batch, heads, 1, dim), dtype=q.dtype, device=q.device)
+    result = torch.empty((batch, heads, window, dim), dtype=q.dtype, device=q.device)
     _attend_slices[(batch * kv_heads, SPLITS)](
         q, k_cache, v_cache, position, partial, best, total,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), chunk, dim ** -0.5,
-        KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
+        KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, WINDOW=window, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
         IEEE=q.dtype == torch.float32)
-    _combine_slices[(batch * heads,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group,
-                                         GROUP_PAD=group_pad, DIM=dim, SPLITS=SPLITS)
+    # The combine treats the window's queries of one key/value head as one larger group.
+    _combine_slices[(batch * heads * window,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group * window,
+                                                  GROUP_PAD=group_pad, DIM=dim, SPLITS=SPLITS)
     return result

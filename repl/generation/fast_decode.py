@@ -22,6 +22,7 @@ from repl.generation import Backend, Reply
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
+from repl.generation.drafting import SiblingReplies
 from repl.generation.static_decoder import MAX_SEQ_LEN, FastDecoder
 from repl.settings import SamplingSettings
 
@@ -43,7 +44,7 @@ class FastReplyStream:
         self._tokens: queue.Queue = queue.Queue()
         self._cancelled = threading.Event()
         self._error: BaseException | None = None
-        self._sent = 0
+        self.sent: list[int] = []  # every token the worker handed over (``ids``: those the reader has taken)
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -57,8 +58,8 @@ class FastReplyStream:
         if self._cancelled.is_set():
             return False
         self._tokens.put([token])
-        self._sent += 1
-        return token not in self._end_ids and self._sent < self.reply.settings.max_new_tokens
+        self.sent.append(token)
+        return token not in self._end_ids and len(self.sent) < self.reply.settings.max_new_tokens
 
     def close(self, error: BaseException | None = None) -> None:
         if self.open:
@@ -102,13 +103,17 @@ class FastLocalBackend(Backend):
     ``compile=False`` runs the fast path's code eagerly (no compile, no graphs), on any device: for tests and CPU
     benchmarks. ``tiers`` overrides the warm-up's tiers (default: graphs, then compiled; eager without compile);
     ``attention`` the decoder's attention ("triton" on CUDA, "torch" elsewhere).
+    ``drafting``: single streams decode speculatively with model-free drafts (``speculative``; the same tokens under
+    greedy decoding, the same distribution under sampling), prepared as the warm-up's last stage; K rows never do.
     ``state``: warming up -> ready (a tier serves) ; or off / failed with a ``reason``.
     """
 
     def __init__(self, loaded: LoadedModel, *, compile: bool = True, max_seq_len: int = MAX_SEQ_LEN,
                  batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None,
-                 attention: str | None = None):
+                 attention: str | None = None, drafting: bool = True):
         self.loaded = loaded
+        self.drafting = drafting
+        self.replies = SiblingReplies()  # what this session generated per prompt: the drafts' sibling source
         self.device = loaded.device
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
@@ -163,6 +168,8 @@ class FastLocalBackend(Backend):
                         self.serving_after_s = time.monotonic() - self._created
                         self.state = "ready"
                         self._serving.set()
+            if self.drafting:
+                self._prepare_drafting()
         except BaseException as error:  # e.g. the cache directory cannot be set up: never leave "warming up"
             self._note_failure("warm-up", error)
         finally:
@@ -170,6 +177,24 @@ class FastLocalBackend(Backend):
                 self.state = "failed"
             self._serving.set()
             self._settled.set()
+
+    def _prepare_drafting(self) -> None:
+        """Verify steps at the tier the batch of one reached; before the warm-up ends, so that a seeded reply (which
+        waits for that) always decodes with drafts."""
+        from repl.generation.speculative import Speculation
+
+        batch = self.decoder.batches.get(1)
+        if batch is None:
+            return
+        started = time.monotonic()
+        try:
+            speculation = Speculation(self.decoder)
+            speculation.prepare(batch.tier)
+        except Exception as error:  # single streams decode without drafts
+            self._note_failure("drafting", error)
+            return
+        self.decoder.speculation = speculation
+        self.warm_up_seconds.setdefault("drafting", {})[1] = time.monotonic() - started
 
     def _note_failure(self, tier: str, error: BaseException) -> None:
         self.warm_up_errors.append(error)
@@ -225,12 +250,18 @@ class FastLocalBackend(Backend):
             return True
 
         error = None
+        prompt = prompt_ids[0].tolist()
+        # A seeded reply drafts from its prompt and itself only: with earlier replies as drafts, the same seed would
+        # sample a different reply once the session had generated another for the module.
+        siblings = self.replies.of(prompt) if settings.seed is None else []
         try:
             if settings.seed is not None:
                 self._settled.wait()
-            self.decoder.decode(prompt_ids, settings, len(streams), settings.max_new_tokens, emit, eager_fallback=True)
+            self.decoder.decode(prompt_ids, settings, len(streams), settings.max_new_tokens, emit, eager_fallback=True,
+                                siblings=siblings)
         except BaseException as failure:  # reported through the replies, never lost in the thread
             error = failure
         finally:
             for stream in streams:
                 stream.close(error)
+                self.replies.remember(prompt, stream.sent)

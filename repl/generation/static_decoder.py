@@ -114,6 +114,8 @@ class FastDecoder:
         self.batches: dict[int, DecodeBatch] = {}  # only batches that can serve appear here
         self.lock = generation_lock(model)  # one generation (plain or fast) at a time on this model
         self._compiled: dict[str, Pieces] = {}  # matvec -> the compiled pieces
+        self.speculation = None  # speculative.Speculation: drafts for single streams, where it serves
+        self.last_speculation: dict | None = None  # its step counts for the last reply it decoded
 
     # -- warm-up ------------------------------------------------------------------------------------------------
     def prepare(self, size: int, tier: str) -> None:
@@ -187,11 +189,12 @@ class FastDecoder:
         return prompt_tokens + max_new_tokens <= self.max_seq_len
 
     def decode(self, prompt_ids: torch.Tensor, settings: SamplingSettings, rows: int, max_new_tokens: int,
-               emit: Callable[[list[int]], bool], *, eager_fallback: bool = False) -> bool:
+               emit: Callable[[list[int]], bool], *, eager_fallback: bool = False, siblings=None) -> bool:
         """Prefill the prompt once, then decode ``rows`` samples of it together; ``emit`` receives each step's
         tokens (one per row) and returns False to stop. Waits for the generation running on the model. False (and
         nothing done) when no batch holds ``rows`` rows, unless ``eager_fallback`` decodes eagerly in a batch of
-        its own."""
+        its own. One row decodes with drafts where ``speculation`` (``speculative.Speculation``) serves its batch;
+        ``siblings``: earlier replies to this prompt, for its drafts."""
         if not self.fits(prompt_ids.shape[1], max_new_tokens):
             raise ValueError(f"{prompt_ids.shape[1]} prompt + {max_new_tokens} new tokens exceed the static cache "
                              f"({self.max_seq_len})")
@@ -204,11 +207,16 @@ class FastDecoder:
                 batch.steps = {g: [partial(self._step, batch, g, attended, self._eager) for attended in self.buckets]
                                for g in (False, True)}
                 batch.tier = "eager"
-            self._generate(batch, prompt_ids, settings, rows, max_new_tokens, emit)
+            if rows == 1 and self.speculation is not None and self.speculation.serves(batch):
+                self.last_speculation = self.speculation.generate(batch, prompt_ids, settings, max_new_tokens, emit,
+                                                                  siblings or ())
+            else:
+                self._generate(batch, prompt_ids, settings, rows, max_new_tokens, emit)
         return True
 
-    def _generate(self, batch: DecodeBatch, prompt_ids, settings: SamplingSettings, rows: int, max_new_tokens: int,
-                  emit) -> None:
+    def start(self, batch: DecodeBatch, prompt_ids, settings: SamplingSettings) -> int:
+        """Seed, set the sampling settings, prefill the prompt and choose the first token (into ``batch.tokens``);
+        returns the prompt's length, the position the first token is fed at."""
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
         batch.temperature.fill_(max(settings.temperature, 1e-6))
@@ -219,6 +227,11 @@ class FastDecoder:
                          batch.caches).expand(batch.size, -1)
         batch.tokens.copy_(greedy(logits) if settings.greedy else sample(logits, batch.temperature, batch.top_p))
         batch.position.fill_(length)
+        return length
+
+    def _generate(self, batch: DecodeBatch, prompt_ids, settings: SamplingSettings, rows: int, max_new_tokens: int,
+                  emit) -> None:
+        length = self.start(batch, prompt_ids, settings)
         steps = batch.steps[settings.greedy]
         # Token i is copied to the host while the GPU computes token i+1: the GPU never waits for the host.
         # Two pinned host slots alternate; slot i % 2 is read (for emit) before step i+2 overwrites it.

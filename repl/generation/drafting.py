@@ -1,0 +1,128 @@
+"""Model-free drafts for speculative decoding: n-gram lookup in the text the reply already repeats.
+
+KernelLLM's replies repeat themselves and their prompt: Inductor-style kernels restate ``xoffset = ...``,
+``xindex = ...``, ``xmask = ...`` and ``tl.load(in_ptr0 + ...)`` in every kernel, ``ModelNew`` restates the module's
+``__init__`` and shapes, and K samples of one module share most of their text. A drafter looks up the last few
+tokens of the reply in that text and proposes what followed them there; the decoder then checks the proposal in one
+forward pass (``speculative``), so a wrong draft costs time, never correctness.
+
+Sources, in the order a match is taken from (the longest matching n-gram wins; at equal length the earlier source):
+- the prompt and the reply so far (one growing sequence: "prompt lookup");
+- sibling replies: what the session generated before for the same prompt (``:regen``, ``:fix``, ``:best K``).
+At equal length the most recent occurrence wins: code repeats what it wrote last.
+"""
+
+from dataclasses import dataclass, field
+
+MIN_NGRAM = 2  # tokens that must match before a draft is proposed (tuned on the corpus: docs/performance.md)
+MAX_NGRAM = 4
+MAX_DRAFT = 7  # tokens proposed per verify step (the window is this + the last token)
+
+
+class NgramIndex:
+    """n-gram -> where its latest occurrence was followed, over one token sequence that may grow at its end.
+
+    The suffix being looked up is never found as its own occurrence: the n-grams that end at the last token enter the
+    index only once a token follows them (so every hit has a continuation of at least one token)."""
+
+    def __init__(self, tokens=(), min_n: int = MIN_NGRAM, max_n: int = MAX_NGRAM):
+        self.min_n, self.max_n = min_n, max_n
+        self.tokens: list[int] = []
+        self._follow: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token after its latest occurrence
+        self.extend(tokens)
+
+    def extend(self, tokens) -> None:
+        seq = self.tokens
+        for token in tokens:
+            seq.append(token)
+            end = len(seq) - 1  # n-grams ending just before the new token are now followed by it
+            for n in range(self.min_n, self.max_n + 1):
+                if end >= n:
+                    self._follow[tuple(seq[end - n:end])] = end
+
+    def continuation(self, key: tuple[int, ...], limit: int) -> list[int]:
+        start = self._follow.get(key)
+        return [] if start is None else self.tokens[start:start + limit]
+
+
+@dataclass
+class Drafter:
+    """Drafts for one reply: its prompt + reply so far, and the sibling replies given at the start."""
+
+    prompt: list[int]
+    siblings: list[list[int]] = field(default_factory=list)
+    min_n: int = MIN_NGRAM
+    max_n: int = MAX_NGRAM
+
+    def __post_init__(self):
+        self.context = NgramIndex(self.prompt, self.min_n, self.max_n)
+        self._sibling_indexes = [NgramIndex(reply, self.min_n, self.max_n) for reply in self.siblings if reply]
+
+    def add(self, tokens) -> None:
+        """Tokens the reply gained (accepted drafts and the token after them)."""
+        self.context.extend(tokens)
+
+    def propose(self, limit: int = MAX_DRAFT) -> list[int]:
+        """Up to ``limit`` tokens that followed the longest matching suffix of the prompt + reply so far."""
+        seq = self.context.tokens
+        if limit <= 0:
+            return []
+        for n in range(min(self.max_n, len(seq)), self.min_n - 1, -1):
+            key = tuple(seq[-n:])
+            for index in (self.context, *self._sibling_indexes):
+                draft = index.continuation(key, limit)
+                if draft:
+                    return draft
+        return []
+
+
+class SiblingReplies:
+    """What the session generated for each prompt, newest first: the sibling source of the drafter. Bounded: the last
+    ``per_prompt`` replies of the last ``prompts`` prompts."""
+
+    def __init__(self, prompts: int = 16, per_prompt: int = 8):
+        self._replies: dict[tuple[int, ...], list[list[int]]] = {}
+        self._prompts, self._per_prompt = prompts, per_prompt
+
+    def of(self, prompt: list[int]) -> list[list[int]]:
+        return list(self._replies.get(tuple(prompt), []))
+
+    def remember(self, prompt: list[int], reply: list[int]) -> None:
+        if not reply:
+            return
+        key = tuple(prompt)
+        replies = self._replies.pop(key, [])
+        replies.insert(0, list(reply))
+        self._replies[key] = replies[:self._per_prompt]  # re-inserted: the most recently used prompt is kept longest
+        while len(self._replies) > self._prompts:
+            del self._replies[next(iter(self._replies))]
+
+
+class DraftPlanner:
+    """When to draft. A draft that is rejected at once still costs a verify step (a little more than a plain step),
+    so after one the planner pauses for a number of steps that doubles while drafts keep failing (up to
+    ``max_pause``) and resets on a draft that adds a token: a reply that repeats nothing costs a few percent at most,
+    and one that does is drafted at every step."""
+
+    def __init__(self, drafter: Drafter, max_pause: int = 32):
+        self.drafter = drafter
+        self.max_pause = max_pause
+        self._pause, self._next_pause = 0, 1
+
+    def add(self, tokens) -> None:
+        self.drafter.add(tokens)
+
+    def propose(self, limit: int = MAX_DRAFT) -> list[int]:
+        if self._pause > 0:
+            self._pause -= 1
+            return []
+        return self.drafter.propose(limit)
+
+    def record(self, draft: list[int], emitted: list[int]) -> None:
+        """A step's outcome: the draft it verified (empty for a plain step) and the tokens it emitted."""
+        if not draft:
+            return
+        if len(emitted) > 1:
+            self._next_pause = 1
+        elif self.max_pause:
+            self._pause, self._next_pause = self._next_pause, min(2 * self._next_pause, self.max_pause)

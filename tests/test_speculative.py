@@ -1,0 +1,291 @@
+"""Speculative decoding with model-free drafts: the drafter's lookups, greedy tokens identical to generate() whatever
+the drafts (accepted, rejected, partly accepted: the cache after a rejection), the sampled distribution exactly the
+plain sampler's (nucleus, frequencies, the acceptance probability p(draft) itself), seeded replies reproducible, and
+the window attention kernel against torch. CPU, eager; the window attention also under Triton's interpreter."""
+
+import pytest
+import torch
+
+from repl.generation import speculative
+from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, SiblingReplies
+from repl.generation.local import encode_prompt
+from repl.generation.model_loading import load_model
+from repl.generation.speculative import Speculation
+from repl.generation.static_decoder import FastDecoder
+from repl.prompt import build_prompt
+from repl.settings import SamplingSettings
+from tiny_models import RELU_MODULE
+
+
+# -- the drafter --------------------------------------------------------------------------------------------------
+
+def test_the_suffix_is_never_its_own_match_and_the_latest_occurrence_wins():
+    index = NgramIndex([1, 2, 3, 9, 1, 2, 3, 8, 1, 2], min_n=2, max_n=3)
+    assert index.continuation((1, 2), 5) == [3, 8, 1, 2]  # the latest earlier (1, 2), not the suffix itself
+    assert index.continuation((2, 3), 2) == [8, 1]
+    assert index.continuation((7, 7), 3) == []
+    assert NgramIndex([5, 6], min_n=2, max_n=2).continuation((5, 6), 3) == []  # only the suffix: nothing followed it
+
+
+def test_the_longest_match_is_drafted_from_the_reply_before_the_siblings():
+    drafter = Drafter(prompt=[1, 2, 3, 4, 5, 1, 9, 3, 4, 6], siblings=[[7, 3, 4, 5, 40, 41]], min_n=2, max_n=3)
+    drafter.add([9, 3, 4])  # suffix (9, 3, 4) occurred in the prompt, followed by 6
+    assert drafter.propose(3)[:1] == [6]
+    drafter.add([8, 3, 4, 5])  # (3, 4, 5): prompt -> 1 9 3 ...; the reply's own later (4, 5)? no: longest first
+    assert drafter.propose(2) == [1, 9]
+    lone = Drafter(prompt=[0, 0], siblings=[[7, 3, 4, 5, 40, 41]], min_n=2, max_n=3)
+    lone.add([3, 4, 5])
+    assert lone.propose(4) == [40, 41]  # only the sibling holds it
+    assert lone.propose(0) == []
+
+
+def test_the_planner_pauses_after_failed_drafts_and_resumes_after_a_good_one():
+    planner = DraftPlanner(Drafter(prompt=[1, 2, 3, 1, 2]), max_pause=4)
+    assert planner.propose(4) == [3, 1, 2]
+    planner.record([3, 1, 2], [5])  # rejected at once: pause 1 step
+    assert planner.propose(4) == [] and planner.propose(4) == [3, 1, 2]
+    planner.record([3, 1, 2], [6])  # again: pause 2
+    assert [planner.propose(4) for _ in range(3)] == [[], [], [3, 1, 2]]
+    planner.record([3, 1, 2], [3, 7])  # one accepted: no pause
+    assert planner.propose(4) == [3, 1, 2]
+
+
+def test_sibling_replies_are_kept_per_prompt_newest_first_and_bounded():
+    replies = SiblingReplies(prompts=2, per_prompt=2)
+    for reply in ([1], [2], [3]):
+        replies.remember([9], reply)
+    replies.remember([8], [4])
+    replies.remember([7], [5])  # the third prompt drops the least recently used ([9])
+    assert replies.of([9]) == [] and replies.of([8]) == [[4]] and replies.of([7]) == [[5]]
+    replies.remember([7], [6])
+    replies.remember([7], [])
+    assert replies.of([7]) == [[6], [5]]
+
+
+# -- greedy: generate()'s tokens whatever the drafts ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+def speculating_decoder(model, max_seq_len=1024):
+    decoder = FastDecoder(model, max_seq_len)
+    decoder.prepare(1, "eager")
+    decoder.speculation = Speculation(decoder)
+    decoder.speculation.prepare("eager")
+    return decoder
+
+
+def generate_ids(model, prompt_ids, new_tokens):
+    with torch.no_grad():
+        out = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=False,
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, temperature=None, top_p=None,
+                             top_k=None)
+    return out[0, prompt_ids.shape[1]:].tolist()
+
+
+def decode_ids(decoder, prompt_ids, settings, siblings=()):
+    tokens = []
+    assert decoder.decode(prompt_ids, settings, 1, settings.max_new_tokens,
+                          lambda step: tokens.append(step[0]) or True, siblings=list(siblings))
+    return tokens
+
+
+@pytest.mark.parametrize("prompt", [build_prompt(RELU_MODULE), "def relu(x):"], ids=["kernel-prompt", "short"])
+def test_greedy_tokens_are_generates_with_right_wrong_and_half_right_drafts(tiny, prompt):
+    decoder = speculating_decoder(tiny.model)
+    prompt_ids = encode_prompt(tiny.tokenizer, prompt)
+    expected = generate_ids(tiny.model, prompt_ids, 40)
+    greedy = SamplingSettings(temperature=0, max_new_tokens=40)
+    # Right: the reply itself as a sibling, so nearly every window is accepted whole.
+    assert decode_ids(decoder, prompt_ids, greedy, [expected]) == expected
+    right = decoder.last_speculation
+    assert right["verify_steps"] >= 3 and right["accepted"] == right["drafted"] and right["steps"] < 15
+    # Half right: the sibling goes wrong every 5th token, so windows are cut short and the cache keeps the keys and
+    # values of rejected drafts past the accepted prefix, which the next window must overwrite.
+    corrupted = [token if i % 5 != 3 else (token + 1) % 2000 for i, token in enumerate(expected)]
+    assert decode_ids(decoder, prompt_ids, greedy, [corrupted]) == expected
+    half = decoder.last_speculation
+    assert 0 < half["accepted"] < half["drafted"]
+    # Wrong: drafts that are never right.
+    wrong = [(token + 7) % 2000 for token in expected]
+    assert decode_ids(decoder, prompt_ids, greedy, [wrong]) == expected
+    # Only the prompt and the reply so far.
+    assert decode_ids(decoder, prompt_ids, greedy) == expected
+
+
+def test_a_reply_stops_at_max_new_tokens_and_at_what_emit_refuses_inside_a_window(tiny):
+    decoder = speculating_decoder(tiny.model)
+    prompt_ids = encode_prompt(tiny.tokenizer, "def relu(x):")
+    expected = generate_ids(tiny.model, prompt_ids, 30)
+    for limit in (1, 2, 9, 30):
+        assert decode_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=limit),
+                          [expected]) == expected[:limit]
+    taken = []
+    decoder.decode(prompt_ids, SamplingSettings(temperature=0, max_new_tokens=30), 1, 30,
+                   lambda step: taken.append(step[0]) or len(taken) < 6, siblings=[expected])
+    assert taken == expected[:6]
+
+
+def test_near_the_end_of_the_cache_plain_steps_finish_the_reply(tiny):
+    decoder = speculating_decoder(tiny.model, max_seq_len=64)
+    prompt_ids = encode_prompt(tiny.tokenizer, "def relu(x):")
+    new = 64 - prompt_ids.shape[1]
+    expected = generate_ids(tiny.model, prompt_ids, new)
+    assert decode_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=new), [expected]) == expected
+
+
+# -- sampling: exactly the plain sampler's distribution -----------------------------------------------------------------
+
+def warped_probabilities(logits, temperature, top_p):
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    rows = logits.float().reshape(-1, logits.shape[-1]).clone()
+    return TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, rows)).softmax(-1)[0]
+
+
+class FixedDraft:
+    """A drafter that always proposes the same tokens (a test double for ``drafting.Drafter``)."""
+    tokens: list[int] = []
+
+    def __init__(self, prompt, siblings):
+        pass
+
+    def add(self, tokens):
+        pass
+
+    def propose(self, limit):
+        return self.tokens[:limit]
+
+
+def test_sampled_tokens_follow_the_plain_samplers_distribution_and_accept_a_draft_with_probability_p(
+        tiny_model_dir, monkeypatch):
+    """300 seeded replies of 3 tokens, the 2nd and 3rd chosen by verify steps of a fixed 2-token draft (a, b), on the
+    tiny model with peaked logits: every token inside generate()'s nucleus given the tokens before it; the 2nd and
+    3rd tokens' frequencies against the sums of those conditional distributions; and the draft taken exactly as often
+    as the target's probability of it: count(2nd == a) against sum p(a | prefix), count(3rd == b | 2nd == a) against
+    sum p(b | prefix, a) (each within 4.5 standard deviations)."""
+    loaded = load_model(str(tiny_model_dir), device="cpu", dtype="fp32")
+    loaded.model.lm_head.weight.data *= 20  # a nucleus of a few tokens (the random model's logits are flat)
+    model, temperature, top_p = loaded.model, 0.7, 0.8
+    decoder = speculating_decoder(model, max_seq_len=256)
+    prompt_ids = encode_prompt(loaded.tokenizer, "def relu(x):")
+    probabilities = {}
+
+    def p(prefix):
+        if prefix not in probabilities:
+            ids = torch.cat([prompt_ids, torch.tensor([list(prefix)], dtype=torch.long)], dim=1)
+            with torch.no_grad():
+                probabilities[prefix] = warped_probabilities(model(ids).logits[0, -1], temperature, top_p)
+        return probabilities[prefix]
+
+    first_likely = int(p(()).argmax())
+    a = int(p((first_likely,)).argmax())
+    b = int(p((first_likely, a)).argsort(descending=True)[1])  # the second most likely: rejected often
+    FixedDraft.tokens = [a, b]
+    monkeypatch.setattr(speculative, "Drafter", FixedDraft)
+    monkeypatch.setattr(speculative, "DraftPlanner", lambda drafter: DraftPlanner(drafter, max_pause=0))
+    replies, verify_steps = [], 0
+    for seed in range(300):
+        settings = SamplingSettings(temperature=temperature, top_p=top_p, max_new_tokens=3, seed=seed)
+        replies.append(tuple(decode_ids(decoder, prompt_ids, settings)))
+        verify_steps += decoder.last_speculation["verify_steps"]
+    assert verify_steps >= 300
+    assert all(p(reply[:i])[reply[i]] > 0 for reply in replies for i in range(3))  # inside every nucleus
+
+    def within(observed, expected, n):
+        spread = (expected * (1 - expected / n)).sqrt()
+        return ((observed - expected).abs() <= 4.5 * spread + 1e-9).all()
+
+    vocab = p(()).numel()
+    for i in (1, 2):
+        expected = sum(p(reply[:i]) for reply in replies)
+        observed = torch.bincount(torch.tensor([reply[i] for reply in replies]), minlength=vocab).float()
+        likely = expected >= 10
+        assert likely.sum() >= 2 and within(observed[likely], expected[likely], len(replies)), (i, observed[likely],
+                                                                                                expected[likely])
+    took_a = [reply for reply in replies if reply[1] == a]
+    assert 30 <= len(took_a) <= 270  # the draft is accepted sometimes and rejected sometimes
+    assert within(torch.tensor(float(len(took_a))), sum(p(reply[:1])[a] for reply in replies), len(replies))
+    took_b = sum(reply[2] == b for reply in took_a)
+    assert within(torch.tensor(float(took_b)), sum(p(reply[:2])[b] for reply in took_a), len(took_a))
+
+
+def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft():
+    """One window's decision 6000 times on fixed logits (the same distribution p after every prefix): the first draft
+    token accepted with probability p(d1); after a rejection the token follows the residual (p without d1,
+    renormalised); after an acceptance, d2 with probability p(d2); the window's rows draw independent noise (a token
+    chosen after two prefixes repeats at the rate sum p^2, not always)."""
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0]).expand(3, -1)
+    temperature, top_p = torch.full((1, 1), 0.7), torch.full((1, 1), 0.8)
+    p = warped_probabilities(logits[:1], 0.7, 0.8)
+    d1, d2 = 1, 0
+    draft = torch.tensor([d1, d2])
+    runs = 6000
+    outcomes = [speculative.choose_and_accept(logits, draft, torch.tensor(2), False, temperature, top_p)
+                for _ in range(runs)]
+    counts = torch.tensor([int(count) for count, _ in outcomes])
+    chosen = torch.stack([choice for _, choice in outcomes])
+    n = lambda x: torch.tensor(float(x))
+    accepted_1 = counts >= 2
+    assert abs(accepted_1.float().mean() - p[d1]) < 4.5 * (p[d1] * (1 - p[d1]) / runs).sqrt()
+    residual = p.clone()
+    residual[d1] = 0
+    residual /= residual.sum()
+    rejected = chosen[~accepted_1, 0]
+    observed = torch.bincount(rejected, minlength=6).float() / len(rejected)
+    assert observed[d1] == 0 and torch.allclose(observed, residual, atol=4.5 * (0.25 / len(rejected)) ** 0.5)
+    accepted_2 = (counts[accepted_1] == 3).float().mean()
+    assert abs(accepted_2 - p[d2]) < 4.5 * (p[d2] * (1 - p[d2]) / accepted_1.sum()).sqrt()
+    same = (chosen[:, 0] == chosen[:, 1]).float().mean()
+    assert abs(same - (p ** 2).sum()) < 4.5 * ((p ** 2).sum() / runs).sqrt()
+
+
+def test_a_seeded_reply_is_reproducible_with_drafts(tiny):
+    decoder = speculating_decoder(tiny.model)
+    prompt_ids = encode_prompt(tiny.tokenizer, build_prompt(RELU_MODULE))
+    settings = SamplingSettings(max_new_tokens=40, seed=11)
+    first = decode_ids(decoder, prompt_ids, settings)
+    assert decode_ids(decoder, prompt_ids, settings) == first
+    assert decoder.last_speculation["steps"] > 0
+
+
+# -- the window attention kernel ------------------------------------------------------------------------------------
+
+WINDOW_ATTENTION_CHECK = """
+import torch
+from repl.generation.decode_attention import decode_attention
+from repl.generation.speculative import attend_window
+torch.manual_seed(0)
+device, dtype = {device!r}, {dtype}
+for batch, heads, kv_heads, dim, length, position, window, attended in [
+        (1, 32, 8, 128, 1024, 300, 8, 512), (2, 4, 2, 16, 256, 0, 3, 256), (1, 4, 2, 16, 256, 250, 6, 256),
+        (1, 4, 4, 16, 256, 31, 5, 256)]:
+    q = torch.randn(batch, heads, window, dim, device=device, dtype=dtype)
+    k_cache, v_cache = (torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2))
+    at = torch.tensor([position], device=device)
+    out = decode_attention(q, k_cache, v_cache, at, attended).double()
+    ref = attend_window(q.double(), k_cache.double(), v_cache.double(), at, attended)
+    error = ((out - ref).norm() / ref.norm()).item()
+    assert error < {tolerance}, (batch, heads, position, window, error)
+    # each query sees its own position and no further: query i against the one-query form at position + i
+    for i in range(window):
+        one = attend_window(q[:, :, i:i + 1].double(), k_cache.double(), v_cache.double(), at + i, attended)
+        assert torch.allclose(ref[:, :, i:i + 1], one)
+print("ok")
+"""
+
+
+def test_window_attention_kernel_matches_torch_in_the_interpreter():
+    from interpreter import run_under_interpreter
+
+    run_under_interpreter(WINDOW_ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_window_attention_matches_torch(dtype, tolerance):
+    exec(WINDOW_ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
