@@ -289,3 +289,20 @@ def test_window_attention_kernel_matches_torch_in_the_interpreter():
 @pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
 def test_cuda_window_attention_matches_torch(dtype, tolerance):
     exec(WINDOW_ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_verify_steps_give_the_greedy_tokens_of_generate(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), device="cuda", dtype="fp32")
+    decoder = FastDecoder(loaded.model, 1024)
+    decoder.prepare(1, "graphs")
+    decoder.speculation = Speculation(decoder)
+    decoder.speculation.prepare("graphs")
+    prompt_ids = encode_prompt(loaded.tokenizer, build_prompt(RELU_MODULE)).cuda()
+    expected = generate_ids(loaded.model, prompt_ids, 40)
+    corrupted = [token if i % 5 != 3 else (token + 1) % 2000 for i, token in enumerate(expected)]
+    greedy = SamplingSettings(temperature=0, max_new_tokens=40)
+    for siblings in ([expected], [corrupted], []):
+        assert decode_ids(decoder, prompt_ids, greedy, siblings) == expected
+    assert 0 < decoder.last_speculation["steps"]
