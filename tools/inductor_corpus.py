@@ -110,7 +110,7 @@ def main() -> int:
             try:
                 record = results.get(timeout=1)
             except Exception:
-                if time.time() > deadline + 60:  # a problem stuck past the deadline: stop waiting for it
+                if time.time() > deadline + 20:  # a problem stuck past the deadline: stop waiting for it
                     break
                 continue
             out.write(json.dumps(record) + "\n")
