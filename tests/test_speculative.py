@@ -101,7 +101,7 @@ def test_greedy_tokens_are_generates_with_right_wrong_and_half_right_drafts(tiny
     # Right: the reply itself as a sibling, so nearly every window is accepted whole.
     assert decode_ids(decoder, prompt_ids, greedy, [expected]) == expected
     right = decoder.last_speculation
-    assert right["verify_steps"] >= 3 and right["accepted"] == right["drafted"] and right["steps"] < 15
+    assert right["verify_steps"] >= 3 and right["accepted"] == right["drafted"] and right["plain_steps"] + right["verify_steps"] < 15
     # Half right: the sibling goes wrong every 5th token, so windows are cut short and the cache keeps the keys and
     # values of rejected drafts past the accepted prefix, which the next window must overwrite.
     corrupted = [token if i % 5 != 3 else (token + 1) % 2000 for i, token in enumerate(expected)]
@@ -249,7 +249,7 @@ def test_a_seeded_reply_is_reproducible_with_drafts(tiny):
     settings = SamplingSettings(max_new_tokens=40, seed=11)
     first = decode_ids(decoder, prompt_ids, settings)
     assert decode_ids(decoder, prompt_ids, settings) == first
-    assert decoder.last_speculation["steps"] > 0
+    assert decoder.last_speculation["plain_steps"] > 0
 
 
 # -- the window attention kernel ------------------------------------------------------------------------------------
@@ -305,4 +305,22 @@ def test_cuda_graph_verify_steps_give_the_greedy_tokens_of_generate(tiny_model_d
     greedy = SamplingSettings(temperature=0, max_new_tokens=40)
     for siblings in ([expected], [corrupted], []):
         assert decode_ids(decoder, prompt_ids, greedy, siblings) == expected
-    assert 0 < decoder.last_speculation["steps"]
+    assert 0 < decoder.last_speculation["plain_steps"]
+
+
+def test_drive_emits_the_reply_once_keeps_plain_steps_ahead_and_checks_a_drafts_first_token_for_free():
+    from repl.generation.drafting import TeacherForcedSteps, drive
+
+    prompt = [5, 1, 2, 3, 4, 9, 9]
+    reply = [1, 2, 3, 4, 8, 1, 2, 3, 4, 8, 6, 1, 2, 7, 7]
+    for limit in (1, 2, 5, len(reply)):
+        emitted, device = [], TeacherForcedSteps(reply)
+        stats = drive(DraftPlanner(Drafter(prompt, min_n=2, max_n=3)), reply[0], limit,
+                      lambda token: emitted.append(token) or True, device)
+        assert emitted == reply[:limit] and device.at <= limit  # no step beyond what the limit needs
+    assert stats == {"plain_steps": 9, "verify_steps": 2, "drafted": 9, "accepted": 3, "free_hits": 2}  # traced by hand
+    assert stats["plain_steps"] + stats["verify_steps"] < len(reply) - 1
+    stopped = []
+    drive(DraftPlanner(Drafter(prompt)), reply[0], len(reply), lambda token: stopped.append(token) or len(stopped) < 7,
+          TeacherForcedSteps(reply))
+    assert stopped == reply[:7]

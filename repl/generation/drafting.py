@@ -126,3 +126,76 @@ class DraftPlanner:
             self._next_pause = 1
         elif self.max_pause:
             self._pause, self._next_pause = self._next_pause, min(2 * self._next_pause, self.max_pause)
+
+
+def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, max_draft: int = MAX_DRAFT) -> dict:
+    """The host side of speculative decoding, for the decoder (``speculative.Speculation``) and for the teacher-forced
+    simulation that projects its speed (tools/drafting_acceptance.py) alike.
+
+    ``device``: ``launch_plain()`` starts a plain step (it feeds the last token), ``read_plain()`` waits for its token;
+    ``verify(draft)`` runs a verify step and returns the tokens it emits; ``room()`` is the longest draft that fits
+    the cache. Plain steps stay one ahead of the host, as in plain decoding: while one runs, the host emits, drafts,
+    and checks the draft's first token against the token the step chose (for free) before it verifies the rest.
+    ``emit(token)`` returns False to stop. Returns the step counts."""
+    stats = {"plain_steps": 0, "verify_steps": 0, "drafted": 0, "accepted": 0, "free_hits": 0}
+    new, produced, ahead = [first], 0, False
+    while True:
+        for token in new:
+            produced += 1
+            if not emit(token) or produced >= max_new_tokens:
+                return stats
+        planner.add(new)
+        new = []
+        if ahead:
+            guess_and_draft = planner.propose(max_draft + 1)
+            new, ahead = [device.read_plain()], False
+            hit = guess_and_draft[:1] == new
+            stats["free_hits"] += hit
+            draft = guess_and_draft[1:] if hit else []
+        else:
+            draft = planner.propose(max_draft)
+        known = produced + len(new)
+        draft = draft[:min(max_new_tokens - known - 1, device.room())]
+        if draft:
+            tokens = device.verify(draft)
+            planner.record(draft, tokens)
+            stats["verify_steps"] += 1
+            stats["drafted"] += len(draft)
+            stats["accepted"] += len(tokens) - 1
+            new = new + tokens
+        elif known < max_new_tokens:
+            device.launch_plain()
+            stats["plain_steps"] += 1
+            ahead = True
+
+
+class TeacherForcedSteps:
+    """``drive``'s device for a reply known in advance (teacher forcing): a plain step yields the reply's next token, a
+    verify step the draft's prefix that agrees with the reply and the reply's token after it. That is what the
+    decoder does when the model chooses the reply's tokens: under greedy decoding, when the reply is its greedy
+    output; under sampling, when the reply is a sample of it (a draft token is accepted exactly when the token drawn
+    after its prefix equals it: ``speculative``). For tools/drafting_acceptance.py and the tests."""
+
+    def __init__(self, reply: list[int]):
+        self.reply, self.at, self._ahead = reply, 1, None  # reply[0] is chosen after the prefill
+        self.accepted: list[int] = []  # per verify step: draft tokens accepted
+        self.drafted: list[int] = []  # per verify step: draft length
+
+    def room(self) -> int:
+        return MAX_DRAFT
+
+    def launch_plain(self) -> None:
+        self._ahead, self.at = self.reply[self.at], self.at + 1
+
+    def read_plain(self) -> int:
+        return self._ahead
+
+    def verify(self, draft: list[int]) -> list[int]:
+        n = 0
+        while n < len(draft) and draft[n] == self.reply[self.at + n]:
+            n += 1
+        tokens = self.reply[self.at:self.at + n + 1]
+        self.at += len(tokens)
+        self.accepted.append(n)
+        self.drafted.append(len(draft))
+        return tokens

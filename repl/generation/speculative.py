@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from repl.generation import llama_math
-from repl.generation.drafting import MAX_DRAFT, Drafter, DraftPlanner
+from repl.generation.drafting import MAX_DRAFT, Drafter, DraftPlanner, drive
 
 WINDOWS = (MAX_DRAFT + 1,)  # verify-step lengths (last token + draft), one graph each per bucket; a draft is padded
 
@@ -191,36 +191,51 @@ class Speculation:
     def generate(self, batch, prompt_ids, settings, max_new_tokens: int, emit, siblings=()) -> dict:
         """Decode one reply with drafts from the prompt, the reply so far and ``siblings`` (earlier replies to the
         same prompt); ``emit`` gets each token as [token] and returns False to stop. Returns the step counts."""
-        decoder = self.decoder
-        length = decoder.start(batch, prompt_ids, settings)
+        length = self.decoder.start(batch, prompt_ids, settings)
         planner = DraftPlanner(Drafter(prompt_ids[0].tolist(), list(siblings)))
-        plain_steps, window_steps = batch.steps[settings.greedy], self.steps
-        position = length  # of the token fed next (held in batch.tokens)
-        produced, stats = 0, {"steps": 0, "verify_steps": 0, "drafted": 0, "accepted": 0}
-        tokens = [batch.tokens[0, 0].item()]
-        while True:
-            for token in tokens:
-                produced += 1
-                if not emit([token]) or produced >= max_new_tokens:
-                    return stats
-            planner.add(tokens)
-            fitting = [size for size in self.windows if position + size <= decoder.max_seq_len]
-            draft = planner.propose(min(max_new_tokens - produced - 1, fitting[-1] - 1)) if fitting else []
-            bucket = lambda last: min(last // decoder.bucket, len(decoder.buckets) - 1)
-            stats["steps"] += 1
-            if not draft:
-                plain_steps[bucket(position)]()
-                tokens = [batch.tokens[0, 0].item()]
-            else:
-                window = next(size for size in fitting if size > len(draft))
-                self.host_input[0] = len(draft)
-                self.host_input[1:1 + len(draft)] = torch.tensor(draft)
-                self.draft_input.copy_(self.host_input, non_blocking=True)
-                window_steps[settings.greedy, window][bucket(position + window - 1)]()
-                result = self.result.tolist()
-                tokens = result[1:1 + result[0]]
-                stats["verify_steps"] += 1
-                stats["drafted"] += len(draft)
-                stats["accepted"] += len(tokens) - 1
-            planner.record(draft, tokens)
-            position += len(tokens)
+        device = _Steps(self, batch, settings.greedy, length)
+        return drive(planner, batch.tokens[0, 0].item(), max_new_tokens, lambda token: emit([token]), device)
+
+
+class _Steps:
+    """The device side of ``drafting.drive`` for one reply: the batch's plain steps and the verify steps, and the
+    position of the token fed next (held in ``batch.tokens``)."""
+
+    def __init__(self, speculation: Speculation, batch, is_greedy: bool, position: int):
+        self.speculation, self.batch, self.position = speculation, batch, position
+        self.decoder = speculation.decoder
+        self.plain = batch.steps[is_greedy]
+        self.windows = {window: speculation.steps[is_greedy, window] for window in speculation.windows}
+        self.cuda = batch.copied is not None
+
+    def _bucket(self, last: int) -> int:
+        return min(last // self.decoder.bucket, len(self.decoder.buckets) - 1)
+
+    def room(self) -> int:
+        fitting = [size for size in self.windows if self.position + size <= self.decoder.max_seq_len]
+        return fitting[-1] - 1 if fitting else 0
+
+    def launch_plain(self) -> None:
+        batch = self.batch
+        self.plain[self._bucket(self.position)]()
+        self.position += 1
+        batch.host_tokens[0].copy_(batch.tokens[:, 0], non_blocking=self.cuda)
+        if self.cuda:
+            batch.copied[0].record()
+
+    def read_plain(self) -> int:
+        if self.cuda:
+            self.batch.copied[0].synchronize()
+        return int(self.batch.host_tokens[0, 0])
+
+    def verify(self, draft: list[int]) -> list[int]:
+        speculation = self.speculation
+        window = next(size for size in self.windows if size > len(draft))
+        speculation.host_input[0] = len(draft)
+        speculation.host_input[1:1 + len(draft)] = torch.tensor(draft)
+        speculation.draft_input.copy_(speculation.host_input, non_blocking=self.cuda)
+        self.windows[window][self._bucket(self.position + window - 1)]()
+        result = speculation.result.tolist()
+        tokens = result[1:1 + result[0]]
+        self.position += len(tokens)
+        return tokens
