@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from repl.generation import speculative
-from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, SiblingReplies
+from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, SessionReplies
 from repl.generation.local import encode_prompt
 from repl.generation.model_loading import load_model
 from repl.generation.speculative import Speculation
@@ -50,16 +50,45 @@ def test_the_planner_pauses_after_failed_drafts_and_resumes_after_a_good_one():
     assert planner.propose(4) == [3, 1, 2]
 
 
-def test_sibling_replies_are_kept_per_prompt_newest_first_and_bounded():
-    replies = SiblingReplies(prompts=2, per_prompt=2)
+def test_sources_come_in_order_and_no_draft_runs_from_one_reply_into_the_next():
+    drafter = Drafter(prompt=[0, 0], siblings=[[3, 4, 50, 51]], others=[[3, 4, 60], [9, 3, 4, 61, 62]], min_n=2)
+    drafter.add([3, 4])
+    assert drafter.propose(4) == [50, 51]  # the sibling before the other prompts' replies
+    other = Drafter(prompt=[0, 0], others=[[1, 3, 4, 60], [9, 3, 4, 61, 62]], min_n=2)
+    other.add([3, 4])
+    assert other.propose(4) == [60]  # the newest reply first, and its end ends the draft
+
+
+def test_session_replies_are_kept_per_prompt_newest_first_and_bounded():
+    replies = SessionReplies(prompts=2, per_prompt=2)
     for reply in ([1], [2], [3]):
         replies.remember([9], reply)
+    assert replies.siblings([9]) == [[3], [2]]
     replies.remember([8], [4])
     replies.remember([7], [5])  # the third prompt drops the least recently used ([9])
-    assert replies.of([9]) == [] and replies.of([8]) == [[4]] and replies.of([7]) == [[5]]
+    assert replies.siblings([9]) == [] and replies.siblings([8]) == [[4]] and replies.siblings([7]) == [[5]]
     replies.remember([7], [6])
     replies.remember([7], [])
-    assert replies.of([7]) == [[6], [5]]
+    assert replies.siblings([7]) == [[6], [5]] and replies.others([7]) == [[4]] and replies.others([1]) == [[6], [5], [4]]
+
+
+def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_from_itself_only(tiny, monkeypatch):
+    from repl.generation.fast_decode import FastLocalBackend
+
+    backend = FastLocalBackend(tiny, compile=False, max_seq_len=1024, batch_sizes=(1,))
+    assert backend.wait_until_ready(60) and backend.decoder.speculation is not None
+    assert "drafting" in backend.warm_up_seconds
+    seen = []
+    generate = Speculation.generate
+    monkeypatch.setattr(Speculation, "generate", lambda self, *args: seen.append(args[-2:]) or generate(self, *args))
+    first = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
+    text = "".join(first)
+    again = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
+    assert "".join(again) == text  # greedy: the same tokens, drafted from the first reply this time
+    "".join(backend.stream("def add(x):", SamplingSettings(temperature=0, max_new_tokens=5)))
+    "".join(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=5, seed=1)))
+    assert seen[0] == ([], []) and seen[1] == ([first.sent], [])
+    assert seen[2] == ([], [again.sent, first.sent]) and seen[3] == ((), ())
 
 
 # -- greedy: generate()'s tokens whatever the drafts ------------------------------------------------------------------

@@ -8,8 +8,9 @@ forward pass (``speculative``), so a wrong draft costs time, never correctness.
 
 Sources, in the order a match is taken from (the longest matching n-gram wins; at equal length the earlier source):
 - the prompt and the reply so far (one growing sequence: "prompt lookup");
-- sibling replies: what the session generated before for the same prompt (``:regen``, ``:fix``, ``:best K``).
-At equal length the most recent occurrence wins: code repeats what it wrote last.
+- sibling replies: what the session generated before for the same prompt (``:regen``, ``:fix``, ``:best K``);
+- the session's replies to other prompts (a suffix index over earlier outputs, as SuffixDecoding keeps).
+Within a source the most recent occurrence wins: code repeats what it wrote last.
 """
 
 from dataclasses import dataclass, field
@@ -45,18 +46,24 @@ class NgramIndex:
         return [] if start is None else self.tokens[start:start + limit]
 
 
+SEPARATOR = -1  # between replies in one index: no n-gram spans two replies
+
+
 @dataclass
 class Drafter:
-    """Drafts for one reply: its prompt + reply so far, and the sibling replies given at the start."""
+    """Drafts for one reply: its prompt + reply so far, then ``siblings`` (earlier replies to the same prompt), then
+    ``others`` (the session's replies to other prompts), each source searched as one index."""
 
     prompt: list[int]
     siblings: list[list[int]] = field(default_factory=list)
+    others: list[list[int]] = field(default_factory=list)
     min_n: int = MIN_NGRAM
     max_n: int = MAX_NGRAM
 
     def __post_init__(self):
         self.context = NgramIndex(self.prompt, self.min_n, self.max_n)
-        self._sibling_indexes = [NgramIndex(reply, self.min_n, self.max_n) for reply in self.siblings if reply]
+        self._sources = [self.context] + [joined(replies, self.min_n, self.max_n)
+                                          for replies in (self.siblings, self.others) if replies]
 
     def add(self, tokens) -> None:
         """Tokens the reply gained (accepted drafts and the token after them)."""
@@ -69,23 +76,39 @@ class Drafter:
             return []
         for n in range(min(self.max_n, len(seq)), self.min_n - 1, -1):
             key = tuple(seq[-n:])
-            for index in (self.context, *self._sibling_indexes):
+            for index in self._sources:
                 draft = index.continuation(key, limit)
+                if draft and SEPARATOR in draft:
+                    draft = draft[:draft.index(SEPARATOR)]
                 if draft:
                     return draft
         return []
 
 
-class SiblingReplies:
-    """What the session generated for each prompt, newest first: the sibling source of the drafter. Bounded: the last
-    ``per_prompt`` replies of the last ``prompts`` prompts."""
+def joined(replies: list[list[int]], min_n: int, max_n: int) -> NgramIndex:
+    """One index over several replies, oldest first (so the newest occurrence of an n-gram wins)."""
+    tokens = []
+    for reply in reversed(replies):
+        tokens += [*reply, SEPARATOR]
+    return NgramIndex(tokens, min_n, max_n)
 
-    def __init__(self, prompts: int = 16, per_prompt: int = 8):
+
+class SessionReplies:
+    """What the session generated, for drafts: per prompt, newest first; bounded to the last ``per_prompt`` replies
+    of the last ``prompts`` prompts. ``siblings(prompt)``: the replies to that prompt; ``others(prompt)``: the rest,
+    newest prompt first (Inductor-style replies share much of their text across modules: headers, kernel
+    preambles, ``call``, ``ModelNew``)."""
+
+    def __init__(self, prompts: int = 64, per_prompt: int = 8):
         self._replies: dict[tuple[int, ...], list[list[int]]] = {}
         self._prompts, self._per_prompt = prompts, per_prompt
 
-    def of(self, prompt: list[int]) -> list[list[int]]:
+    def siblings(self, prompt: list[int]) -> list[list[int]]:
         return list(self._replies.get(tuple(prompt), []))
+
+    def others(self, prompt: list[int]) -> list[list[int]]:
+        key = tuple(prompt)
+        return [reply for other in reversed(self._replies) if other != key for reply in self._replies[other]]
 
     def remember(self, prompt: list[int], reply: list[int]) -> None:
         if not reply:

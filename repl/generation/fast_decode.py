@@ -22,7 +22,7 @@ from repl.generation import Backend, Reply
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
-from repl.generation.drafting import SiblingReplies
+from repl.generation.drafting import SessionReplies
 from repl.generation.static_decoder import MAX_SEQ_LEN, FastDecoder
 from repl.settings import SamplingSettings
 
@@ -113,7 +113,7 @@ class FastLocalBackend(Backend):
                  attention: str | None = None, drafting: bool = True):
         self.loaded = loaded
         self.drafting = drafting
-        self.replies = SiblingReplies()  # what this session generated per prompt: the drafts' sibling source
+        self.replies = SessionReplies()  # what this session generated: drafts for later replies
         self.device = loaded.device
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
@@ -252,13 +252,14 @@ class FastLocalBackend(Backend):
         error = None
         prompt = prompt_ids[0].tolist()
         # A seeded reply drafts from its prompt and itself only: with earlier replies as drafts, the same seed would
-        # sample a different reply once the session had generated another for the module.
-        siblings = self.replies.of(prompt) if settings.seed is None else []
+        # sample a different reply once the session had generated another.
+        history = {} if settings.seed is not None else {"siblings": self.replies.siblings(prompt),
+                                                         "others": self.replies.others(prompt)}
         try:
             if settings.seed is not None:
                 self._settled.wait()
             self.decoder.decode(prompt_ids, settings, len(streams), settings.max_new_tokens, emit, eager_fallback=True,
-                                siblings=siblings)
+                                **history)
         except BaseException as failure:  # reported through the replies, never lost in the thread
             error = failure
         finally:

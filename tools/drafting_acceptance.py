@@ -1,0 +1,290 @@
+"""How far model-free drafts would take KernelLLM, estimated without its weights (docs/performance.md, "Drafting").
+
+1. Replies in the model's trained format, made as its training targets were: Inductor's output code for KernelBench
+   problems (tools/inductor_corpus.py, on the GPU), rewritten as KernelBook writes it (torch 2.5's header and launch
+   syntax, ``call(args)``, a ``ModelNew`` that restates the module's ``__init__``), in a code fence after the
+   trained prompt (``repl.prompt.build_prompt``), ended by <|eot_id|>.
+2. Tokenised with Meta's Llama-3 tokenizer (``tokenizer.model`` of the ``llama-models`` wheel, read by tiktoken).
+3. Teacher forcing: the shipped host loop (``drafting.drive``, ``DraftPlanner``, ``Drafter``) decodes each reply
+   with a device that answers as the model would if the reply were its own output (``TeacherForcedSteps``).
+   Greedy: the reply stands for the greedy output. Sampling at T=1.0 / top_p 0.97: exact if the reply were a sample
+   of the model (a draft token is accepted exactly when the token drawn after its prefix equals it); a sensitivity
+   row rejects each agreeing draft token with probability eps, for samples that stray from the corpus.
+4. Projection: plain steps at the measured plain decode rate, verify steps at the measured verify-step time plus the
+   measured per-step host overhead (tools/verify_step_timing.py's JSON).
+
+    python tools/drafting_acceptance.py corpus.jsonl.gz KernelBench/ tokenizer.model timing.json --json out.json
+"""
+
+import argparse
+import ast
+import base64
+import gzip
+import json
+import random
+import re
+import statistics
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from repl.generation.drafting import Drafter, DraftPlanner, TeacherForcedSteps, drive  # noqa: E402
+from repl.prompt import build_prompt  # noqa: E402
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+BOS, EOT = 128000, 128009
+
+HEADER = """import torch
+{extern}import triton
+import triton.language as tl
+from torch._inductor.runtime.triton_heuristics import grid
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+{helpers}import torch.nn as nn
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+{reinterpret}"""
+
+
+def llama3_tokenizer(path: str):
+    import tiktoken
+
+    ranks = {base64.b64decode(token): int(rank) for token, rank in
+             (line.split() for line in Path(path).read_text().splitlines() if line.strip())}
+    return tiktoken.Encoding("llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens={})
+
+
+# -- Inductor's output (torch 2.11) -> KernelBook's format (torch 2.5) ---------------------------------------------------
+
+KERNEL = re.compile(r"(\w+) = async_compile\.triton\('\w+', '''\n(.*?)''', device_str='cuda'\)", re.S)
+RENAMES = [(r"\bR0_BLOCK\b", "RBLOCK"), (r"\br0_numel\b", "rnumel"), (r"\br0_base\b", "rbase"),
+           (r"\br0_offset\b", "roffset"), (r"\br0_index\b", "rindex"), (r"\br0_mask\b", "rmask"),
+           (r"\br0_(\d+)\b", r"r\1"), (r"tl\.range\(", "range("), (r" : tl\.constexpr", ": tl.constexpr")]
+ALIASES = re.compile(r"^\s*(rnumel = r0_numel|RBLOCK: tl\.constexpr = R0_BLOCK|rbase = r0_base|roffset = r0_offset|"
+                     r"rindex = r0_index)\s*$")
+
+
+def kernel_source(source: str) -> str:
+    lines = source.splitlines()
+    body = lines[next(i for i, line in enumerate(lines) if line.startswith("@triton.jit")):]
+    text = "\n".join(line for line in body if not ALIASES.match(line))
+    for pattern, replacement in RENAMES:
+        text = re.sub(pattern, replacement, text)
+    return text
+
+
+def launch(line: str, configs: dict) -> str:
+    """``name.run(args, stream=stream0)`` -> ``name[grid(xnumel)](args, XBLOCK=..., num_warps=..., num_stages=...)``."""
+    match = re.match(r"(\s*)(triton_\w+)\.run\((.*), stream=stream\d+\)\s*$", line)
+    if not match:
+        return line
+    indent, name, args = match.groups()
+    numbers = [arg.strip() for arg in args.split(",") if re.fullmatch(r"\s*\d+\s*", arg)]
+    config = configs.get(name, {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1})
+    kwargs = {("RBLOCK" if key == "R0_BLOCK" else key): value for key, value in config["kwargs"].items()}
+    if "_per_" in name:
+        kwargs.pop("RBLOCK", None)  # persistent reductions compute it inside
+    extra = ", ".join([f"{key}={value}" for key, value in kwargs.items()]
+                      + [f"num_warps={config['num_warps']}", f"num_stages={config['num_stages']}"])
+    return f"{indent}{name}[grid({numbers[0] if numbers else 1})]({args}, {extra})"
+
+
+def call_source(code: str, configs: dict) -> str:
+    start = code.index("    def call(self, args):")
+    end = code.index("\nrunner = Runner")
+    lines = textwrap.dedent(code[start:end]).splitlines()
+    lines[0] = "def call(args):"
+    out = []
+    for line in lines:
+        if line.strip().startswith("#"):
+            continue
+        line = re.sub(r"stream0 = get_raw_stream\(0\)", "get_raw_stream(0)", line)
+        line = re.sub(r"return \((.*), \)$", r"return \1,", line)
+        out.append(launch(line, configs))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def model_new(source: str, call: str) -> str:
+    """``class ModelNew``: the module's docstring and ``__init__``, and a forward that hands its parameters and
+    inputs to ``call`` (parameters first, as Inductor lifts them) and returns the first output."""
+    tree = ast.parse(source)
+    model = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Model")
+    lines = ["class ModelNew(nn.Module):"]
+    doc = ast.get_docstring(model, clean=False)
+    if doc:
+        lines.append(f'    """{doc}"""')
+    init = next((node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"), None)
+    params = []
+    if init is not None:
+        text = ast.get_source_segment(source, init)
+        lines.append("")
+        lines.append(textwrap.indent(textwrap.dedent("    " + text).replace("super(Model, self)", "super(ModelNew, self)"),
+                                     "    "))
+        params = re.findall(r"self\.(\w+) = nn\.(?:Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(", text)
+    forward = next(node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "forward")
+    inputs = [arg.arg for arg in forward.args.args[1:]]
+    names = re.search(r"^\s+(.*?),? = args$", call, re.M)
+    names = [name.strip() for name in names.group(1).split(",") if name.strip()] if names else []
+    weights = [f"self.{module}.{kind}" for module in params for kind in ("weight", "bias")]
+    lines += ["", f"    def forward(self, {', '.join(f'input_{i}' for i in range(len(inputs)))}):"]
+    sources = weights[:max(len(names) - len(inputs), 0)] + [f"input_{i}" for i in range(len(inputs))]
+    for name, value in zip(names, sources):
+        lines.append(f"        {name} = {value}")
+    lines += [f"        output = call([{', '.join(names)}])", "        return output[0]", ""]
+    return "\n".join(lines)
+
+
+def kernelbook_reply(source: str, code: str, configs: dict) -> str:
+    kernels = [kernel_source(body) for _, body in KERNEL.findall(code)]
+    call = call_source(code, configs)
+    body = "\n\n\n".join(kernels + [call]) + "\n\n" + model_new(source, call)
+    used = lambda word: word in body
+    header = HEADER.format(
+        extern="from torch._inductor.select_algorithm import extern_kernels\n" if used("extern_kernels") else "",
+        helpers=("from torch._inductor.runtime import triton_helpers\n" if used("triton_helpers") else "")
+        + ("from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math\n"
+           if used("libdevice") or used("tl_math") else ""),
+        reinterpret="reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor\n"
+        if used("reinterpret_tensor") else "")
+    return f"```python\n{header}\n\n{body}```"
+
+
+# -- teacher forcing and the projection -------------------------------------------------------------------------------
+
+class StrayingSamples(TeacherForcedSteps):
+    """Teacher forcing where each agreeing draft token is still rejected with probability ``eps`` (samples that stray
+    from the corpus where a drafter would have followed it); the reply's own token is emitted either way."""
+
+    def __init__(self, reply, eps: float, rng: random.Random):
+        super().__init__(reply)
+        self.eps, self.rng = eps, rng
+
+    def verify(self, draft):
+        n = 0
+        while n < len(draft) and draft[n] == self.reply[self.at + n] and self.rng.random() >= self.eps:
+            n += 1
+        tokens = self.reply[self.at:self.at + n + 1]
+        self.at += len(tokens)
+        self.accepted.append(n)
+        self.drafted.append(len(draft))
+        return tokens
+
+
+def simulate(items, drafter_for, planner_for, device_for, max_draft: int = 7) -> dict:
+    totals, accepted = Counter(), []
+    for index, (prompt, reply) in enumerate(items):
+        device = device_for(reply)
+        stats = drive(planner_for(drafter_for(index, prompt)), reply[0], len(reply), lambda token: True, device,
+                      max_draft)
+        totals.update(stats)
+        totals["tokens"] += len(reply)
+        accepted += device.accepted
+    steps = totals["plain_steps"] + totals["verify_steps"]
+    return {**totals, "tokens_per_step": totals["tokens"] / (steps + len(items)),  # + the prefill's token
+            "accepted_per_verify": totals["accepted"] / max(totals["verify_steps"], 1),
+            "acceptance_histogram": dict(sorted(Counter(accepted).items()))}
+
+
+def projected(sim: dict, plain_ms: float, verify_ms: float, overhead_ms: float) -> float:
+    """Tokens/s of the simulated steps: plain steps at the plain decode rate, verify steps at their time + overhead."""
+    seconds = (sim["plain_steps"] * plain_ms + sim["verify_steps"] * (verify_ms + overhead_ms)) / 1e3
+    return (sim["tokens"] - sim["replies"]) / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus")
+    parser.add_argument("kernelbench", help="the KernelBench checkout's KernelBench/ folder (level1/, level2/)")
+    parser.add_argument("tokenizer")
+    parser.add_argument("timing")
+    parser.add_argument("--json")
+    parser.add_argument("--show", type=int, default=0, help="print this many converted replies")
+    args = parser.parse_args()
+    encoder = llama3_tokenizer(args.tokenizer)
+    records = [json.loads(line) for line in gzip.open(args.corpus, "rt")]
+    items, names = [], []
+    for record in records:
+        if "error" in record or not record["codes"]:
+            continue
+        source = (Path(args.kernelbench) / record["level"] / record["problem"]).read_text()
+        reply = kernelbook_reply(source, record["codes"][0], record["configs"])
+        if args.show > len(names):
+            print(reply, "\n" + "=" * 100)
+        prompt = [BOS] + encoder.encode(build_prompt(source))
+        items.append((prompt, encoder.encode(reply) + [EOT]))
+        names.append(f"{record['level']}/{record['problem']}:{record['variant']}")
+    timing = json.loads(Path(args.timing).read_text())
+    plain = {mode: 1e3 / timing["plain"][mode]["tokens_per_s"] for mode in ("greedy", "sampled")}
+    verify = {mode: timing["steps_ms"][mode]["8"] for mode in ("greedy", "sampled")}
+    # Host overhead of a verify step, end to end: drafts rejected at every step (each step a verify step of 8).
+    wrong = timing["speculative"]["greedy_all_wrong_every_step"]["tokens_per_s"]
+    overhead = 1e3 / wrong - verify["greedy"]
+    lengths = [len(reply) for _, reply in items]
+    out = {"replies": len(items), "problems": names, "reply_tokens": {"total": sum(lengths),
+           "median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)},
+           "prompt_tokens_median": statistics.median(len(prompt) for prompt, _ in items),
+           "costs_ms": {"plain": plain, "verify_8": verify, "verify_overhead": overhead}, "drafters": {}}
+    everyone = [reply for _, reply in items]
+
+    def earlier(count: int):
+        """The drafter of a reply in a session that generated ``count`` replies to other problems before it."""
+        def drafter_for(i, prompt):
+            others = [reply for j, reply in enumerate(everyone) if j != i]
+            return Drafter(prompt, others=random.Random(i).sample(others, min(count, len(others))))
+        return drafter_for
+
+    drafters = {
+        "prompt + reply (first reply of a session)": (lambda i, p: Drafter(p), DraftPlanner),
+        "reply only": (lambda i, p: Drafter([]), DraftPlanner),
+        "prompt + reply, no pause after misses": (lambda i, p: Drafter(p), lambda d: DraftPlanner(d, max_pause=0)),
+        "prompt + reply, pause at most 4": (lambda i, p: Drafter(p), lambda d: DraftPlanner(d, max_pause=4)),
+        "prompt + reply, n 1-3": (lambda i, p: Drafter(p, min_n=1, max_n=3), DraftPlanner),
+        "prompt + reply, n 3-6": (lambda i, p: Drafter(p, min_n=3, max_n=6), DraftPlanner),
+        **{f"+ {count} earlier replies to other problems": (earlier(count), DraftPlanner) for count in (1, 4, 16)},
+        "+ all other replies (leave one out)": (earlier(len(items)), DraftPlanner),
+        "+ all other replies, no pause": (earlier(len(items)), lambda d: DraftPlanner(d, max_pause=0)),
+    }
+    for name, (drafter_for, planner_for) in drafters.items():
+        sim = simulate(items, drafter_for, planner_for, TeacherForcedSteps)
+        sim["replies"] = len(items)
+        sim["projected_tokens_per_s"] = {mode: projected(sim, plain[mode], verify[mode], overhead)
+                                         for mode in ("greedy", "sampled")}
+        out["drafters"][name] = sim
+        print(f"{name:52s} tokens/step {sim['tokens_per_step']:.2f}  accepted/verify "
+              f"{sim['accepted_per_verify']:.2f}  verify {sim['verify_steps']} plain {sim['plain_steps']}  "
+              f"projected greedy {sim['projected_tokens_per_s']['greedy']:.0f}, sampled "
+              f"{sim['projected_tokens_per_s']['sampled']:.0f} tokens/s")
+    configurations = {"first reply": lambda i, p: Drafter(p), "after 4 replies": earlier(4)}
+    out["straying"] = {}
+    for label, drafter_for in configurations.items():
+        for eps in (0.05, 0.1, 0.2, 0.3):
+            sim = simulate(items, drafter_for, DraftPlanner,
+                           lambda reply: StrayingSamples(reply, eps, random.Random(0)))
+            sim["replies"] = len(items)
+            sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
+            out["straying"][f"{label}, eps {eps}"] = sim
+            print(f"sampling, {label}, agreeing drafts rejected with p={eps}: tokens/step "
+                  f"{sim['tokens_per_step']:.2f}, projected {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
+    # K = 8 (not implemented: rows would need positions of their own): every batch step a verify step of window w.
+    k8 = timing["steps_ms"].get("k8_sampled")
+    if k8:
+        out["k8"] = {"plain_tokens_per_s": 8e3 / k8["1"]}
+        for label, drafter_for in configurations.items():
+            for window in (2, 4, 8):
+                sim = simulate(items, drafter_for, lambda d: DraftPlanner(d, max_pause=0), TeacherForcedSteps,
+                               window - 1)
+                per_step = sim["tokens"] / (sim["plain_steps"] + sim["verify_steps"] + len(items))
+                out["k8"][f"{label}, window {window}"] = {"tokens_per_row_step": per_step,
+                                                         "projected_tokens_per_s": 8e3 * per_step / k8[str(window)]}
+        print("K=8: " + ", ".join(f"{key}: {value if isinstance(value, float) else value['projected_tokens_per_s']:.0f}"
+                                  for key, value in out["k8"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
