@@ -39,6 +39,8 @@ GOALS = [
     ("quantized.int4.ttft_ms", "<=", 60.0, "int4 weights: time to first token"),
     ("quantized.int8.serving_after_s", "<=", 20.0, "int8 weights: fast path serving after load"),
     ("quantized.int4.serving_after_s", "<=", 20.0, "int4 weights: fast path serving after load"),
+    ("drafting.projected_tokens_per_s.after 4 replies", ">=", 300.0,
+     "single stream with drafts, projected (corpus acceptance; a session's reply after 4 others)"),
     ("startup.seconds", "<", 1.0, "prompt interactive after start"),
     ("render.overhead_percent", "<", 2.0, "streaming view, share of generation time"),
 ]
@@ -66,6 +68,7 @@ class BenchOptions:
     attention: str | None = None  # the fast path's attention: None (its default), "triton" or "torch"
     compare_matvec: bool = False  # CUDA: also measure the compiled tier with Inductor's products throughout
     quantize: tuple[str, ...] = ()  # weight-only settings (int8, int4) measured after the full-precision model
+    drafting: bool = True  # single stream with drafts: projected (random weights) or measured (real weights)
 
 
 def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda message: None,
@@ -122,7 +125,7 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     first_tier, later_tiers = ("graphs", ("compiled",)) if cuda else ("eager", ())
     report(f"fast path: warm-up of the {first_tier} tier")
     fast = FastLocalBackend(loaded, compile=cuda, max_seq_len=options.max_seq_len, batch_sizes=batch_sizes,
-                            tiers=(first_tier,), attention=options.attention)
+                            tiers=(first_tier,), attention=options.attention, drafting=False)
     fast.wait_until_ready()
     results["fast"] = {"attention": fast.decoder.attention if fast.decoder else None, "state": fast.state,
                        "reason": fast.reason, "serving_after_s": fast.serving_after_s,
@@ -170,6 +173,13 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
             report("greedy: plain and fast tokens compared")
             results["greedy"] = _greedy_agreement(model, fast, prompt_ids, greedy)
             report(f"greedy: {results['greedy']}")
+        if options.drafting:
+            from repl.bench_drafting import measure_drafting
+
+            report("drafting: verify steps, their cost, and the single stream with drafts")
+            results["drafting"] = measure_drafting(fast, loaded, prompt_ids, sampling, options, report,
+                                                   results["fast"]["tokens_per_s"])
+            save(results)
         if options.profile_steps and cuda:
             report("profiling the fast decode step")
             results["profile"] = profile_decode(fast, prompt_ids, sampling, options.profile_steps)

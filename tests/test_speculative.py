@@ -353,3 +353,32 @@ def test_drive_emits_the_reply_once_keeps_plain_steps_ahead_and_checks_a_drafts_
     drive(DraftPlanner(Drafter(prompt)), reply[0], len(reply), lambda token: stopped.append(token) or len(stopped) < 7,
           TeacherForcedSteps(reply))
     assert stopped == reply[:7]
+
+
+def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_ones(trained_model_dir, tiny):
+    """Real weights (the trained tiny model, which writes one prepared reply): the second reply to the benchmark's
+    module is drafted from the first and accepts most drafts; random weights: the projection from the corpus's
+    step counts and the costs measured here, never a measured figure."""
+    from types import SimpleNamespace
+
+    from repl.bench_drafting import CORPUS_STEPS, measure_drafting, project
+    from repl.generation.fast_decode import FastLocalBackend
+    from repl.generation.random_weights import synthetic_prompt_ids
+
+    options = SimpleNamespace(arch=None, new_tokens=8, temperature=1.0, top_p=0.97, runs=1)
+    sampling = SamplingSettings(max_new_tokens=8, seed=0)
+    for loaded, arch in ((load_model(str(trained_model_dir), device="cpu"), None), (tiny, "tiny")):
+        fast = FastLocalBackend(loaded, compile=False, max_seq_len=2048, batch_sizes=(1,), drafting=False)
+        assert fast.wait_until_ready(60) and fast.decoder.speculation is None
+        prompt_ids = synthetic_prompt_ids(loaded.model.config, 40)
+        result = measure_drafting(fast, loaded, prompt_ids, sampling, SimpleNamespace(**{**vars(options), "arch": arch}),
+                                  lambda message: None, plain_tokens_per_s=100.0)
+        assert result["verify_step_ms"] > 0 and result["all_rejected_tokens_per_s"] > 0
+        if arch is None:
+            first, second = result["measured"]["first reply"], result["measured"]["second reply"]
+            assert "projected_tokens_per_s" not in result and first["tokens"] == second["tokens"] > 20
+            assert second["steps"]["accepted"] > first["tokens"] // 2
+        else:
+            assert "measured" not in result and set(result["projected_tokens_per_s"]) == set(CORPUS_STEPS)
+    steps = {"plain_steps": 10, "verify_steps": 5, "tokens": 31, "replies": 1}
+    assert project(steps, 5.0, 6.0, 1.0) == pytest.approx(30 / 0.085)

@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CUDA: profile this many fast decode steps (kernel time by kind)")
     parser.add_argument("--compare-matvec", action="store_true",
                         help="CUDA: also measure the compiled tier with Inductor's products instead of ours (A/B)")
+    parser.add_argument("--skip-drafting", action="store_true",
+                        help="do not measure speculative decoding with drafts (projected with random weights)")
 
 
 def _architecture(name: str) -> str:
@@ -76,7 +78,8 @@ def run(args) -> int:
         prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, samples=args.samples, runs=args.runs,
         max_seq_len=args.max_seq_len, render_tokens=args.render_tokens, render_rate=args.render_rate,
         plain=not args.skip_plain, startup=not args.skip_startup, profile_steps=args.profile_steps,
-        compare_matvec=args.compare_matvec, quantize=_quantize_settings(getattr(args, "quantize", None)))
+        compare_matvec=args.compare_matvec, quantize=_quantize_settings(getattr(args, "quantize", None)),
+        drafting=not args.skip_drafting)
     if options.arch is None and not options.model:
         console.print("error: give --random-weights --arch ARCH, or --model for real weights", style="red")
         return 2
@@ -131,6 +134,8 @@ def results_table(results: dict):
         greedy = results["greedy"]
         table.add_row("greedy tokens identical to plain", "", f"{greedy['identical_prefix']}/{greedy['tokens']}",
                       *blank[1:], "")
+    for label, value, goal in drafting_rows(results.get("drafting")):
+        table.add_row(label, "", value, *blank[1:], goal)
     if "ceiling_tokens_per_s" in meta:
         table.add_row("bandwidth ceiling, tokens/s", "", f"{meta['ceiling_tokens_per_s']:.0f}", *blank[1:],
                       f"at {meta['copy_bandwidth_gb_s']:.0f} GB/s")
@@ -191,6 +196,24 @@ def quantized_table(results: dict):
     if failed:
         table.caption = "; ".join(failed)
     return table
+def drafting_rows(drafting: dict | None) -> list[tuple[str, str, str]]:
+    """Rows for the single stream with drafts: with random weights a projection (labelled so), with real weights
+    the measured figures."""
+    from repl.bench import goal_text
+
+    if not drafting:
+        return []
+    rows = [(f"drafts: verify step of {drafting['window']} / plain step, ms",
+             f"{drafting['verify_step_ms']:.2f} / {drafting['plain_step_ms']:.2f}", ""),
+            ("drafts: every draft rejected, tokens/s", f"{drafting['all_rejected_tokens_per_s']:.1f}", "worst case")]
+    for name, value in drafting.get("projected_tokens_per_s", {}).items():
+        rows.append((f"PROJECTED tokens/s with drafts, {name}", f"{value:.0f}",
+                     goal_text(f"drafting.projected_tokens_per_s.{name}") or "corpus acceptance"))
+    for name, figures in drafting.get("measured", {}).items():
+        rate = figures.get("tokens_per_s")
+        rows.append((f"tokens/s with drafts, {name} (measured)", "-" if rate is None else f"{rate:.1f}",
+                     f"{figures['tokens']} tokens"))
+    return rows
 
 
 if __name__ == "__main__":  # `python -m repl.cli.bench ARGS` is `python kernelllm.py bench ARGS`

@@ -1,0 +1,188 @@
+"""Drafting in ``bench``: what speculative decoding gives a single stream, measured where it can be and projected
+where it cannot.
+
+Random weights choose random tokens, so drafts are almost never accepted and a measured figure would say nothing
+about KernelLLM. There the benchmark measures the cost side on this machine (a verify step of the shipped window
+against a plain step, and the loop with every draft rejected) and projects tokens/s with the acceptance measured on
+the Inductor corpus (tools/drafting_acceptance.py; docs/performance.md, "Drafting"), labelled a projection. With real
+weights it measures: a reply to a KernelBench-style module, then a second one drafted from the first as well.
+"""
+
+import statistics
+import time
+
+# Teacher-forced step counts of the shipped host loop on the corpus (60 KernelBench level-1 replies in KernelLLM's
+# trained format, 50,641 Llama-3 tokens; tools/drafting_acceptance.py, 2026-11-25): plain steps, verify steps (window
+# 8), tokens. "first reply": drafts from the prompt and the reply so far; "after 4 replies": also from 4 replies
+# to other problems generated earlier in the session.
+CORPUS_STEPS = {
+    "first reply": {"plain_steps": 29302, "verify_steps": 6480, "tokens": 50641, "replies": 60},
+    "after 4 replies": {"plain_steps": 11377, "verify_steps": 8596, "tokens": 50641, "replies": 60},
+}
+
+MODULE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Layer normalisation followed by GELU."""
+
+    def __init__(self, features):
+        super(Model, self).__init__()
+        self.norm = nn.LayerNorm(features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.norm(x))
+
+
+batch_size = 16
+features = 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+
+def project(steps: dict, plain_ms: float, verify_ms: float, overhead_ms: float) -> float:
+    """Tokens/s of the corpus's steps at these costs: plain steps at the plain rate, verify steps at their time plus
+    the host's overhead per verify step (the prefill's token of each reply is not a decode step)."""
+    seconds = (steps["plain_steps"] * plain_ms + steps["verify_steps"] * (verify_ms + overhead_ms)) / 1e3
+    return (steps["tokens"] - steps["replies"]) / seconds
+
+
+def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_tokens_per_s: float) -> dict:
+    """Verify steps at the fast path's tier for its batch of one, their cost, and the projection (random weights)
+    or the measured figure (real weights). ``plain_tokens_per_s``: the fast path's single stream, measured."""
+    import torch
+
+    from repl.generation.speculative import Speculation
+
+    decoder = fast.decoder
+    batch = decoder.batches[1]
+    started = time.monotonic()
+    speculation = Speculation(decoder)
+    speculation.prepare(batch.tier)
+    window = speculation.windows[-1]
+    result = {"tier": batch.tier, "warm_up_s": time.monotonic() - started, "window": window}
+    cuda = batch.copied is not None
+    position = prompt_ids.shape[1]
+    bucket = min(position // decoder.bucket, len(decoder.buckets) - 1)
+    with torch.no_grad():
+        decoder.start(batch, prompt_ids, sampling)
+        speculation.draft_input[0] = window - 1
+        plain = lambda: (batch.position.fill_(position), batch.steps[False][bucket]())
+        verify = lambda: (batch.position.fill_(position), speculation.steps[False, window][bucket]())
+        result["plain_step_ms"] = _median_ms(plain, cuda)
+        result["verify_step_ms"] = _median_ms(verify, cuda)
+    decoder.speculation = speculation
+    try:
+        wrong = _every_draft_rejected(fast, prompt_ids, sampling, options.new_tokens)
+        result["all_rejected_tokens_per_s"] = wrong
+        result["overhead_ms"] = max(1e3 / wrong - result["verify_step_ms"], 0.0)
+        if options.arch:  # random weights: project with the corpus's acceptance
+            result["projected_tokens_per_s"] = {
+                name: project(steps, 1e3 / plain_tokens_per_s, result["verify_step_ms"], result["overhead_ms"])
+                for name, steps in CORPUS_STEPS.items()}
+            report(f"drafting, a projection (corpus acceptance x costs measured here): "
+                   f"{result['projected_tokens_per_s']}")
+        else:  # real weights: measure on a real prompt, a first reply and one drafted from it too
+            result["measured"] = _measure_real(fast, loaded, options, report)
+    finally:
+        decoder.speculation = None
+    return result
+
+
+def results_single(fast, prompt_ids, sampling, options) -> float | None:
+    """Plain tokens/s of the fast path's batch of one, as the benchmark measured it (median of a few runs)."""
+    rates = []
+    for _ in range(max(options.runs, 1)):
+        times = []
+        fast.decoder.decode(prompt_ids, sampling, 1, options.new_tokens,
+                            lambda tokens: times.append(time.perf_counter()) or True)
+        if len(times) > 1 and times[-1] > times[0]:
+            rates.append((len(times) - 1) / (times[-1] - times[0]))
+    return statistics.median(rates) if rates else None
+
+
+def _median_ms(step, cuda: bool, repeats: int = 30, warm: int = 5) -> float:
+    import torch
+
+    times = []
+    for i in range(warm + repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end)
+        else:
+            began = time.perf_counter()
+            step()
+            elapsed = (time.perf_counter() - began) * 1e3
+        if i >= warm:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+class _WrongDrafts:
+    """A drafter whose drafts are never accepted (a token no reply here uses), proposed at every step."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def add(self, tokens):
+        pass
+
+    def propose(self, limit):
+        return [7] * limit
+
+
+def _every_draft_rejected(fast, prompt_ids, sampling, new_tokens: int) -> float:
+    """Tokens/s of the speculative loop when every step verifies a full draft that is rejected at once: a verify
+    step per token, so its time per token is the verify step's plus the host's overhead."""
+    from repl.generation import speculative
+    from repl.generation.drafting import DraftPlanner
+
+    drafter, planner = speculative.Drafter, speculative.DraftPlanner
+    speculative.Drafter = _WrongDrafts
+    speculative.DraftPlanner = lambda drafts: DraftPlanner(drafts, max_pause=0)
+    try:
+        return results_single(fast, prompt_ids, sampling, type("O", (), {"runs": 1, "new_tokens": new_tokens}))
+    finally:
+        speculative.Drafter, speculative.DraftPlanner = drafter, planner
+
+
+def _measure_real(fast, loaded, options, report) -> dict:
+    """Real weights: tokens/s of a reply to ``MODULE`` at the card's sampling, first with no earlier reply, then
+    drafted from the first too, as a session's second reply would be (the reply ends at its end token)."""
+    from repl.generation.drafting import SessionReplies
+    from repl.generation.local import encode_prompt
+    from repl.prompt import build_prompt
+    from repl.settings import SamplingSettings
+
+    prompt_ids = encode_prompt(loaded.tokenizer, build_prompt(MODULE)).to(fast.decoder.weights.embed.device)
+    room = fast.decoder.max_seq_len - prompt_ids.shape[1]
+    settings = SamplingSettings(temperature=options.temperature, top_p=options.top_p, max_new_tokens=min(2048, room))
+    replies, measured = SessionReplies(), {}
+    prompt = prompt_ids[0].tolist()
+    for label in ("first reply", "second reply"):
+        times, tokens = [], []
+
+        def emit(step):
+            times.append(time.perf_counter())
+            tokens.append(step[0])
+            return step[0] not in fast.end_ids
+
+        fast.decoder.decode(prompt_ids, settings, 1, settings.max_new_tokens, emit,
+                            siblings=replies.siblings(prompt), others=replies.others(prompt))
+        replies.remember(prompt, tokens)
+        measured[label] = {"tokens": len(tokens), "steps": fast.decoder.last_speculation,
+                           "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else None}
+        report(f"drafting, real weights, {label}: {measured[label]}")
+    return measured
