@@ -178,7 +178,7 @@ class FixedDraft:
     """A drafter that always proposes the same tokens (a test double for ``drafting.Drafter``)."""
     tokens: list[int] = []
 
-    def __init__(self, prompt, siblings):
+    def __init__(self, *sources):
         pass
 
     def add(self, tokens):
@@ -242,7 +242,7 @@ def test_sampled_tokens_follow_the_plain_samplers_distribution_and_accept_a_draf
 
 
 def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft():
-    """One window's decision 6000 times on fixed logits (the same distribution p after every prefix): the first draft
+    """One window's decision 3000 times on fixed logits (the same distribution p after every prefix): the first draft
     token accepted with probability p(d1); after a rejection the token follows the residual (p without d1,
     renormalised); after an acceptance, d2 with probability p(d2); the window's rows draw independent noise (a token
     chosen after two prefixes repeats at the rate sum p^2, not always)."""
@@ -252,7 +252,7 @@ def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft(
     p = warped_probabilities(logits[:1], 0.7, 0.8)
     d1, d2 = 1, 0
     draft = torch.tensor([d1, d2])
-    runs = 6000
+    runs = 3000
     outcomes = [speculative.choose_and_accept(logits, draft, torch.tensor(2), False, temperature, top_p)
                 for _ in range(runs)]
     counts = torch.tensor([int(count) for count, _ in outcomes])

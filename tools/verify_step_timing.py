@@ -69,7 +69,7 @@ def decode_run(decoder, prompt_ids, settings, new_tokens: int, siblings=()) -> d
 class WrongDraft:
     """Drafts that are never right (token ids no reply uses here), proposed at every step."""
 
-    def __init__(self, prompt, siblings):
+    def __init__(self, *sources):
         pass
 
     def add(self, tokens):

@@ -155,13 +155,14 @@ def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, 
     """The host side of speculative decoding, for the decoder (``speculative.Speculation``) and for the teacher-forced
     simulation that projects its speed (tools/drafting_acceptance.py) alike.
 
-    ``device``: ``launch_plain()`` starts a plain step (it feeds the last token), ``read_plain()`` waits for its token;
-    ``verify(draft)`` runs a verify step and returns the tokens it emits; ``room()`` is the longest draft that fits
-    the cache. Plain steps stay one ahead of the host, as in plain decoding: while one runs, the host emits, drafts,
-    and checks the draft's first token against the token the step chose (for free) before it verifies the rest.
-    ``emit(token)`` returns False to stop. Returns the step counts."""
+    ``device``: ``launch_plain()`` starts a plain step (it feeds the last token), ``read_plain()`` waits for the
+    oldest running plain step's token; ``verify(draft)`` runs a verify step and returns the tokens it emits;
+    ``room()`` is the longest draft that fits the cache. Plain steps run ahead of the host as in plain decoding: while
+    one runs, the host emits, drafts, and checks the draft's first token against the token that step chose (for free)
+    before it verifies the rest; while nothing is drafted, a second plain step starts before the first is read, so
+    the GPU never waits for the host. ``emit(token)`` returns False to stop. Returns the step counts."""
     stats = {"plain_steps": 0, "verify_steps": 0, "drafted": 0, "accepted": 0, "free_hits": 0}
-    new, produced, ahead = [first], 0, False
+    new, produced, running = [first], 0, 0
     while True:
         for token in new:
             produced += 1
@@ -169,12 +170,18 @@ def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, 
                 return stats
         planner.add(new)
         new = []
-        if ahead:
-            guess_and_draft = planner.propose(max_draft + 1)
-            new, ahead = [device.read_plain()], False
-            hit = guess_and_draft[:1] == new
+        if running:
+            proposal = planner.propose(max_draft + 1)
+            if not proposal and produced + running < max_new_tokens:
+                device.launch_plain()
+                stats["plain_steps"] += 1
+                running += 1
+            new, running = [device.read_plain()], running - 1
+            hit = bool(proposal) and proposal[0] == new[0]
             stats["free_hits"] += hit
-            draft = guess_and_draft[1:] if hit else []
+            draft = proposal[1:] if hit else []
+            if running:
+                continue  # the next token is being chosen already: emit this one and draft again meanwhile
         else:
             draft = planner.propose(max_draft)
         known = produced + len(new)
@@ -189,7 +196,7 @@ def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, 
         elif known < max_new_tokens:
             device.launch_plain()
             stats["plain_steps"] += 1
-            ahead = True
+            running = 1
 
 
 class TeacherForcedSteps:
@@ -200,7 +207,7 @@ class TeacherForcedSteps:
     after its prefix equals it: ``speculative``). For tools/drafting_acceptance.py and the tests."""
 
     def __init__(self, reply: list[int]):
-        self.reply, self.at, self._ahead = reply, 1, None  # reply[0] is chosen after the prefill
+        self.reply, self.at, self._running = reply, 1, []  # reply[0] is chosen after the prefill
         self.accepted: list[int] = []  # per verify step: draft tokens accepted
         self.drafted: list[int] = []  # per verify step: draft length
 
@@ -208,10 +215,11 @@ class TeacherForcedSteps:
         return MAX_DRAFT
 
     def launch_plain(self) -> None:
-        self._ahead, self.at = self.reply[self.at], self.at + 1
+        self._running.append(self.reply[self.at])
+        self.at += 1
 
     def read_plain(self) -> int:
-        return self._ahead
+        return self._running.pop(0)
 
     def verify(self, draft: list[int]) -> list[int]:
         n = 0

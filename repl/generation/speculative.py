@@ -208,6 +208,8 @@ class _Steps:
         self.plain = batch.steps[is_greedy]
         self.windows = {window: speculation.steps[is_greedy, window] for window in speculation.windows}
         self.cuda = batch.copied is not None
+        self._running: list[int] = []  # host slots of the plain steps running, oldest first
+        self._next_slot = 0
 
     def _bucket(self, last: int) -> int:
         return min(last // self.decoder.bucket, len(self.decoder.buckets) - 1)
@@ -217,17 +219,22 @@ class _Steps:
         return fitting[-1] - 1 if fitting else 0
 
     def launch_plain(self) -> None:
+        """A plain step, its token copied into a free host slot (two at most run: the slots alternate)."""
         batch = self.batch
         self.plain[self._bucket(self.position)]()
         self.position += 1
-        batch.host_tokens[0].copy_(batch.tokens[:, 0], non_blocking=self.cuda)
+        slot = self._next_slot
+        self._next_slot ^= 1
+        batch.host_tokens[slot].copy_(batch.tokens[:, 0], non_blocking=self.cuda)
         if self.cuda:
-            batch.copied[0].record()
+            batch.copied[slot].record()
+        self._running.append(slot)
 
     def read_plain(self) -> int:
+        slot = self._running.pop(0)
         if self.cuda:
-            self.batch.copied[0].synchronize()
-        return int(self.batch.host_tokens[0, 0])
+            self.batch.copied[slot].synchronize()
+        return int(self.batch.host_tokens[slot, 0])
 
     def verify(self, draft: list[int]) -> list[int]:
         speculation = self.speculation
