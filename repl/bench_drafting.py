@@ -109,11 +109,14 @@ def results_single(fast, prompt_ids, sampling, options) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-def _median_ms(step, cuda: bool, repeats: int = 30, warm: int = 5) -> float:
+REPEATS, WARM = 30, 5  # step timings: the median of REPEATS after WARM
+
+
+def _median_ms(step, cuda: bool) -> float:
     import torch
 
     times = []
-    for i in range(warm + repeats):
+    for i in range(WARM + REPEATS):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -125,7 +128,7 @@ def _median_ms(step, cuda: bool, repeats: int = 30, warm: int = 5) -> float:
             began = time.perf_counter()
             step()
             elapsed = (time.perf_counter() - began) * 1e3
-        if i >= warm:
+        if i >= WARM:
             times.append(elapsed)
     return statistics.median(times)
 

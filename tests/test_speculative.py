@@ -190,7 +190,7 @@ class FixedDraft:
 
 def test_sampled_tokens_follow_the_plain_samplers_distribution_and_accept_a_draft_with_probability_p(
         tiny_model_dir, monkeypatch):
-    """300 seeded replies of 3 tokens, the 2nd and 3rd chosen by verify steps of a fixed 2-token draft (a, b), on the
+    """200 seeded replies of 3 tokens, the 2nd and 3rd chosen by verify steps of a fixed 2-token draft (a, b), on the
     tiny model with peaked logits: every token inside generate()'s nucleus given the tokens before it; the 2nd and
     3rd tokens' frequencies against the sums of those conditional distributions; and the draft taken exactly as often
     as the target's probability of it: count(2nd == a) against sum p(a | prefix), count(3rd == b | 2nd == a) against
@@ -216,11 +216,11 @@ def test_sampled_tokens_follow_the_plain_samplers_distribution_and_accept_a_draf
     monkeypatch.setattr(speculative, "Drafter", FixedDraft)
     monkeypatch.setattr(speculative, "DraftPlanner", lambda drafter: DraftPlanner(drafter, max_pause=0))
     replies, verify_steps = [], 0
-    for seed in range(300):
+    for seed in range(200):
         settings = SamplingSettings(temperature=temperature, top_p=top_p, max_new_tokens=3, seed=seed)
         replies.append(tuple(decode_ids(decoder, prompt_ids, settings)))
         verify_steps += decoder.last_speculation["verify_steps"]
-    assert verify_steps >= 300
+    assert verify_steps >= 200
     assert all(p(reply[:i])[reply[i]] > 0 for reply in replies for i in range(3))  # inside every nucleus
 
     def within(observed, expected, n):
@@ -235,14 +235,14 @@ def test_sampled_tokens_follow_the_plain_samplers_distribution_and_accept_a_draf
         assert likely.sum() >= 2 and within(observed[likely], expected[likely], len(replies)), (i, observed[likely],
                                                                                                 expected[likely])
     took_a = [reply for reply in replies if reply[1] == a]
-    assert 30 <= len(took_a) <= 270  # the draft is accepted sometimes and rejected sometimes
+    assert 20 <= len(took_a) <= 180  # the draft is accepted sometimes and rejected sometimes
     assert within(torch.tensor(float(len(took_a))), sum(p(reply[:1])[a] for reply in replies), len(replies))
     took_b = sum(reply[2] == b for reply in took_a)
     assert within(torch.tensor(float(took_b)), sum(p(reply[:2])[b] for reply in took_a), len(took_a))
 
 
 def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft():
-    """One window's decision 3000 times on fixed logits (the same distribution p after every prefix): the first draft
+    """One window's decision 2000 times on fixed logits (the same distribution p after every prefix): the first draft
     token accepted with probability p(d1); after a rejection the token follows the residual (p without d1,
     renormalised); after an acceptance, d2 with probability p(d2); the window's rows draw independent noise (a token
     chosen after two prefixes repeats at the rate sum p^2, not always)."""
@@ -252,7 +252,7 @@ def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft(
     p = warped_probabilities(logits[:1], 0.7, 0.8)
     d1, d2 = 1, 0
     draft = torch.tensor([d1, d2])
-    runs = 3000
+    runs = 2000
     outcomes = [speculative.choose_and_accept(logits, draft, torch.tensor(2), False, temperature, top_p)
                 for _ in range(runs)]
     counts = torch.tensor([int(count) for count, _ in outcomes])
@@ -289,9 +289,7 @@ from repl.generation.decode_attention import decode_attention
 from repl.generation.speculative import attend_window
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
-for batch, heads, kv_heads, dim, length, position, window, attended in [
-        (1, 32, 8, 128, 1024, 300, 8, 512), (2, 4, 2, 16, 256, 0, 3, 256), (1, 4, 2, 16, 256, 250, 6, 256),
-        (1, 4, 4, 16, 256, 31, 5, 256)]:
+for batch, heads, kv_heads, dim, length, position, window, attended in {cases}:
     q = torch.randn(batch, heads, window, dim, device=device, dtype=dtype)
     k_cache, v_cache = (torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2))
     at = torch.tensor([position], device=device)
@@ -307,17 +305,24 @@ print("ok")
 """
 
 
+# (batch, heads, kv heads, head dim, cache, position, window, attended): windows that start at 0, end at the cache's
+# end, cross a slice boundary, and groups of 2 and 1 query heads; the GPU adds the 8B's shapes.
+SMALL_CASES = [(2, 4, 2, 16, 256, 0, 3, 256), (1, 4, 2, 16, 256, 250, 6, 256), (1, 4, 4, 16, 256, 31, 5, 256)]
+
+
 def test_window_attention_kernel_matches_torch_in_the_interpreter():
     from interpreter import run_under_interpreter
 
-    run_under_interpreter(WINDOW_ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
+    run_under_interpreter(WINDOW_ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5,
+                                                        cases=SMALL_CASES))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
 def test_cuda_window_attention_matches_torch(dtype, tolerance):
-    exec(WINDOW_ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
+    exec(WINDOW_ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance,
+                                       cases=[(1, 32, 8, 128, 1024, 300, 8, 512), *SMALL_CASES]), {})
 
 
 @pytest.mark.gpu
@@ -365,6 +370,9 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
     from repl.generation.fast_decode import FastLocalBackend
     from repl.generation.random_weights import synthetic_prompt_ids
 
+    import repl.bench_drafting
+
+    repl.bench_drafting.REPEATS, repl.bench_drafting.WARM = 2, 1  # timings are not checked here
     options = SimpleNamespace(arch=None, new_tokens=8, temperature=1.0, top_p=0.97, runs=1)
     sampling = SamplingSettings(max_new_tokens=8, seed=0)
     for loaded, arch in ((load_model(str(trained_model_dir), device="cpu"), None), (tiny, "tiny")):
