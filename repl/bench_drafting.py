@@ -77,8 +77,8 @@ def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_
         speculation.draft_input[0] = window - 1
         plain = lambda: (batch.position.fill_(position), batch.steps[False][bucket]())
         verify = lambda: (batch.position.fill_(position), speculation.steps[False, window][bucket]())
-        result["plain_step_ms"] = _median_ms(plain, cuda)
-        result["verify_step_ms"] = _median_ms(verify, cuda)
+        result["plain_step_ms"] = median_ms(plain, cuda)
+        result["verify_step_ms"] = median_ms(verify, cuda)
     decoder.speculation = speculation
     try:
         wrong = _every_draft_rejected(fast, prompt_ids, sampling, options.new_tokens)
@@ -112,11 +112,12 @@ def results_single(fast, prompt_ids, sampling, options) -> float | None:
 REPEATS, WARM = 30, 5  # step timings: the median of REPEATS after WARM
 
 
-def _median_ms(step, cuda: bool) -> float:
+def median_ms(step, cuda: bool, repeats: int | None = None, warm: int | None = None) -> float:
+    """Median milliseconds of ``step`` (device events on CUDA) after a few runs to warm up."""
     import torch
 
-    times = []
-    for i in range(WARM + REPEATS):
+    times, repeats, warm = [], repeats or REPEATS, warm or WARM
+    for i in range(warm + repeats):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -128,12 +129,12 @@ def _median_ms(step, cuda: bool) -> float:
             began = time.perf_counter()
             step()
             elapsed = (time.perf_counter() - began) * 1e3
-        if i >= WARM:
+        if i >= warm:
             times.append(elapsed)
     return statistics.median(times)
 
 
-class _WrongDrafts:
+class WrongDrafts:
     """A drafter whose drafts are never accepted (a token no reply here uses), proposed at every step."""
 
     def __init__(self, *args, **kwargs):
@@ -153,7 +154,7 @@ def _every_draft_rejected(fast, prompt_ids, sampling, new_tokens: int) -> float:
     from repl.generation.drafting import DraftPlanner
 
     drafter, planner = speculative.Drafter, speculative.DraftPlanner
-    speculative.Drafter = _WrongDrafts
+    speculative.Drafter = WrongDrafts
     speculative.DraftPlanner = lambda drafts: DraftPlanner(drafts, max_pause=0)
     try:
         return results_single(fast, prompt_ids, sampling, type("O", (), {"runs": 1, "new_tokens": new_tokens}))

@@ -14,6 +14,7 @@ from repl.generation.speculative import Speculation
 from repl.generation.static_decoder import FastDecoder
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
+from test_fast_decode import generate_ids, warped_probabilities
 from tiny_models import RELU_MODULE
 
 
@@ -106,14 +107,6 @@ def speculating_decoder(model, max_seq_len=1024):
     return decoder
 
 
-def generate_ids(model, prompt_ids, new_tokens):
-    with torch.no_grad():
-        out = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=False,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, temperature=None, top_p=None,
-                             top_k=None)
-    return out[0, prompt_ids.shape[1]:].tolist()
-
-
 def decode_ids(decoder, prompt_ids, settings, siblings=()):
     tokens = []
     assert decoder.decode(prompt_ids, settings, 1, settings.max_new_tokens,
@@ -166,13 +159,6 @@ def test_near_the_end_of_the_cache_plain_steps_finish_the_reply(tiny):
 
 
 # -- sampling: exactly the plain sampler's distribution -----------------------------------------------------------------
-
-def warped_probabilities(logits, temperature, top_p):
-    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
-
-    rows = logits.float().reshape(-1, logits.shape[-1]).clone()
-    return TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, rows)).softmax(-1)[0]
-
 
 class FixedDraft:
     """A drafter that always proposes the same tokens (a test double for ``drafting.Drafter``)."""
@@ -249,7 +235,7 @@ def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft(
     torch.manual_seed(0)
     logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0]).expand(3, -1)
     temperature, top_p = torch.full((1, 1), 0.7), torch.full((1, 1), 0.8)
-    p = warped_probabilities(logits[:1], 0.7, 0.8)
+    p = warped_probabilities(logits[0], 0.7, 0.8)
     d1, d2 = 1, 0
     draft = torch.tensor([d1, d2])
     runs = 2000
@@ -286,7 +272,7 @@ def test_a_seeded_reply_is_reproducible_with_drafts(tiny):
 WINDOW_ATTENTION_CHECK = """
 import torch
 from repl.generation.decode_attention import decode_attention
-from repl.generation.speculative import attend_window
+from repl.generation.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 for batch, heads, kv_heads, dim, length, position, window, attended in {cases}:
@@ -294,12 +280,12 @@ for batch, heads, kv_heads, dim, length, position, window, attended in {cases}:
     k_cache, v_cache = (torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2))
     at = torch.tensor([position], device=device)
     out = decode_attention(q, k_cache, v_cache, at, attended).double()
-    ref = attend_window(q.double(), k_cache.double(), v_cache.double(), at, attended)
+    ref = attend_cache(q.double(), k_cache.double(), v_cache.double(), at, attended)
     error = ((out - ref).norm() / ref.norm()).item()
     assert error < {tolerance}, (batch, heads, position, window, error)
     # each query sees its own position and no further: query i against the one-query form at position + i
     for i in range(window):
-        one = attend_window(q[:, :, i:i + 1].double(), k_cache.double(), v_cache.double(), at + i, attended)
+        one = attend_cache(q[:, :, i:i + 1].double(), k_cache.double(), v_cache.double(), at + i, attended)
         assert torch.allclose(ref[:, :, i:i + 1], one)
 print("ok")
 """

@@ -162,15 +162,8 @@ class StrayingSamples(TeacherForcedSteps):
         super().__init__(reply)
         self.eps, self.rng = eps, rng
 
-    def verify(self, draft):
-        n = 0
-        while n < len(draft) and draft[n] == self.reply[self.at + n] and self.rng.random() >= self.eps:
-            n += 1
-        tokens = self.reply[self.at:self.at + n + 1]
-        self.at += len(tokens)
-        self.accepted.append(n)
-        self.drafted.append(len(draft))
-        return tokens
+    def agrees(self, token, at):
+        return super().agrees(token, at) and self.rng.random() >= self.eps
 
 
 def simulate(items, drafter_for, planner_for, device_for, max_draft: int = 7) -> dict:

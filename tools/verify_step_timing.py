@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from repl.bench_drafting import WrongDrafts, median_ms as timed  # noqa: E402
 from repl.generation import speculative  # noqa: E402
 from repl.generation.drafting import DraftPlanner  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
@@ -28,26 +29,6 @@ from repl.settings import SamplingSettings  # noqa: E402
 
 PROMPT = 1000
 WINDOWS = tuple(range(2, 9))
-
-
-def timed(fn, cuda: bool, repeats: int = 30, warm: int = 5) -> float:
-    """Median milliseconds of ``fn`` (device events on CUDA)."""
-    times = []
-    for i in range(warm + repeats):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end)
-        else:
-            began = time.perf_counter()
-            fn()
-            elapsed = (time.perf_counter() - began) * 1e3
-        if i >= warm:
-            times.append(elapsed)
-    return statistics.median(times)
 
 
 def decode_run(decoder, prompt_ids, settings, new_tokens: int, siblings=()) -> dict:
@@ -64,19 +45,6 @@ def decode_run(decoder, prompt_ids, settings, new_tokens: int, siblings=()) -> d
     span = times[-1] - times[0]
     return {"tokens_per_s": (len(times) - 1) / span, "ttft_ms": (times[0] - started) * 1e3, "tokens": tokens,
             "speculation": decoder.last_speculation}
-
-
-class WrongDraft:
-    """Drafts that are never right (token ids no reply uses here), proposed at every step."""
-
-    def __init__(self, *sources):
-        pass
-
-    def add(self, tokens):
-        pass
-
-    def propose(self, limit):
-        return [7, 7, 7, 7, 7, 7, 7][:limit]
 
 
 def main() -> int:
@@ -166,7 +134,7 @@ def main() -> int:
     runs["greedy_own_drafts"] = decode_run(decoder, prompt_ids, greedy, args.new_tokens)
     runs["sampled_own_drafts"] = decode_run(decoder, prompt_ids, sampled, args.new_tokens)
     real_drafter, real_planner = speculative.Drafter, speculative.DraftPlanner
-    speculative.Drafter = WrongDraft
+    speculative.Drafter = WrongDrafts
     speculative.DraftPlanner = lambda drafter: DraftPlanner(drafter, max_pause=0)
     runs["greedy_all_wrong_every_step"] = decode_run(decoder, prompt_ids, greedy, args.new_tokens)
     speculative.DraftPlanner = real_planner

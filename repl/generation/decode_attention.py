@@ -91,7 +91,7 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
     masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype.
 
     Also a window of T queries (a speculative verify step): q (B, H, T, D), query i at ``position`` + i, each masked
-    after its own position (``speculative.attend_window`` is the torch version); returns (B, H, T, D)."""
+    after its own position (as ``llama_math.attend_cache`` too); returns (B, H, T, D)."""
     batch, heads, window, dim = q.shape
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads

@@ -221,9 +221,13 @@ class TeacherForcedSteps:
     def read_plain(self) -> int:
         return self._running.pop(0)
 
+    def agrees(self, token: int, at: int) -> bool:
+        """Whether the model would choose ``token`` at reply position ``at`` (teacher forcing: the reply's token)."""
+        return token == self.reply[at]
+
     def verify(self, draft: list[int]) -> list[int]:
         n = 0
-        while n < len(draft) and draft[n] == self.reply[self.at + n]:
+        while n < len(draft) and self.agrees(draft[n], self.at + n):
             n += 1
         tokens = self.reply[self.at:self.at + n + 1]
         self.at += len(tokens)

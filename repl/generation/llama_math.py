@@ -147,17 +147,20 @@ def final_logits(x, norm, lm_head, eps: float):
 
 
 def attend_cache(q, k_cache, v_cache, position, attended: int):
-    """One query per row against the first ``attended`` cached positions, masked after ``position`` (the filled
-    part, rounded up to a bucket). The query heads that share a key/value head are grouped into one matrix, so each
+    """Each row's queries against the first ``attended`` cached positions (the filled part, rounded up to a bucket):
+    q (B, H, T, D), query i at ``position`` + i (a (1,) tensor) and masked after it; T = 1 for a decode step, T > 1
+    for a speculative verify step. The query heads that share a key/value head are grouped into one matrix, so each
     cached key is read once (no repeat_kv copy of the cache)."""
-    batch, heads, _, dim = q.shape
+    batch, heads, window, dim = q.shape
     kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
     keys, values = k_cache[:, :, :attended], v_cache[:, :, :attended]
-    q = q.reshape(batch, kv_heads, heads // kv_heads, dim)
+    q = q.reshape(batch, kv_heads, group * window, dim)  # row = query head in the group * T + query in the window
     scores = (q @ keys.transpose(-1, -2)) * dim ** -0.5
-    scores = scores.masked_fill(torch.arange(attended, device=q.device) > position, float("-inf"))
+    limits = position + torch.arange(group * window, device=q.device) % window
+    scores = scores.masked_fill(torch.arange(attended, device=q.device)[None, :] > limits[:, None], float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return (probs @ values).reshape(batch, heads, 1, dim)
+    return (probs @ values).reshape(batch, heads, window, dim)
 
 
 @dataclass(frozen=True)
@@ -173,19 +176,22 @@ class Pieces:
 EAGER = Pieces()
 
 
-def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = None, pieces: Pieces = EAGER):
+def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = None, pieces: Pieces = EAGER,
+            window: bool = False):
     """Float32 logits of each row's last position. tokens (B, T) at positions (T,): a prompt (T > 1, from position
-    0, attending to itself) or one decode step (T == 1, attending to the first ``attended`` cached positions)."""
+    0, attending to itself) or one decode step (T == 1, attending to the first ``attended`` cached positions).
+    ``window``: a speculative verify step, T tokens after the cached ones, each attending to the cache up to its own
+    position (``speculative``: its pieces' ``final_logits`` give every position's logits)."""
     batch, length = tokens.shape
     cos, sin = w.cos[positions], w.sin[positions]
     x = F.embedding(tokens, w.embed)
     for layer, (k_cache, v_cache) in zip(w.layers, caches):
         q, k, v = pieces.attention_input(x, layer.attn_norm, layer.qkv, cos, sin, k_cache, v_cache, positions,
                                          w.heads, w.kv_heads, w.eps)
-        if length > 1:
+        if length > 1 and not window:
             attention = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            attention = pieces.attend_cache(q, k_cache, v_cache, positions, attended or k_cache.shape[2])
+            attention = pieces.attend_cache(q, k_cache, v_cache, positions[:1], attended or k_cache.shape[2])
         attention = attention.transpose(1, 2).reshape(batch, length, w.heads * w.head_dim)
         x = pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
     return pieces.final_logits(x, w.norm, w.lm_head, w.eps)

@@ -20,11 +20,9 @@ reads each step's tokens before it drafts the next (one synchronisation per step
 Single streams only: K rows accept different numbers of tokens, so each would need a position of its own.
 """
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 
 from repl.generation import llama_math
 from repl.generation.drafting import MAX_DRAFT, Drafter, DraftPlanner, drive
@@ -32,49 +30,23 @@ from repl.generation.drafting import MAX_DRAFT, Drafter, DraftPlanner, drive
 WINDOWS = (MAX_DRAFT + 1,)  # verify-step lengths (last token + draft), one graph each per bucket; a draft is padded
 
 
-def attend_window(q, k_cache, v_cache, position, attended: int):
-    """T queries per row, query i at ``position`` + i (a (1,) tensor), against the first ``attended`` cached positions,
-    each masked after its own position; q (B, H, T, D) -> (B, H, T, D). The torch reference of the Triton kernels'
-    window form (``decode_attention``)."""
-    batch, heads, window, dim = q.shape
-    kv_heads = k_cache.shape[1]
-    group = heads // kv_heads
-    keys, values = k_cache[:, :, :attended], v_cache[:, :, :attended]
-    q = q.reshape(batch, kv_heads, group * window, dim)  # row = query head in the group * T + query in the window
-    scores = (q @ keys.transpose(-1, -2)) * dim ** -0.5
-    limits = position + torch.arange(group * window, device=q.device) % window
-    scores = scores.masked_fill(torch.arange(attended, device=q.device)[None, :] > limits[:, None], float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return (probs @ values).reshape(batch, heads, window, dim)
-
-
 def window_logits(x, norm, lm_head, eps: float):
     """Float32 logits of every position of x (B, T, hidden): a verify step needs the choice after each prefix."""
     return (llama_math.rms_norm(x, norm, eps) @ lm_head.T).float()
 
 
-@dataclass(frozen=True)
-class WindowPieces:
-    """The per-layer pieces of a verify step: llama_math's (their general T-token forms), eager or compiled."""
-    attention_input: object = llama_math.attention_input
-    layer_output: object = llama_math.layer_output
-    logits: object = window_logits
-    attend: object = attend_window
+def window_pieces(attention_input=llama_math.attention_input, layer_output=llama_math.layer_output,
+                  logits=window_logits, attend=llama_math.attend_cache) -> llama_math.Pieces:
+    """The pieces of a verify step: llama_math's (their general T-token forms), eager or compiled, and the logits of
+    every position."""
+    return llama_math.Pieces(attention_input=attention_input, layer_output=layer_output, final_logits=logits,
+                             attend_cache=attend)
 
 
-def forward_window(w: llama_math.LlamaWeights, tokens, positions, caches, attended: int, pieces: WindowPieces):
+def forward_window(w: llama_math.LlamaWeights, tokens, positions, caches, attended: int, pieces: llama_math.Pieces):
     """Float32 logits (B, T, vocab) of tokens (B, T) at positions (T,) = position .. position + T - 1, after the
     cached positions before them; their keys and values are written into the cache."""
-    batch, length = tokens.shape
-    cos, sin = w.cos[positions], w.sin[positions]
-    x = F.embedding(tokens, w.embed)
-    for layer, (k_cache, v_cache) in zip(w.layers, caches):
-        q, _, _ = pieces.attention_input(x, layer.attn_norm, layer.qkv, cos, sin, k_cache, v_cache, positions,
-                                         w.heads, w.kv_heads, w.eps)
-        attention = pieces.attend(q, k_cache, v_cache, positions[:1], attended)
-        attention = attention.transpose(1, 2).reshape(batch, length, w.heads * w.head_dim)
-        x = pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
-    return pieces.logits(x, w.norm, w.lm_head, w.eps)
+    return llama_math.forward(w, tokens, positions, caches, attended, pieces, window=True)
 
 
 def choose_and_accept(logits, draft, n_draft, is_greedy: bool, temperature, top_p):
@@ -88,13 +60,13 @@ def choose_and_accept(logits, draft, n_draft, is_greedy: bool, temperature, top_
     return accepted + 1, choice
 
 
-def compile_window_pieces(attend) -> WindowPieces:
+def compile_window_pieces(attend) -> llama_math.Pieces:
     """The verify step's pieces under torch.compile, once for every window length: T is marked dynamic (the batch,
     hidden and vocabulary sizes stay static), so the window lengths share one compile."""
     options = dict(fullgraph=True, options={"coordinate_descent_tuning": True})
-    return WindowPieces(attention_input=torch.compile(llama_math.attention_input, **options),
-                        layer_output=torch.compile(llama_math.layer_output, **options),
-                        logits=torch.compile(window_logits, **options), attend=attend)
+    return window_pieces(attention_input=torch.compile(llama_math.attention_input, **options),
+                         layer_output=torch.compile(llama_math.layer_output, **options),
+                         logits=torch.compile(window_logits, **options), attend=attend)
 
 
 def mark_window_dynamic(*tensors_and_dims) -> None:
@@ -118,13 +90,13 @@ class Speculation:
         self.result = torch.zeros(longest + 1, dtype=torch.long, device=device)  # [count, tokens...]
         self.tier: str | None = None
         self.steps: dict[tuple[bool, int], list] = {}  # (greedy?, window) -> one step per attention bucket
-        self._compiled: WindowPieces | None = None
+        self._compiled: llama_math.Pieces | None = None
 
     # -- warm-up ------------------------------------------------------------------------------------------------
-    def eager_pieces(self) -> WindowPieces:
+    def eager_pieces(self) -> llama_math.Pieces:
         from repl.generation.decode_attention import decode_attention
 
-        return WindowPieces(attend=decode_attention) if self.decoder.attention == "triton" else WindowPieces()
+        return window_pieces(attend=decode_attention) if self.decoder.attention == "triton" else window_pieces()
 
     def prepare(self, tier: str) -> None:
         """Verify steps of ``tier`` for the decoder's batch of one (which must exist: ``decoder.prepare(1, tier)``)."""
@@ -142,10 +114,10 @@ class Speculation:
                         steps[is_greedy, window].append(step if tier == "eager" else self._capture(batch, step, pool))
             self.steps, self.tier = steps, tier
 
-    def _compile(self) -> WindowPieces:
+    def _compile(self) -> llama_math.Pieces:
         """Compile on scratch inputs of the real shapes (one layer's cache), as the decoder compiles its pieces."""
         if self._compiled is None:
-            self._compiled = compile_window_pieces(self.eager_pieces().attend)
+            self._compiled = compile_window_pieces(self.eager_pieces().attend_cache)
         w, pieces = self.decoder.weights, self._compiled
         device, dtype = w.embed.device, w.embed.dtype
         layer = w.layers[0]
@@ -163,10 +135,10 @@ class Speculation:
                 pieces.attention_input(x, layer.attn_norm, layer.qkv, cos, sin, k_cache, v_cache, positions, w.heads,
                                        w.kv_heads, w.eps)
                 pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
-                pieces.logits(x, w.norm, w.lm_head, w.eps)
+                pieces.final_logits(x, w.norm, w.lm_head, w.eps)
         return pieces
 
-    def _step(self, batch, window: int, attended: int, pieces: WindowPieces, is_greedy: bool) -> None:
+    def _step(self, batch, window: int, attended: int, pieces: llama_math.Pieces, is_greedy: bool) -> None:
         draft = self.draft_input[1:window]
         tokens = torch.cat([batch.tokens[:1, 0], draft])[None]
         positions = batch.position + self.offsets[:window]
