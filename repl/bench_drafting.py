@@ -184,7 +184,7 @@ def _measure_real(fast, loaded, options, report) -> dict:
             return step[0] not in fast.end_ids
 
         fast.decoder.decode(prompt_ids, settings, 1, settings.max_new_tokens, emit,
-                            siblings=replies.siblings(prompt), others=replies.others(prompt))
+                            draft_sources=replies.sources(prompt))
         replies.remember(prompt, tokens)
         measured[label] = {"tokens": len(tokens), "steps": fast.decoder.last_speculation,
                            "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else None}

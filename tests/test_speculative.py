@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from repl.generation import speculative
-from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, SessionReplies
+from repl.generation.drafting import SEPARATOR, Drafter, DraftPlanner, NgramIndex, SessionReplies, joined
 from repl.generation.local import encode_prompt
 from repl.generation.model_loading import load_model
 from repl.generation.speculative import Speculation
@@ -71,6 +71,13 @@ def test_session_replies_are_kept_per_prompt_newest_first_and_bounded():
     replies.remember([7], [6])
     replies.remember([7], [])
     assert replies.siblings([7]) == [[6], [5]] and replies.others([7]) == [[4]] and replies.others([1]) == [[6], [5], [4]]
+    own, everything = replies.sources([7])
+    assert own.tokens == [5, SEPARATOR, 6, SEPARATOR] and everything.tokens[-4:] == [5, SEPARATOR, 6, SEPARATOR]
+    bounded = SessionReplies(budget=10)
+    for i in range(6):
+        bounded.remember([i], [100 + i] * 3)
+    kept = bounded.sources([9])[0].tokens
+    assert len(kept) <= 10 and kept[-4:] == [105, 105, 105, SEPARATOR]  # the newest replies survive the budget
 
 
 def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_from_itself_only(tiny, monkeypatch):
@@ -81,15 +88,16 @@ def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_f
     assert "drafting" in backend.warm_up_seconds
     seen = []
     generate = Speculation.generate
-    monkeypatch.setattr(Speculation, "generate", lambda self, *args: seen.append(args[-2:]) or generate(self, *args))
+    monkeypatch.setattr(Speculation, "generate",
+                        lambda self, *args: seen.append([list(index.tokens) for index in args[-1]]) or generate(self, *args))
     first = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
     text = "".join(first)
     again = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
     assert "".join(again) == text  # greedy: the same tokens, drafted from the first reply this time
     "".join(backend.stream("def add(x):", SamplingSettings(temperature=0, max_new_tokens=5)))
     "".join(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=5, seed=1)))
-    assert seen[0] == ([], []) and seen[1] == ([first.sent], [])
-    assert seen[2] == ([], [again.sent, first.sent]) and seen[3] == ((), ())
+    assert seen[0] == [[]] and seen[1] == [first.sent + [SEPARATOR]] * 2
+    assert seen[2] == [first.sent + [SEPARATOR] + again.sent + [SEPARATOR]] and seen[3] == []
 
 
 # -- greedy: generate()'s tokens whatever the drafts ------------------------------------------------------------------
@@ -110,7 +118,7 @@ def speculating_decoder(model, max_seq_len=1024):
 def decode_ids(decoder, prompt_ids, settings, siblings=()):
     tokens = []
     assert decoder.decode(prompt_ids, settings, 1, settings.max_new_tokens,
-                          lambda step: tokens.append(step[0]) or True, siblings=list(siblings))
+                          lambda step: tokens.append(step[0]) or True, draft_sources=[joined(list(siblings))])
     return tokens
 
 
@@ -146,7 +154,7 @@ def test_a_reply_stops_at_max_new_tokens_and_at_what_emit_refuses_inside_a_windo
                           [expected]) == expected[:limit]
     taken = []
     decoder.decode(prompt_ids, SamplingSettings(temperature=0, max_new_tokens=30), 1, 30,
-                   lambda step: taken.append(step[0]) or len(taken) < 6, siblings=[expected])
+                   lambda step: taken.append(step[0]) or len(taken) < 6, draft_sources=[joined([expected])])
     assert taken == expected[:6]
 
 
@@ -164,7 +172,7 @@ class FixedDraft:
     """A drafter that always proposes the same tokens (a test double for ``drafting.Drafter``)."""
     tokens: list[int] = []
 
-    def __init__(self, *sources):
+    def __init__(self, *sources, **named_sources):
         pass
 
     def add(self, tokens):

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from repl.bench_drafting import WrongDrafts, median_ms as timed  # noqa: E402
 from repl.generation import speculative  # noqa: E402
-from repl.generation.drafting import DraftPlanner  # noqa: E402
+from repl.generation.drafting import DraftPlanner, joined  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
 from repl.generation.speculative import Speculation  # noqa: E402
 from repl.generation.static_decoder import FastDecoder, sample  # noqa: E402
@@ -41,7 +41,7 @@ def decode_run(decoder, prompt_ids, settings, new_tokens: int, siblings=()) -> d
         return True
 
     decoder.last_speculation = None
-    decoder.decode(prompt_ids, settings, 1, new_tokens, emit, siblings=list(siblings))
+    decoder.decode(prompt_ids, settings, 1, new_tokens, emit, draft_sources=[joined(list(siblings))] if siblings else [])
     span = times[-1] - times[0]
     return {"tokens_per_s": (len(times) - 1) / span, "ttft_ms": (times[0] - started) * 1e3, "tokens": tokens,
             "speculation": decoder.last_speculation}

@@ -13,6 +13,7 @@ Sources, in the order a match is taken from (the longest matching n-gram wins; a
 Within a source the most recent occurrence wins: code repeats what it wrote last.
 """
 
+import threading
 from dataclasses import dataclass, field
 
 MIN_NGRAM = 2  # tokens that must match before a draft is proposed (tuned on the corpus: docs/performance.md)
@@ -51,19 +52,20 @@ SEPARATOR = -1  # between replies in one index: no n-gram spans two replies
 
 @dataclass
 class Drafter:
-    """Drafts for one reply: its prompt + reply so far, then ``siblings`` (earlier replies to the same prompt), then
-    ``others`` (the session's replies to other prompts), each source searched as one index."""
+    """Drafts for one reply: its prompt + reply so far, then ``sources`` (indexes over earlier replies: the same
+    prompt's first, then the session's), then ``siblings`` and ``others`` (lists of replies, indexed here)."""
 
     prompt: list[int]
     siblings: list[list[int]] = field(default_factory=list)
     others: list[list[int]] = field(default_factory=list)
     min_n: int = MIN_NGRAM
     max_n: int = MAX_NGRAM
+    sources: list[NgramIndex] = field(default_factory=list)
 
     def __post_init__(self):
         self.context = NgramIndex(self.prompt, self.min_n, self.max_n)
-        self._sources = [self.context] + [joined(replies, self.min_n, self.max_n)
-                                          for replies in (self.siblings, self.others) if replies]
+        self._sources = [self.context, *self.sources] + [joined(replies, self.min_n, self.max_n)
+                                                         for replies in (self.siblings, self.others) if replies]
 
     def add(self, tokens) -> None:
         """Tokens the reply gained (accepted drafts and the token after them)."""
@@ -85,40 +87,66 @@ class Drafter:
         return []
 
 
-def joined(replies: list[list[int]], min_n: int, max_n: int) -> NgramIndex:
-    """One index over several replies, oldest first (so the newest occurrence of an n-gram wins)."""
-    tokens = []
+def joined(replies: list[list[int]], min_n: int = MIN_NGRAM, max_n: int = MAX_NGRAM) -> NgramIndex:
+    """One index over several replies, given newest first (so the newest occurrence of an n-gram wins)."""
+    index = NgramIndex((), min_n, max_n)
     for reply in reversed(replies):
-        tokens += [*reply, SEPARATOR]
-    return NgramIndex(tokens, min_n, max_n)
+        index.extend([*reply, SEPARATOR])
+    return index
 
 
 class SessionReplies:
-    """What the session generated, for drafts: per prompt, newest first; bounded to the last ``per_prompt`` replies
-    of the last ``prompts`` prompts. ``siblings(prompt)``: the replies to that prompt; ``others(prompt)``: the rest,
-    newest prompt first (Inductor-style replies share much of their text across modules: headers, kernel
-    preambles, ``call``, ``ModelNew``)."""
+    """What the session generated, as drafts for later replies: per prompt the last ``per_prompt`` replies (of the
+    last ``prompts`` prompts), and one index over them all, kept as replies arrive (built once, not per reply) and
+    bounded to about ``budget`` tokens (rebuilt from the newest replies past it). Inductor-style replies share much
+    of their text across modules: headers, kernel preambles, ``call``, ``ModelNew``. Thread-safe."""
 
-    def __init__(self, prompts: int = 64, per_prompt: int = 8):
-        self._replies: dict[tuple[int, ...], list[list[int]]] = {}
-        self._prompts, self._per_prompt = prompts, per_prompt
+    def __init__(self, prompts: int = 64, per_prompt: int = 8, budget: int = 32768):
+        self._replies: dict[tuple[int, ...], list[list[int]]] = {}  # newest first; dict order: least recent prompt first
+        self._siblings: dict[tuple[int, ...], NgramIndex] = {}
+        self._all = NgramIndex()
+        self._prompts, self._per_prompt, self._budget = prompts, per_prompt, budget
+        self._lock = threading.Lock()
 
     def siblings(self, prompt: list[int]) -> list[list[int]]:
-        return list(self._replies.get(tuple(prompt), []))
+        with self._lock:
+            return list(self._replies.get(tuple(prompt), []))
 
     def others(self, prompt: list[int]) -> list[list[int]]:
         key = tuple(prompt)
-        return [reply for other in reversed(self._replies) if other != key for reply in self._replies[other]]
+        with self._lock:
+            return [reply for other in reversed(self._replies) if other != key for reply in self._replies[other]]
+
+    def sources(self, prompt: list[int]) -> list[NgramIndex]:
+        """The indexes a reply to ``prompt`` drafts from: that prompt's replies, then all of the session's."""
+        with self._lock:
+            own = self._siblings.get(tuple(prompt))
+            return [own, self._all] if own is not None else [self._all]
 
     def remember(self, prompt: list[int], reply: list[int]) -> None:
         if not reply:
             return
         key = tuple(prompt)
-        replies = self._replies.pop(key, [])
-        replies.insert(0, list(reply))
-        self._replies[key] = replies[:self._per_prompt]  # re-inserted: the most recently used prompt is kept longest
-        while len(self._replies) > self._prompts:
-            del self._replies[next(iter(self._replies))]
+        with self._lock:
+            replies = self._replies.pop(key, [])
+            replies.insert(0, list(reply))
+            self._replies[key] = replies[:self._per_prompt]  # re-inserted: the most recently used prompt stays longest
+            while len(self._replies) > self._prompts:
+                oldest = next(iter(self._replies))
+                del self._replies[oldest]
+                self._siblings.pop(oldest, None)
+            self._siblings[key] = joined(self._replies[key])
+            if len(self._all.tokens) + len(reply) < self._budget:
+                self._all.extend([*reply, SEPARATOR])
+            else:  # past the budget: the newest replies that fill half of it, in a new index (readers keep the old)
+                newest, size = [], 0
+                for other in reversed(self._replies):
+                    for each in self._replies[other]:
+                        if size + len(each) > self._budget // 2 and newest:
+                            break
+                        newest.append(each)
+                        size += len(each) + 1
+                self._all = joined(newest)
 
 
 class DraftPlanner:

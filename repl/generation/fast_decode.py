@@ -253,13 +253,12 @@ class FastLocalBackend(Backend):
         prompt = prompt_ids[0].tolist()
         # A seeded reply drafts from its prompt and itself only: with earlier replies as drafts, the same seed would
         # sample a different reply once the session had generated another.
-        history = {} if settings.seed is not None else {"siblings": self.replies.siblings(prompt),
-                                                         "others": self.replies.others(prompt)}
+        sources = self.replies.sources(prompt) if settings.seed is None else []
         try:
             if settings.seed is not None:
                 self._settled.wait()
             self.decoder.decode(prompt_ids, settings, len(streams), settings.max_new_tokens, emit, eager_fallback=True,
-                                **history)
+                                draft_sources=sources)
         except BaseException as failure:  # reported through the replies, never lost in the thread
             error = failure
         finally:

@@ -160,12 +160,11 @@ class Speculation:
         """Whether verify steps are ready for ``batch``: the decoder's batch of one, at their tier."""
         return self.tier is not None and batch is self.decoder.batches.get(1) and self.tier == batch.tier
 
-    def generate(self, batch, prompt_ids, settings, max_new_tokens: int, emit, siblings=(), others=()) -> dict:
-        """Decode one reply with drafts from the prompt, the reply so far, ``siblings`` (earlier replies to the
-        same prompt) and ``others`` (to other prompts); ``emit`` gets each token as [token] and returns False to
-        stop. Returns the step counts."""
+    def generate(self, batch, prompt_ids, settings, max_new_tokens: int, emit, sources=()) -> dict:
+        """Decode one reply with drafts from the prompt, the reply so far and ``sources`` (indexes over earlier
+        replies); ``emit`` gets each token as [token] and returns False to stop. Returns the step counts."""
         length = self.decoder.start(batch, prompt_ids, settings)
-        planner = DraftPlanner(Drafter(prompt_ids[0].tolist(), list(siblings), list(others)))
+        planner = DraftPlanner(Drafter(prompt_ids[0].tolist(), sources=list(sources)))
         device = _Steps(self, batch, settings.greedy, length)
         return drive(planner, batch.tokens[0, 0].item(), max_new_tokens, lambda token: emit([token]), device)
 

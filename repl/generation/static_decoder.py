@@ -189,12 +189,12 @@ class FastDecoder:
         return prompt_tokens + max_new_tokens <= self.max_seq_len
 
     def decode(self, prompt_ids: torch.Tensor, settings: SamplingSettings, rows: int, max_new_tokens: int,
-               emit: Callable[[list[int]], bool], *, eager_fallback: bool = False, siblings=(), others=()) -> bool:
+               emit: Callable[[list[int]], bool], *, eager_fallback: bool = False, draft_sources=()) -> bool:
         """Prefill the prompt once, then decode ``rows`` samples of it together; ``emit`` receives each step's
         tokens (one per row) and returns False to stop. Waits for the generation running on the model. False (and
         nothing done) when no batch holds ``rows`` rows, unless ``eager_fallback`` decodes eagerly in a batch of
         its own. One row decodes with drafts where ``speculation`` (``speculative.Speculation``) serves its batch;
-        ``siblings``, ``others``: the session's earlier replies to this prompt and to others, for its drafts."""
+        ``draft_sources``: indexes over earlier replies to draft from (``drafting.SessionReplies.sources``)."""
         if not self.fits(prompt_ids.shape[1], max_new_tokens):
             raise ValueError(f"{prompt_ids.shape[1]} prompt + {max_new_tokens} new tokens exceed the static cache "
                              f"({self.max_seq_len})")
@@ -209,7 +209,7 @@ class FastDecoder:
                 batch.tier = "eager"
             if rows == 1 and self.speculation is not None and self.speculation.serves(batch):
                 self.last_speculation = self.speculation.generate(batch, prompt_ids, settings, max_new_tokens, emit,
-                                                                  siblings, others)
+                                                                  draft_sources)
             else:
                 self._generate(batch, prompt_ids, settings, rows, max_new_tokens, emit)
         return True
