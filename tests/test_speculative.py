@@ -384,3 +384,18 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
             assert "measured" not in result and set(result["projected_tokens_per_s"]) == set(CORPUS_STEPS)
     steps = {"plain_steps": 10, "verify_steps": 5, "tokens": 31, "replies": 1}
     assert project(steps, 5.0, 6.0, 1.0) == pytest.approx(30 / 0.085)
+
+
+def test_verify_steps_decode_a_quantized_model_as_its_plain_steps_do(tiny_model_dir):
+    """int8 weights (issue 27; the tiny model is too narrow for int4's groups): the verify step's products, logits
+    included, take the quantized weights too; its greedy tokens are the plain fast path's (CPU: both dequantize)."""
+    loaded = load_model(str(tiny_model_dir), device="cpu", quantize="int8")
+    assert type(loaded.model.lm_head).__name__ == "QuantizedLinear"
+    plain = FastDecoder(loaded.model, 1024)
+    plain.prepare(1, "eager")
+    prompt_ids = encode_prompt(loaded.tokenizer, "def relu(x):")
+    greedy = SamplingSettings(temperature=0, max_new_tokens=24)
+    expected = decode_ids(plain, prompt_ids, greedy)
+    decoder = speculating_decoder(loaded.model)
+    assert decode_ids(decoder, prompt_ids, greedy, [expected]) == expected
+    assert decoder.last_speculation["accepted"] > 10

@@ -196,6 +196,8 @@ def quantized_table(results: dict):
     if failed:
         table.caption = "; ".join(failed)
     return table
+
+
 def drafting_rows(drafting: dict | None) -> list[tuple[str, str, str]]:
     """Rows for the single stream with drafts: with random weights a projection (labelled so), with real weights
     the measured figures."""

@@ -32,7 +32,7 @@ WINDOWS = (MAX_DRAFT + 1,)  # verify-step lengths (last token + draft), one grap
 
 def window_logits(x, norm, lm_head, eps: float):
     """Float32 logits of every position of x (B, T, hidden): a verify step needs the choice after each prefix."""
-    return (llama_math.rms_norm(x, norm, eps) @ lm_head.T).float()
+    return llama_math.linear(llama_math.rms_norm(x, norm, eps), lm_head).float()
 
 
 def window_pieces(attention_input=llama_math.attention_input, layer_output=llama_math.layer_output,
