@@ -70,7 +70,8 @@ def test_session_replies_are_kept_per_prompt_newest_first_and_bounded():
     assert replies.siblings([9]) == [] and replies.siblings([8]) == [[4]] and replies.siblings([7]) == [[5]]
     replies.remember([7], [6])
     replies.remember([7], [])
-    assert replies.siblings([7]) == [[6], [5]] and replies.others([7]) == [[4]] and replies.others([1]) == [[6], [5], [4]]
+    assert replies.siblings([7]) == [[6], [5]] and replies.others([7]) == [[4]]
+    assert replies.others([1]) == [[6], [5], [4]]
     own, everything = replies.sources([7])
     assert own.tokens == [5, SEPARATOR, 6, SEPARATOR] and everything.tokens[-4:] == [5, SEPARATOR, 6, SEPARATOR]
     bounded = SessionReplies(budget=10)
@@ -89,7 +90,8 @@ def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_f
     seen = []
     generate = Speculation.generate
     monkeypatch.setattr(Speculation, "generate",
-                        lambda self, *args: seen.append([list(index.tokens) for index in args[-1]]) or generate(self, *args))
+                        lambda self, *args: seen.append([list(index.tokens) for index in args[-1]])
+                        or generate(self, *args))
     first = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
     text = "".join(first)
     again = backend.stream("def relu(x):", SamplingSettings(temperature=0, max_new_tokens=12))
@@ -131,7 +133,8 @@ def test_greedy_tokens_are_generates_with_right_wrong_and_half_right_drafts(tiny
     # Right: the reply itself as a sibling, so nearly every window is accepted whole.
     assert decode_ids(decoder, prompt_ids, greedy, [expected]) == expected
     right = decoder.last_speculation
-    assert right["verify_steps"] >= 3 and right["accepted"] == right["drafted"] and right["plain_steps"] + right["verify_steps"] < 15
+    assert right["verify_steps"] >= 3 and right["accepted"] == right["drafted"]
+    assert right["plain_steps"] + right["verify_steps"] < 15
     # Half right: the sibling goes wrong every 5th token, so windows are cut short and the cache keeps the keys and
     # values of rejected drafts past the accepted prefix, which the next window must overwrite.
     corrupted = [token if i % 5 != 3 else (token + 1) % 2000 for i, token in enumerate(expected)]
@@ -166,7 +169,7 @@ def test_near_the_end_of_the_cache_plain_steps_finish_the_reply(tiny):
     assert decode_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=new), [expected]) == expected
 
 
-# -- sampling: exactly the plain sampler's distribution -----------------------------------------------------------------
+# -- sampling: exactly the plain sampler's distribution ---------------------------------------------------------
 
 class FixedDraft:
     """A drafter that always proposes the same tokens (a test double for ``drafting.Drafter``)."""
@@ -373,8 +376,9 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
         fast = FastLocalBackend(loaded, compile=False, max_seq_len=2048, batch_sizes=(1,), drafting=False)
         assert fast.wait_until_ready(60) and fast.decoder.speculation is None
         prompt_ids = synthetic_prompt_ids(loaded.model.config, 40)
-        result = measure_drafting(fast, loaded, prompt_ids, sampling, SimpleNamespace(**{**vars(options), "arch": arch}),
-                                  lambda message: None, plain_tokens_per_s=100.0)
+        run_options = SimpleNamespace(**{**vars(options), "arch": arch})
+        result = measure_drafting(fast, loaded, prompt_ids, sampling, run_options, lambda message: None,
+                                  plain_tokens_per_s=100.0)
         assert result["verify_step_ms"] > 0 and result["all_rejected_tokens_per_s"] > 0
         if arch is None:
             first, second = result["measured"]["first reply"], result["measured"]["second reply"]

@@ -57,7 +57,7 @@ def llama3_tokenizer(path: str):
     return tiktoken.Encoding("llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens={})
 
 
-# -- Inductor's output (torch 2.11) -> KernelBook's format (torch 2.5) ---------------------------------------------------
+# -- Inductor's output (torch 2.11) -> KernelBook's format (torch 2.5) ----------------------------------------------
 
 KERNEL = re.compile(r"(\w+) = async_compile\.triton\('\w+', '''\n(.*?)''', device_str='cuda'\)", re.S)
 RENAMES = [(r"\bR0_BLOCK\b", "RBLOCK"), (r"\br0_numel\b", "rnumel"), (r"\br0_base\b", "rbase"),
@@ -121,8 +121,8 @@ def model_new(source: str, call: str) -> str:
     if init is not None:
         text = ast.get_source_segment(source, init)
         lines.append("")
-        lines.append(textwrap.indent(textwrap.dedent("    " + text).replace("super(Model, self)", "super(ModelNew, self)"),
-                                     "    "))
+        init_source = textwrap.dedent("    " + text).replace("super(Model, self)", "super(ModelNew, self)")
+        lines.append(textwrap.indent(init_source, "    "))
         params = re.findall(r"self\.(\w+) = nn\.(?:Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(", text)
     forward = next(node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "forward")
     inputs = [arg.arg for arg in forward.args.args[1:]]

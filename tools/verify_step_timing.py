@@ -41,7 +41,8 @@ def decode_run(decoder, prompt_ids, settings, new_tokens: int, siblings=()) -> d
         return True
 
     decoder.last_speculation = None
-    decoder.decode(prompt_ids, settings, 1, new_tokens, emit, draft_sources=[joined(list(siblings))] if siblings else [])
+    sources = [joined(list(siblings))] if siblings else []
+    decoder.decode(prompt_ids, settings, 1, new_tokens, emit, draft_sources=sources)
     span = times[-1] - times[0]
     return {"tokens_per_s": (len(times) - 1) / span, "ttft_ms": (times[0] - started) * 1e3, "tokens": tokens,
             "speculation": decoder.last_speculation}

@@ -102,7 +102,8 @@ class SessionReplies:
     of their text across modules: headers, kernel preambles, ``call``, ``ModelNew``. Thread-safe."""
 
     def __init__(self, prompts: int = 64, per_prompt: int = 8, budget: int = 32768):
-        self._replies: dict[tuple[int, ...], list[list[int]]] = {}  # newest first; dict order: least recent prompt first
+        # Per prompt, newest first; the dict's order: the least recently used prompt first.
+        self._replies: dict[tuple[int, ...], list[list[int]]] = {}
         self._siblings: dict[tuple[int, ...], NgramIndex] = {}
         self._all = NgramIndex()
         self._prompts, self._per_prompt, self._budget = prompts, per_prompt, budget
