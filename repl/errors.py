@@ -6,8 +6,10 @@ def one_line(error: BaseException | str, limit: int = 300, *, with_type: bool = 
 
     An exception with no message gives its type's name; with_type=True prefixes the type ("ValueError: ...").
     """
-    text = str(error).strip()
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if first.endswith(":") and len(lines) > 1:  # "generate() failed:" says nothing without what follows
+        first += " " + lines[1]
     first = " ".join(first.split())
     if isinstance(error, BaseException):
         name = type(error).__name__

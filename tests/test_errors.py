@@ -13,3 +13,9 @@ def test_one_line_names_the_type_when_the_message_is_empty_or_asked_for():
 def test_one_line_cuts_long_messages_with_an_ellipsis():
     text = one_line("x" * 500, limit=20)
     assert len(text) == 20 and text.endswith("…")
+
+
+def test_one_line_keeps_the_line_after_a_first_line_that_ends_with_a_colon():
+    assert one_line(RuntimeError("generate() failed:\n  max_new_tokens must be > 0\nTraceback")) == (
+        "generate() failed: max_new_tokens must be > 0")
+    assert one_line("nothing follows:") == "nothing follows:"

@@ -305,7 +305,10 @@ class ServerBackend(Backend):
         try:
             served = await self._list_models()
         except GenerationError:
-            return failure
+            # What a server answers at /models differs by server and release (transformers serve: 500 with no
+            # cache up to 5.2x); the refusal still names the model asked for and how to choose another.
+            return GenerationError(f"{failure}; is {self.model!r} a model it serves? (choose with --server-model)",
+                                   failure.transient)
         if self.model in served:
             return failure
         # The listing answered, so the URL is the API base: a 404 here is about the model.
