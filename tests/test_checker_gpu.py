@@ -28,7 +28,8 @@ def test_each_case_gets_the_same_verdict_on_the_gpu(checked_on_gpu, name):
     case, result = CASES[name], checked_on_gpu[name]
     shown = ("verdict", "message", "kernel_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled")
     print(f"\n{name}: {json.dumps({key: result.to_json_dict()[key] for key in shown})}")
-    assert (result.verdict, case.message_has in result.message) == (case.verdict, True), result.message
+    verdicts = ("compile_error", "runtime_error") if case.refused_by_triton else (case.verdict,)
+    assert result.verdict in verdicts and case.message_has in result.message, (result.verdict, result.message)
     assert result.device == "cuda" or case.verdict in ("timeout", "crash")
 
 

@@ -54,6 +54,16 @@ def test_every_call_gets_new_inputs_that_the_judge_rebuilds_exactly():
     assert not torch.equal(MixedInputs(bases, CPU, seed=8)(5)[0], first[0])
 
 
+def test_a_call_that_changes_its_inputs_in_place_leaves_the_bases_as_they_were():
+    # A tensor that cannot be mixed (an empty one; draws of different shapes) is handed over as a copy too.
+    bases = [[torch.randn(8), torch.zeros(0), torch.ones(3)], [torch.randn(8), torch.zeros(0), torch.ones(4)]]
+    kept = [[t.clone() for t in base] for base in bases]
+    inputs = MixedInputs(bases, CPU, seed=2)
+    for tensor in inputs(0):
+        tensor.add_(1)
+    assert all(torch.equal(a, b) for base, copy in zip(bases, kept) for a, b in zip(base, copy))
+
+
 def test_sums_bind_an_output_and_tell_different_outputs_apart():
     x = torch.randn(100)
     assert digests_agree(digest(x, CPU).tolist(), digest(x.clone(), CPU).tolist())

@@ -152,7 +152,7 @@ class SpeedCheck:
         rechecked = set(secrets.SystemRandom().sample(range(calls), min(RECHECKS, calls, budget)))
         seed = secrets.randbits(62)
         inputs = MixedInputs(bases, judge.device, seed, scales=scales)
-        template = judge.run_reference(problem, bases[0])
+        template = reference_template(judge, problem, bases)
         windows, launches, seen_sums, checked = [], [], {}, 0
         for first, count in plan.windows:
             started = time.perf_counter()
@@ -248,6 +248,14 @@ def _timed_reply(reply: dict, count: int) -> tuple[list[float], list[list[float]
 # ---- the reference -------------------------------------------------------------------------------------------
 
 
+def reference_template(judge, problem, bases: list):
+    """The reference's output for a copy of the first base draw (its size and kind for the null kernel): a reference
+    that works in place (x.mul_(s).relu_()) must not change the bases every call's inputs are rebuilt from."""
+    from repl.checker.loading import to_device
+
+    return judge.run_reference(problem, to_device(bases[0], judge.device, clone=True))
+
+
 def gpu_quiet(judge) -> bool:
     """Wait (up to QUIET_WAIT_S) for the L2 flush to run at its usual speed; False if it never does."""
     clock = judge.clock
@@ -277,7 +285,7 @@ def time_reference(judge, problem) -> None:
     else:
         problem.timed = True
     bases = [judge.make_inputs(problem), judge.make_inputs(problem)]
-    template = judge.run_reference(problem, bases[0])
+    template = reference_template(judge, problem, bases)
     models = [("eager_ms", problem.model)]
     if judge.on_cuda:
         models.append(("compiled_ms", None))

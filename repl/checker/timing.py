@@ -115,7 +115,8 @@ class MixedInputs:
 def _mix(a, b, generator):
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
             or a.dtype != b.dtype or a.device != b.device or not a.numel():
-        return a
+        # a copy: a kernel working in place must not change the base every later call is rebuilt from
+        return a.clone() if isinstance(a, torch.Tensor) else a
     mask = torch.randint(0, 2, a.shape, generator=generator, device=a.device, dtype=torch.uint8).view(torch.bool)
     return torch.where(mask, a, b)
 
