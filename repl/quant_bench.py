@@ -84,7 +84,7 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     from repl import bench
     from repl.generation.fast_decode import FastLocalBackend
     from repl.generation.model_loading import LoadedModel, load_model, resolve_device, resolve_dtype
-    from repl.generation.quantization import quantize_model
+    from repl.generation.quantized_model import quantize_model
     from repl.generation.random_weights import build_random_model
 
     device = resolve_device(options.device)

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from repl.generation.quantization import MODES, dequantize, quantize, quantize_model  # noqa: E402
+from repl.generation.quantization import MODES, dequantize, quantize  # noqa: E402
+from repl.generation.quantized_model import quantize_model  # noqa: E402
 from repl.quant_bench import logit_agreement  # noqa: E402
 
 CONFIG = LlamaConfig(vocab_size=32000, hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,

@@ -8,8 +8,9 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from interpreter import run_under_interpreter
-from repl.generation import quantization
-from repl.generation.quantization import QuantizedLinear, QuantizedWeight, dequantize, quantize, quantize_model
+from repl.generation import quantized_model
+from repl.generation.quantization import QuantizedWeight, dequantize, quantize
+from repl.generation.quantized_model import QuantizedLinear, quantize_model
 from repl.generation.static_decoder import FastDecoder
 from repl.settings import SamplingSettings
 
@@ -103,7 +104,7 @@ def test_quantized_model_computes_what_its_dequantized_weights_would(mode):
     reference = small_llama()
     summary = quantize_model(model, mode)
     assert summary["layers"] == 2 * 7 + 1 and not summary["kept"]
-    assert quantization.quantization_of(model) == mode
+    assert quantized_model.quantization_of(model) == mode
     # float32 weights: int8 is a quarter of them plus a float32 scale a row (3.9x smaller here); int4 an eighth plus
     # a scale and an offset per 128 weights (7.1x)
     ratio = summary["bytes_before"] / summary["bytes_after"]
@@ -141,7 +142,7 @@ def test_fast_path_gives_the_greedy_tokens_of_generate_on_quantized_weights(mode
 KERNEL_CHECK = """
 import torch
 import torch.nn.functional as F
-from repl.generation import llama_math, quant_kernels
+from repl.generation import llama_math, quant_kernels, quant_pieces
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
 torch._dynamo.reset()
@@ -184,14 +185,14 @@ for mode in ("int8", "int4"):
     position = torch.tensor([3], device=device)
     compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, backend=backend)
     caches = [torch.zeros(1, kv_heads, 8, dim, device=device, dtype=dtype) for _ in range(4)]
-    q = compile(quant_kernels.attention_input)(x, norm, qkv, cos, sin, caches[0], caches[1], position, heads, kv_heads, 1e-5)[0]
+    q = compile(quant_pieces.attention_input)(x, norm, qkv, cos, sin, caches[0], caches[1], position, heads, kv_heads, 1e-5)[0]
     q_ref = llama_math.attention_input(x, norm, plain[0], cos, sin, caches[2], caches[3], position, heads, kv_heads, 1e-5)[0]
     close(q, q_ref, (mode, "attention_input"))
     close(caches[0], caches[2], (mode, "k cache"))
     close(caches[1], caches[3], (mode, "v cache"))
-    close(compile(quant_kernels.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
+    close(compile(quant_pieces.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
           llama_math.layer_output(x, attention, plain[1], norm, plain[2], plain[3], 1e-5), (mode, "layer_output"))
-    close(compile(quant_kernels.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
+    close(compile(quant_pieces.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
           (mode, "final_logits"))
 print("ok")
 """

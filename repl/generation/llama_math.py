@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from repl.generation import quantization
+from repl.generation import quantized_model
 
 
 def unsupported_reason(model) -> str | None:
@@ -33,8 +33,8 @@ def unsupported_reason(model) -> str | None:
 def fuse_rows(*linears) -> torch.Tensor:
     """One weight matrix for several projections of the same input. The modules keep views into it (nothing is
     copied and the plain path still works); a second call finds them fused already."""
-    if isinstance(linears[0], quantization.QuantizedLinear):
-        return quantization.fuse_rows(*linears)
+    if isinstance(linears[0], quantized_model.QuantizedLinear):
+        return quantized_model.fuse_rows(*linears)
     weights = [linear.weight for linear in linears]
     rows = sum(weight.shape[0] for weight in weights)
     first = weights[0]
@@ -50,7 +50,7 @@ def fuse_rows(*linears) -> torch.Tensor:
 
 def weight_of(linear):
     """A linear layer's weight for decoding: a plain tensor, or a ``quantization.QuantizedWeight``."""
-    if isinstance(linear, quantization.QuantizedLinear):
+    if isinstance(linear, quantized_model.QuantizedLinear):
         return linear.quantized
     return linear.weight.detach()
 
@@ -59,7 +59,7 @@ def linear(x, weight):
     """x @ weight.T, for a plain or a quantized weight."""
     if isinstance(weight, torch.Tensor):
         return x @ weight.T
-    return quantization.quantized_linear(x, weight)
+    return quantized_model.quantized_linear(x, weight)
 
 
 @dataclass
@@ -83,7 +83,7 @@ class LlamaWeights:
         plain = lambda tensor: tensor.detach()
         self.embed, self.norm = plain(inner.embed_tokens.weight), plain(inner.norm.weight)
         self.lm_head = weight_of(model.lm_head)
-        self.quantization = quantization.quantization_of(model)  # None, int8 or int4
+        self.quantization = quantized_model.quantization_of(model)  # None, int8 or int4
         self.layers = [
             LayerWeights(qkv=fuse_rows(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
                          o=weight_of(layer.self_attn.o_proj),

@@ -100,7 +100,7 @@ def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str =
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
             if quantize:
-                from repl.generation.quantization import quantize_model
+                from repl.generation.quantized_model import quantize_model
 
                 quantize_model(model, quantize, device, report)
             model.to(device)

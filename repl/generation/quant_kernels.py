@@ -16,8 +16,7 @@ Three products:
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
-``attention_input``, ``layer_output`` and ``final_logits`` are ``llama_math``'s pieces for one row, calling the
-fused matvec; the decoder compiles them as it compiles ``decode_matvec``'s for full-precision weights.
+``quant_pieces`` builds ``llama_math``'s pieces of a decode step on the fused matvec.
 """
 
 from typing import Optional
@@ -27,8 +26,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from repl.generation import llama_math
-from repl.generation.quantization import GROUP, INT4_PLANES, INT8_PLANES, QuantizedWeight
+from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
 # tile's columns take all the threads (BLOCK_W >= 128 * warps, BLOCK_G >= 8 * warps), the compiler gives each thread
@@ -69,7 +67,7 @@ def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
 
 @triton.jit
 def _inverse_rms(x_ptr, k, eps, NORM: tl.constexpr, BLOCK: tl.constexpr):
-    """1 / RMS(x) over k inputs (llama_math.rms_norm), or 1 without a norm."""
+    """1 / RMS(x) over k inputs (as llama_math.rms_norm), or 1 without a norm."""
     if NORM:
         squares = tl.zeros([BLOCK], tl.float32)
         for start in range(0, k, BLOCK):
@@ -370,34 +368,6 @@ def linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     else:
         return F.linear(x, quant_dequantize(weight.words, weight.scale, weight.offset, x.dtype))
     return out.view(*lead, n)
-
-
-def _one_row(x) -> bool:
-    return x.shape[0] * x.shape[1] == 1
-
-
-def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
-    """``llama_math.attention_input`` with the norm fused into the q/k/v product, for one row of one token."""
-    if not _one_row(x) or not isinstance(qkv, QuantizedWeight):
-        return llama_math.attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps)
-    projected = matvec(x, qkv, norm=norm, eps=eps)
-    return llama_math.rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads, kv_heads)
-
-
-def layer_output(x, attention, o, norm, gate_up, down, eps: float):
-    """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
-    for one row of one token."""
-    if not _one_row(x) or not isinstance(o, QuantizedWeight):
-        return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
-    x = matvec(attention, o, residual=x)
-    return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
-
-
-def final_logits(x, norm, lm_head, eps: float):
-    """``llama_math.final_logits`` with the norm fused into the output layer's product, for one row."""
-    if x.shape[0] != 1 or not isinstance(lm_head, QuantizedWeight):
-        return llama_math.final_logits(x, norm, lm_head, eps)
-    return matvec(x[:, -1:], lm_head, norm=norm, eps=eps).view(1, -1).float()
 
 
 def tuned_configs() -> dict[str, str]:

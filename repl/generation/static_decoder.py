@@ -80,9 +80,9 @@ def compile_pieces(attend, matvec: str = "triton", quantized: bool = False) -> P
         raise ValueError(f"unknown matvec {matvec!r}")
     logits = final_logits
     if matvec == "triton" and quantized:
-        from repl.generation import quant_kernels
+        from repl.generation import quant_pieces
 
-        inputs, output, logits = quant_kernels.attention_input, quant_kernels.layer_output, quant_kernels.final_logits
+        inputs, output, logits = quant_pieces.attention_input, quant_pieces.layer_output, quant_pieces.final_logits
     elif matvec == "triton":
         from repl.generation import decode_matvec
 

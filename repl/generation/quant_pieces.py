@@ -1,0 +1,35 @@
+"""``llama_math``'s pieces of a decode step for quantized weights, with ``quant_kernels``' fused matvec for one row of
+one token (the norm, SwiGLU and the residual fused in); the decoder compiles them as it compiles ``decode_matvec``'s
+for full-precision weights. More rows, or full-precision weights, take ``llama_math``'s own pieces."""
+
+from repl.generation import llama_math
+from repl.generation.quant_kernels import matvec
+from repl.generation.quantization import QuantizedWeight
+
+
+def _one_row(x) -> bool:
+    return x.shape[0] * x.shape[1] == 1
+
+
+def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
+    """``llama_math.attention_input`` with the norm fused into the q/k/v product, for one row of one token."""
+    if not _one_row(x) or not isinstance(qkv, QuantizedWeight):
+        return llama_math.attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps)
+    projected = matvec(x, qkv, norm=norm, eps=eps)
+    return llama_math.rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads, kv_heads)
+
+
+def layer_output(x, attention, o, norm, gate_up, down, eps: float):
+    """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
+    for one row of one token."""
+    if not _one_row(x) or not isinstance(o, QuantizedWeight):
+        return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
+    x = matvec(attention, o, residual=x)
+    return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+
+
+def final_logits(x, norm, lm_head, eps: float):
+    """``llama_math.final_logits`` with the norm fused into the output layer's product, for one row."""
+    if x.shape[0] != 1 or not isinstance(lm_head, QuantizedWeight):
+        return llama_math.final_logits(x, norm, lm_head, eps)
+    return matvec(x[:, -1:], lm_head, norm=norm, eps=eps).view(1, -1).float()

@@ -1,0 +1,115 @@
+"""Quantized weights in a transformers model: ``QuantizedLinear`` replaces ``nn.Linear`` (``quantize_model``, at load
+time), so the plain generate() path runs quantized too; the fast path reads the same tensors
+(``llama_math.LlamaWeights``). The format is ``quantization``'s; the products are ``quant_kernels``' on CUDA."""
+
+import os
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repl.generation.quantization import MODES, QuantizedWeight, dequantize, mode_of, quantizable, quantize, weight_bytes
+
+# Under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported) the kernels run on the CPU: tests.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
+    """x @ W.T for a quantized W: the Triton kernels on CUDA (and under the interpreter), else dequantize and
+    multiply (the CPU, and the reference)."""
+    if x.is_cuda or INTERPRET:
+        from repl.generation import quant_kernels  # imports Triton: only where it runs
+
+        return quant_kernels.linear(x, weight)
+    return F.linear(x, dequantize(weight, x.dtype))
+
+
+
+class QuantizedLinear(nn.Module):
+    """nn.Linear without bias, its weight quantized (buffers, so .to() moves them and nothing trains them)."""
+
+    def __init__(self, weight: QuantizedWeight, out_features: int, in_features: int):
+        super().__init__()
+        self.out_features, self.in_features = out_features, in_features
+        self.register_buffer("words", weight.words)
+        self.register_buffer("scale", weight.scale)
+        self.register_buffer("offset", weight.offset)
+
+    @property
+    def quantized(self) -> QuantizedWeight:
+        return QuantizedWeight(self.words, self.scale, self.offset)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return quantized_linear(x, self.quantized)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, {mode_of(self.quantized)}"
+
+
+def quantize_model(model, mode: str, device: str | torch.device | None = None,
+                   report: Callable[[str], None] = lambda message: None) -> dict:
+    """Replace the linear layers of a Llama (decoder layers and output layer) by ``QuantizedLinear``, one at a time:
+    each weight goes to ``device`` in its own dtype, is quantized there and its full-precision copy is dropped, so
+    the device never holds more than the quantized model and one layer's weight. Returns what changed."""
+    if mode not in MODES:
+        raise ValueError(f"unknown quantization {mode!r}; use {' or '.join(MODES)}")
+    names = [name for name, module in model.named_modules()
+             if isinstance(module, nn.Linear) and (name.startswith("model.layers.") or name == "lm_head")]
+    before = after = 0
+    kept = []
+    with torch.no_grad():
+        for index, name in enumerate(names):
+            linear = model.get_submodule(name)
+            if linear.bias is not None or not quantizable(mode, linear.in_features):
+                kept.append(name)
+                continue
+            weight = linear.weight.to(device) if device is not None else linear.weight
+            quantized = QuantizedLinear(quantize(weight, mode), linear.out_features, linear.in_features)
+            parent, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attribute, quantized)
+            before += weight.numel() * weight.element_size()
+            after += weight_bytes(quantized.quantized)
+            del weight, linear  # the last references to the full-precision weight
+            if index % 32 == 31:
+                report(f"quantizing to {mode}: {index + 1} of {len(names)} layers")
+    return {"mode": mode, "layers": len(names) - len(kept), "kept": kept, "bytes_before": before,
+            "bytes_after": after}
+
+
+def quantization_of(model) -> str | None:
+    """int8 or int4 when ``quantize_model`` quantized this model, else None."""
+    head = getattr(model, "lm_head", None)
+    return mode_of(head.quantized) if isinstance(head, QuantizedLinear) else None
+
+
+def fuse_rows(*linears: QuantizedLinear) -> QuantizedWeight:
+    """``llama_math.fuse_rows`` for quantized layers: one quantized matrix for several projections of the same
+    input (scales are per row, so rows concatenate); the modules keep views into it, and a second call finds them
+    fused already."""
+    weights = [linear.quantized for linear in linears]
+    spans = [_span([getattr(weight, field) for weight in weights]) for field in QuantizedWeight._fields]
+    if all(span is not None or weights[0][i] is None for i, span in enumerate(spans)):
+        return QuantizedWeight(*spans)
+    fused = QuantizedWeight(*(None if parts[0] is None else torch.cat(parts) for parts in zip(*weights)))
+    start = 0
+    for linear, weight in zip(linears, weights):
+        rows = slice(start, start + weight.words.shape[0])
+        linear.words, linear.scale = fused.words[rows], fused.scale[rows]
+        if fused.offset is not None:
+            linear.offset = fused.offset[rows]
+        start = rows.stop
+    return fused
+
+
+def _span(parts: list) -> torch.Tensor | None:
+    """The one tensor that row slices ``parts`` are consecutive views of, or None."""
+    if parts[0] is None or not all(part.is_contiguous() for part in parts):
+        return None
+    first, offset = parts[0], parts[0].storage_offset()
+    for part in parts:
+        if part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or part.storage_offset() != offset:
+            return None
+        offset += part.numel()
+    rows = sum(part.shape[0] for part in parts)
+    return first.as_strided((rows,) + tuple(first.shape[1:]), first.stride(), first.storage_offset())
