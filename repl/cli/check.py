@@ -87,10 +87,12 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
         print(text)
         return
     from repl.ui.check_view import render_check_result
-    from repl.ui.console import make_console
+    from repl.ui.console import report_console
 
     try:
-        make_console().print(render_check_result(result, full_traceback=debug))
+        report_console().print(render_check_result(result, full_traceback=debug))
+    except BrokenPipeError:
+        raise  # the reader has gone: nothing more to print
     except Exception:
         if debug:
             raise

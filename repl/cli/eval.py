@@ -76,15 +76,15 @@ def _argument_problem(args) -> str | None:
 def run(args) -> int:
     from repl.best_of import CheckOptions
     from repl.evaluate import ResultsFileError, evaluate, find_problems, read_results
-    from repl.ui.console import make_console
+    from repl.ui.console import report_console
 
     args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
     problem = _argument_problem(args)
     if problem:
         print(f"eval: error: {problem}", file=sys.stderr)
         return 2
-    err = make_console(file=sys.stderr)
-    out = make_console(file=sys.stdout)
+    err = report_console(sys.stderr)
+    out = report_console(sys.stdout)
     try:
         if args.json_out:
             read_results(args.json_out)  # refuse a file that is not ours before any work

@@ -48,10 +48,10 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([entry.to_json_dict() for entry in entries], indent=2, ensure_ascii=False))
         return 0
-    from repl.ui.console import make_console
+    from repl.ui.console import report_console
     from repl.ui.history_commands import entries_table
 
-    console = make_console()
+    console = report_console()
     if entries:
         console.print(entries_table(entries))
     else:

@@ -91,7 +91,32 @@ def engine_from(args):
     return Engine(options, settings_from(args), backend_override=server)
 
 
+# A closed pipe (`kernelllm.py log --json | head -1`) ends the command quietly with this status, as a process that
+# SIGPIPE killed reports in the shell (128 + 13): the Unix convention, without the interpreter's traceback.
+EXIT_CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _silence_closed_pipes()
+        return EXIT_CLOSED_PIPE
+
+
+def _silence_closed_pipes() -> None:
+    """Point stdout and stderr at /dev/null: what is still buffered for a closed pipe would fail again (with
+    "Exception ignored ... BrokenPipeError") when the interpreter flushes it at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, ValueError, OSError):  # a stream without a file descriptor (a test's StringIO)
+            pass
+    os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -114,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # main() ends quietly
     except Exception as error:  # the last net: one line unless --debug
         if args.debug:
             raise
