@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import (GREEDY_SAMPLES, check_options, debug_option, model_options, positive_float, positive_int,
-                              sampling_options)
+from repl.cli.options import (GREEDY_SAMPLES, TIMEOUT_HELP, check_options, debug_option, model_options, positive_float,
+                              positive_int, sampling_options)
 
 DESCRIPTION = """\
 Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
@@ -51,8 +51,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--concurrency", type=positive_int, metavar="N",
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
-    parser.add_argument("--timeout", type=positive_float, metavar="S",
-                        help="seconds per check (default: the checker's)")
+    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
     eval_ray.add_options(parser)
 
 
