@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,17 @@ def test_missing_weights_give_one_line_and_no_traceback(tmp_path):
 def test_input_that_is_not_a_module_exits_2(tmp_path):
     result = kernelllm("--model", str(tmp_path / "nowhere"), stdin="print('hi')\n", cwd=tmp_path)
     assert result.returncode == 2 and "No nn.Module subclass" in result.stderr
+
+
+@pytest.mark.parametrize("module, said", [
+    ("class Model(nn.Module:\n    pass\n", "error: Not valid Python (line 1"),
+    (RELU_MODULE.split("def get_inputs")[0], "warning: No get_inputs() or get_init_inputs(): a kernel can be generated"),
+])
+def test_the_command_line_says_its_own_words_not_the_sessions(tmp_path, module, said):
+    """No ":run will need them", no "edit it and submit again": there is no session to edit in or run from."""
+    result = kernelllm("--model", str(tmp_path / "nowhere"), stdin=module, cwd=tmp_path)
+    assert said in result.stderr
+    assert not re.search(r"(^|\s):[a-z]", result.stderr) and "submit again" not in result.stderr, result.stderr
 
 
 HEAVY = ("torch", "transformers", "triton", "huggingface_hub")

@@ -69,7 +69,7 @@ def test_a_module_without_get_inputs_is_sent_with_a_warning(tmp_path, monkeypatc
     session, backend, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU.split("def get_inputs")[0])
     assert len(backend.prompts) == 1
-    assert ":run will need them" in output(console)
+    assert "not checked without them. :run will need them." in " ".join(output(console).split())
 
 
 def test_save_uses_the_module_name_and_never_overwrites_without_force(tmp_path, monkeypatch):

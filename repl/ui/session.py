@@ -141,14 +141,15 @@ class ReplSession:
         goes back into the input for editing."""
         module = inspect_module_source(code)
         if not module.is_python:
-            self.console.print(module.problem(), style="bad")
+            self.console.print(f"{module.problem()} It is back in the input: edit it and submit again.", style="bad")
             return code
         if not module.is_module:
             self.console.print("No nn.Module subclass with forward() in it: sent to the model as it is (the prompt "
                                "asks it to optimise `Model`; :run needs one).", style="warn")
         warning = module.warning()
         if warning:
-            self.console.print(warning, style="warn")
+            missing_inputs = not module.runnable
+            self.console.print(warning + (" :run will need them." if missing_inputs else ""), style="warn")
         too_large = self._too_large(module) if module.runnable else None
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
