@@ -74,7 +74,8 @@ class EvalArchive:
             lines = {line["file"]: line for line in result.candidates}
             folder = self.kernels_dir / problem.name
             folder.mkdir(parents=True, exist_ok=True)
-            self._remove_earlier_samples(folder)
+            if any(output["reply"] is not None for output in outputs):  # never while the folder's kernels are the
+                self._remove_earlier_samples(folder)                    # candidates (--candidates into --kernels)
             for output in outputs:
                 self._save(folder, output, lines.get(output["file"]))
         if self.log is not None:

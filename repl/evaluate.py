@@ -189,7 +189,8 @@ class ProblemResult:
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
-                "pass_at": self.pass_at, "best": self.best, "too_large": self.note if self.too_large else None,
+                "pass_at": self.pass_at, "best": self.best,
+                "too_large": (self.note or "too large for this device") if self.too_large else None,
                 "candidates": self.candidates}
 
     @classmethod

@@ -199,5 +199,9 @@ def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_mod
     checked = []
     use_stand_in_checker(monkeypatch, lambda reference, reply, **options: checked.append(reply) or
                          CheckResult(verdict="correct"))
-    assert main_cli.main(["eval", str(problems), "--candidates", str(tmp_path / "r_kernels")]) == 0
+    kept_folder = str(tmp_path / "r_kernels")  # read back, and the new checks written there too
+    assert main_cli.main(["eval", str(problems), "--candidates", kept_folder, "--kernels", kept_folder]) == 0
     assert len(checked) == 2 and all("class ModelNew" in text for text in checked)
+    assert sorted(path.name for path in kept.iterdir()) == [
+        "sample_1.check.json", "sample_1.py", "sample_1.py.check.json", "sample_2.check.json", "sample_2.py",
+        "sample_2.py.check.json"]
