@@ -5,6 +5,7 @@ it (the one list CI and the README install from), never a copy that could drift.
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -22,15 +23,18 @@ def requirement_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A venv (over this Python's packages: no network) with the package installed from a copy of the tree, as
-    `pip install .` does; its bin folder."""
+    """A venv with the package installed from a copy of the tree, as `pip install .` does; its bin folder. The
+    venv sees the packages of the Python running the tests (a .pth file: no network, and pip and setuptools come
+    from there), whether that Python is a venv or not."""
     pytest.importorskip("setuptools", reason="building the package needs setuptools (requirements-dev.txt has it)")
     root = tmp_path_factory.mktemp("install")
     source = root / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
                                                                 ".pytest_cache", ".kernelllm-home"))
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    (site_packages / "tests_parent_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     install = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-build-isolation",
                               "--no-index", "--disable-pip-version-check", "-q", str(source)],
                              capture_output=True, text=True, timeout=300)
