@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_models import RELU_MODULE
+from tiny_models import PREPARED_KERNEL, RELU_MODULE
 
 from repl.checker import CheckResult
 from repl.generation import FINISHED, Reply
@@ -86,9 +86,13 @@ def test_eval_into_a_closed_pipe_ends_quietly(home):
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
 
 
-def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly(trained_model_dir, home):
+def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly_and_is_logged(trained_model_dir, tmp_path):
+    (tmp_path / "relu.py").write_text(RELU_MODULE)
     result = into_closed_pipe("--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600",
-                              "--no-log", home=home, stdin=RELU_MODULE)
+                              "--file", "relu.py", home=tmp_path)
     assert result.returncode == 141
     assert "tokens in" in result.stderr  # it generated, then found the reader gone
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr and "error" not in result.stderr
+    with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:  # logged whatever became of stdout
+        assert [(entry.source_name, entry.kernel, entry.state) for entry in log.recent(None)] == [
+            ("relu", PREPARED_KERNEL, "stop")]
