@@ -1,6 +1,6 @@
 """KernelLLM: turn a PyTorch nn.Module into Triton kernels, check them, keep the best.
 
-Command line: ``python kernelllm.py --help``. Python:
+Command line: ``python kernelllm.py --help``, or ``kernelllm --help`` once installed (``pip install .``). Python:
 
     from kernelllm import KernelLLM
     model = KernelLLM()                                   # facebook/KernelLLM, CUDA when present
@@ -23,7 +23,7 @@ from repl.generation.model_loading import DEFAULT_MODEL
 from repl.prompt import build_prompt
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, SamplingSettings
 
-__all__ = ["KernelLLM", "build_prompt", "extract_kernel_code", "main"]
+__all__ = ["KernelLLM", "build_prompt", "extract_kernel_code", "main", "console_main"]
 
 
 class KernelLLM:
@@ -70,10 +70,15 @@ class KernelLLM:
         ReplSession(self._engine, make_console()).run()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "kernelllm.py") -> int:
     from repl.cli.main import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(argv, prog=prog)
+
+
+def console_main() -> None:
+    """The `kernelllm` command that `pip install .` makes (pyproject.toml): what `python kernelllm.py` does."""
+    _exit_at_once(main(prog="kernelllm"))
 
 
 def _exit_at_once(status: int) -> None:

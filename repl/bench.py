@@ -159,7 +159,7 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
                     for _ in range(options.runs)]
             results["fast"]["tiers"][label] = _summary(single, many)
             report(_brief(f"fast ({label})", results["fast"]["tiers"][label]) +
-                   f", warm-up {results['fast']['warm_up_s'][label]}")
+                   f", warm-up {warm_up_text(results['fast']['warm_up_s'][label])}")
             save(results)
         results["fast"]["mode"] = tier
         results["fast"]["matvec"] = fast.decoder.matvec if tier == "compiled" else None
@@ -167,12 +167,13 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
             from repl.generation.decode_matvec import tuned_configs
 
             results["fast"]["matvec_configs"] = tuned_configs()
-            report(f"matvec block sizes: {results['fast']['matvec_configs']}")
+            report("matvec block sizes: " + "; ".join(f"{key} {config}" for key, config in
+                                                       results["fast"]["matvec_configs"].items()))
         results["fast"].update({key: value for key, value in results["fast"]["tiers"][label].items() if key != "runs"})
         if options.plain:
             report("greedy: plain and fast tokens compared")
             results["greedy"] = _greedy_agreement(model, fast, prompt_ids, greedy)
-            report(f"greedy: {results['greedy']}")
+            report(f"greedy: {greedy_text(results['greedy'])}")
         if options.drafting:
             from repl.bench_drafting import measure_drafting
 
@@ -198,7 +199,7 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     if options.startup:
         report("start-up to an interactive prompt")
         results["startup"] = measure_startup(options.runs)
-        report(f"start-up: {results['startup']['runs']}")
+        report("start-up: " + ", ".join(f"{seconds:.2f} s" for seconds in results["startup"]["runs"]))
         save(results)
     if options.render_tokens:
         report("render overhead of the streaming view")
@@ -211,6 +212,22 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
 def _brief(name: str, figures: dict) -> str:
     return (f"{name}: {figures['tokens_per_s']:.1f} tokens/s, first token {figures['ttft_ms']:.1f} ms, "
             f"K-way {figures['k_tokens_per_s']:.1f} tokens/s")
+
+
+# Progress lines say their figures in words: the whole record is in --json.
+
+def warm_up_text(seconds_by_size: dict) -> str:
+    """{1: 2.31, 8: 4.02} -> 'K=1 2.3 s, K=8 4.0 s'."""
+    return ", ".join(f"K={size} {seconds:.1f} s" for size, seconds in seconds_by_size.items()) or "none"
+
+
+def greedy_text(greedy: dict) -> str:
+    return f"{greedy['identical_prefix']} of {greedy['tokens']} tokens identical to plain generate()"
+
+
+def rates_text(rates: dict) -> str:
+    """{'first reply': 238.2, ...} -> 'first reply 238 tokens/s, ...'."""
+    return ", ".join(f"{name} {rate:.0f} tokens/s" for name, rate in rates.items())
 
 
 # -- decode speed ---------------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_
     or the measured figure (real weights). ``plain_tokens_per_s``: the fast path's single stream, measured."""
     import torch
 
+    from repl.bench import rates_text
     from repl.generation.speculative import Speculation
 
     decoder = fast.decoder
@@ -89,7 +90,7 @@ def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_
                 name: project(steps, 1e3 / plain_tokens_per_s, result["verify_step_ms"], result["overhead_ms"])
                 for name, steps in CORPUS_STEPS.items()}
             report(f"drafting, a projection (corpus acceptance x costs measured here): "
-                   f"{result['projected_tokens_per_s']}")
+                   f"{rates_text(result['projected_tokens_per_s'])}")
         else:  # real weights: measure on a real prompt, a first reply and one drafted from it too
             result["measured"] = _measure_real(fast, loaded, options, report)
     finally:
@@ -188,5 +189,7 @@ def _measure_real(fast, loaded, options, report) -> dict:
         replies.remember(prompt, tokens)
         measured[label] = {"tokens": len(tokens), "steps": fast.decoder.last_speculation,
                            "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else None}
-        report(f"drafting, real weights, {label}: {measured[label]}")
+        rate = measured[label]["tokens_per_s"]
+        report(f"drafting, real weights, {label}: {len(tokens)} tokens"
+               + (f", {rate:.1f} tokens/s" if rate is not None else ""))
     return measured

@@ -59,8 +59,9 @@ class EvalWorker:
 
     def run(self, problem: dict) -> dict | None:
         """One problem, start to end: {"name", "code", "given": [(file, text)] or None, "samples"} ->
-        {"result": the results file's record, "note": why it was too large or None}; None when cancel() stopped it
-        mid-problem. Raises the error that stopped it (a generation or check that could not run)."""
+        {"result": the results file's record, "note": why it was too large or None, "outputs": each candidate's
+        reply and whole check, for the driver's EvalArchive}; None when cancel() stopped it mid-problem. Raises the
+        error that stopped it (a generation or check that could not run)."""
         job = start_problem(Problem(problem["name"], Path(problem["name"] + ".py"), problem["code"]), self._pool,
                             engine=self._engine, given=problem.get("given"), samples=problem.get("samples"))
         with self._lock:
@@ -74,7 +75,9 @@ class EvalWorker:
             with self._lock:
                 self._runs.discard(job)
         result = job.result()
-        return None if result is None else {"result": result.to_json_dict(), "note": result.note}
+        if result is None:
+            return None
+        return {"result": result.to_json_dict(), "note": result.note, "outputs": job.outputs()}
 
     def cancel(self) -> None:
         """Stop every problem in flight: generation at once, checks as the pool's cancel event stops them."""

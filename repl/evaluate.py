@@ -8,8 +8,10 @@ Definitions (docs/best-of-k.md):
   PyTorch reference (eager); with several candidates per problem, the problem's best candidate counts. fast_0 is the
   fraction with a correct kernel, timed or not; a correct kernel without a timing is untimed, never counted slow.
   null when no kernel was timed (timings need a GPU, and only correct kernels are timed).
-- compiled: candidates that got as far as running (correct, mismatch, runtime_error, no_triton).
-- Problems too large for the check's device (verdict too_large) are reported apart and left out of pass@k and fast_p.
+- compiled: candidates whose kernel loaded and ran: correct, mismatch, runtime_error, no_triton, and a timeout or
+  crash that came once the kernel had loaded (in its trials).
+- Problems too large for the check's device (verdict too_large) are reported apart and left out of pass@k and fast_p
+  (their pass_at is null in the file, and "too_large" says why).
 - A correct kernel whose timing is flagged (the checker found evidence against it: docs/checker.md) is correct for
   pass@k, but its timing counts nowhere: it is ranked after every unflagged correct kernel, a problem whose best
   is flagged is not fast for any p > 0, its speedup is left out of the geomean, and the summary lists such kernels
@@ -20,6 +22,7 @@ whose checks were in flight, and a rerun with the same file skips the finished o
 the rerun may have a larger device).
 """
 
+import fnmatch
 import json
 import math
 import os
@@ -34,6 +37,7 @@ from typing import Callable
 from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool, rank
 from repl.checker import Verdict
 from repl.engine import Attempt
+from repl.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
 from repl.generation import FINISHED, Reply
 from repl.kernel_file import write_text_atomically
 from repl.module_source import inspect_module_source
@@ -41,6 +45,16 @@ from repl.settings import SamplingSettings
 
 FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
 COMPILED_VERDICTS = {"correct", "mismatch", "runtime_error", "no_triton"}
+ENDED_AFTER_LOADING = {"timeout", "crash"}  # compiled when the kernel had loaded (its check's phases say so)
+
+
+def compiled(check) -> bool:
+    """Whether the candidate's kernel loaded and ran: a timeout in its third trial compiled, one while importing did
+    not (the judge records a "load" phase once the kernel is loaded)."""
+    if check is None:
+        return False
+    return check.verdict in COMPILED_VERDICTS or (check.verdict in ENDED_AFTER_LOADING
+                                                  and "load" in (check.phases_s or {}))
 
 
 # -- the arithmetic ------------------------------------------------------------------------------------------------
@@ -86,13 +100,42 @@ def find_problems(folder: str | os.PathLike) -> list[Problem]:
             for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
 
 
+def select_problems(problems: list[Problem], selection: list[str]) -> list[Problem]:
+    """The problems a --problems selection names, in their order: each word (words may also be comma-separated) is a
+    KernelBench id (19), a range of ids (1-10), a name (19_ReLU) or a glob of names (*Conv*, case ignored).
+    ValueError (one line) for a word that names none."""
+    words = [word.strip() for item in selection for word in item.split(",") if word.strip()]
+    chosen: set[str] = set()
+    for word in words:
+        matches = {problem.name for problem in problems if _names(word, problem.name)}
+        if not matches:
+            examples = ", ".join(problem.name for problem in problems[:3])
+            raise ValueError(f"--problems {word}: no problem matches it (ids such as 19 or 1-10, names or globs; "
+                             f"the problems are named like {examples})")
+        chosen |= matches
+    return [problem for problem in problems if problem.name in chosen]
+
+
+def _names(word: str, name: str) -> bool:
+    problem_id = name.split("_", 1)[0]
+    if word.isdigit():
+        return problem_id.isdigit() and int(problem_id) == int(word)
+    low, dash, high = word.partition("-")
+    if dash and low.isdigit() and high.isdigit():
+        return problem_id.isdigit() and int(low) <= int(problem_id) <= int(high)
+    if any(character in word for character in "*?["):
+        return fnmatch.fnmatchcase(name.lower(), word.lower().removesuffix(".py"))
+    return name == word.removesuffix(".py")
+
+
 def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int | None = None) -> list[Path]:
-    """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name."""
+    """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name;
+    the checks an earlier eval saved there are not candidates, so its kernels folder can be checked again."""
     folder = Path(candidates_dir) / problem
     if not folder.is_dir():
         return []
-    files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")),
-                   key=lambda path: _natural_key(path.name))
+    files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
+                    and not path.name.endswith(CHECK_FILE_SUFFIX)), key=lambda path: _natural_key(path.name))
     return files[:limit] if limit else files
 
 
@@ -120,16 +163,16 @@ class ProblemResult:
     n: int
     compiled: int
     correct: int
-    pass_at: dict[str, float]
+    pass_at: dict[str, float] | None  # None for a problem too large for the device: not measured
     best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager", "flagged"}
-    candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "kernel_ms", "flagged", ...}]
-    note: str | None = field(default=None, compare=False)  # not in the file: why a problem was too large
+    candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "message", "kernel_ms", ...}]
+    note: str | None = field(default=None, compare=False)  # why the problem was too large ("too_large" in the file)
 
     @classmethod
     def from_candidates(cls, name: str, candidates: list[Candidate]) -> "ProblemResult":
         n = len(candidates)
         correct = sum(1 for c in candidates if c.correct)
-        compiled = sum(1 for c in candidates if c.verdict in COMPILED_VERDICTS)
+        loaded = sum(1 for c in candidates if compiled(c.check))
         best = None
         ranked = rank(candidates)
         if ranked and ranked[0].correct:
@@ -138,20 +181,28 @@ class ProblemResult:
                     "speedup_vs_eager": check.speedup_vs_eager, "flagged": _flag(check)}
         too_large = next((c.check.message for c in candidates if c.verdict == Verdict.TOO_LARGE), None)
         return cls(
-            name=name, n=n, compiled=compiled, correct=correct, note=too_large,
-            pass_at={str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
+            name=name, n=n, compiled=loaded, correct=correct, note=too_large,
+            pass_at=None if too_large else {str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
             best=best,
             candidates=[_candidate_record(c) for c in candidates],
         )
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
-                "pass_at": self.pass_at, "best": self.best, "candidates": self.candidates}
+                "pass_at": self.pass_at, "best": self.best,
+                "too_large": (self.note or "too large for this device") if self.too_large else None,
+                "candidates": self.candidates}
 
     @classmethod
     def from_json_dict(cls, data: dict) -> "ProblemResult":
-        return cls(**{key: data[key] for key in ("name", "n", "compiled", "correct", "pass_at", "best",
-                                                 "candidates")})
+        """A problem of the file; files written before "too_large" was kept (and their 0.0 pass@k for a too-large
+        problem) read as well."""
+        result = cls(**{key: data[key] for key in ("name", "n", "compiled", "correct", "pass_at", "best",
+                                                   "candidates")})
+        result.note = data.get("too_large")
+        if result.too_large:
+            result.pass_at = None
+        return result
 
     @property
     def speedups(self) -> list[float]:
@@ -189,11 +240,16 @@ def _flag(check) -> str | None:
 
 
 def _candidate_record(candidate: Candidate) -> dict:
-    """One candidate's entry in the JSON file: its verdict and timing, how close to the device's limits, whether the
-    timing is flagged, and who did the work."""
+    """One candidate's entry in the JSON file: its verdict and why (the check's message), its timing, how close to
+    the device's limits, whether the timing is flagged, and who did the work; for a sampled one, its reply's length
+    and how it ended (a reply cut at --max-new-tokens explains a kernel with no code)."""
     check = candidate.check
     record = {"file": _candidate_name(candidate), "verdict": candidate.verdict and str(candidate.verdict),
-              "kernel_ms": check.kernel_ms if check else None, "flagged": _flag(check)}
+              "message": check.message if check else None, "kernel_ms": check.kernel_ms if check else None,
+              "flagged": _flag(check)}
+    if candidate.name is None and candidate.reply is not None:  # sampled, not read from a file
+        record["tokens"] = candidate.reply.tokens
+        record["finish_reason"] = candidate.reply.finish_reason
     if check is not None and check.roofline:
         record["roofline"] = {key: check.roofline.get(key) for key in ("bandwidth_share", "compute_share",
                                                                         "gb_per_s", "tflops")}
@@ -330,6 +386,10 @@ class ProblemRun:
             return None
         return ProblemResult.from_candidates(self.problem.name, self.finished.result())
 
+    def outputs(self) -> list[dict]:
+        """Once `finished` is done: what an EvalArchive keeps of each candidate (its reply, its whole check)."""
+        return [candidate_output(candidate) for candidate in self.finished.result()]
+
 
 def start_problem(problem: Problem, pool: CheckPool, *, engine=None, given: list[tuple[str, str]] | None = None,
                   samples: int | None = None,
@@ -367,13 +427,15 @@ def final_report(problems: list[Problem], results: dict[str, ProblemResult], ski
 def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
-             on_progress: Callable[[EvalProgress], None] | None = None) -> EvalReport:
+             on_progress: Callable[[EvalProgress], None] | None = None,
+             archive: EvalArchive | None = None) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
     DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the checker's pool. Checks of
     different problems run at once up to check.jobs. `concurrency`: generation requests in flight at once (useful
-    with a server); problems are sampled concurrency // samples at a time (default: one at a time). Raises
-    ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
-    run."""
+    with a server); problems are sampled concurrency // samples at a time (default: one at a time). `archive` keeps
+    each finished problem's kernels and checks (and logs its sampled replies) before the results file names them.
+    Raises ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that
+    stopped a run."""
     if (engine is None) == (candidates_dir is None):
         raise ValueError("evaluate needs either an engine or a candidates folder")
     check = check or CheckOptions()
@@ -406,6 +468,8 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
             result = job.result()  # raises the error that stopped it
             if result is None:
                 continue  # cancelled mid-problem: not recorded, a rerun does it again
+            if archive is not None:
+                archive.keep(job.problem, result, job.outputs())
             results[job.problem.name] = result
             if out_path:
                 write_results(out_path, list(results.values()))

@@ -48,6 +48,11 @@ def extract_kernel_code(reply: str) -> str | None:
     return None
 
 
+def defines_model_new(code: str) -> bool:
+    """Whether the code has a `class ModelNew` line (judged from the text: nothing is parsed)."""
+    return bool(_MODEL_NEW.search(code))
+
+
 def kernel_source(kernel_code_or_reply: str) -> str | None:
     """The code to check. Text that parses as Python is a file, checked whole: its own ModelNew is the one checked,
     however it is bound (a class, `ModelNew = _Impl`, an import), never a fenced example in its docstring, and ```

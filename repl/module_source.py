@@ -45,15 +45,19 @@ class ModuleSource:
             return "Model"
         return self.module_classes[-1] if self.module_classes else None
 
+    # problem() and warning() are said by every front end (the session, the command line), so they name no command
+    # of any one of them; the session adds its own hint (repl/ui/session.py).
+
     def problem(self) -> str | None:
         """A one-line reason this cannot be sent to the model, or None."""
         if self.syntax_error and _looks_like_prose(self.code):
-            return ("This looks like prose, not Python; paste a PyTorch module (class Model(nn.Module) with "
-                    "get_inputs() and get_init_inputs()): the model writes kernels for code, it does not chat.")
+            return ("This looks like prose, not Python; the model writes kernels for a PyTorch module (class "
+                    "Model(nn.Module) with get_inputs() and get_init_inputs()), it does not chat.")
         if self.syntax_error:
-            return f"Not valid Python ({self.syntax_error}); edit it and submit again."
+            return f"Not valid Python ({self.syntax_error})."
         if not self.module_classes:
-            return "No nn.Module subclass with a forward() method found; paste a module such as `class Model(nn.Module)`."
+            return ("No nn.Module subclass with a forward() method found; the model writes kernels for a module such "
+                    "as `class Model(nn.Module)`.")
         return None
 
     def warning(self) -> str | None:
@@ -62,9 +66,11 @@ class ModuleSource:
             return None
         missing = [name for name in ("get_inputs", "get_init_inputs") if name not in self.functions]
         if missing:
-            return f"No {' or '.join(f'{name}()' for name in missing)}: the kernel can be generated, but :run will need them."
+            return (f"No {' or '.join(f'{name}()' for name in missing)}: a kernel can be generated, but not checked "
+                    "without them.")
         if self.model_class != "Model":
-            return f"No class named Model; the prompt asks the model to optimise `Model`, and :run checks `{self.model_class}`."
+            return (f"No class named Model; the prompt asks the model to optimise `Model`, and checks compare the "
+                    f"kernel with `{self.model_class}`.")
         return None
 
     def suggested_filename(self, source_stem: str | None = None) -> str:

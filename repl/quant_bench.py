@@ -109,7 +109,9 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     if cuda:
         figures["allocated_after_load_gb"] = torch.cuda.memory_allocated(device) / 1e9
     figures["quality"] = logit_agreement(reference_logits, prompt_logits(model, quality_ids))
-    report(f"quantized ({mode}): weights {figures['weights_gb']:.2f} GB, quality {figures['quality']}")
+    quality = figures["quality"]
+    report(f"quantized ({mode}): weights {figures['weights_gb']:.2f} GB, top-1 agreement with full precision "
+           f"{quality['top1_agreement']:.4f}, KL {quality['kl_nats']:.2e} nats")
 
     batch_sizes = (1, options.samples) if options.samples > 1 else (1,)
     first_tier = "graphs" if cuda else "eager"
@@ -136,7 +138,8 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     many = [bench._fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
             for _ in range(options.runs)]
     figures.update(bench._summary(single, many), tier=tier)
-    report(bench._brief(f"quantized ({mode}, {tier})", figures) + f", warm-up {figures['warm_up_s']}")
+    report(bench._brief(f"quantized ({mode}, {tier})", figures) + ", warm-up "
+           + "; ".join(f"{name} {bench.warm_up_text(seconds)}" for name, seconds in figures["warm_up_s"].items()))
     if cuda:
         figures["allocated_after_warm_up_gb"] = torch.cuda.memory_allocated(device) / 1e9
         figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
@@ -146,7 +149,7 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     # Always (seconds): the fast path's fused kernels against plain generate(), both on the quantized weights.
     report(f"quantized ({mode}): greedy tokens of plain generate() and the fast path compared")
     figures["greedy"] = bench._greedy_agreement(model, fast, prompt_ids, greedy)
-    report(f"quantized ({mode}): greedy {figures['greedy']}")
+    report(f"quantized ({mode}): greedy: {bench.greedy_text(figures['greedy'])}")
     if options.profile_steps and cuda:
         figures["profile"] = bench.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
         for line in bench.profile_lines(figures["profile"]):

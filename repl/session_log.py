@@ -152,6 +152,7 @@ class LogEntry:
     first_token_s: float | None
     tokens_per_second: float | None
     check: dict | None  # CheckResult.to_json_dict() of the latest check
+    session_id: int | None = None  # the process that wrote it (sessions.id); None for replies logged before sessions
 
     @property
     def state(self) -> str:
@@ -185,7 +186,8 @@ class LogEntry:
 
     def to_json_dict(self) -> dict:
         return {
-            "id": self.id, "time": self.time, "module_id": self.module_id, "module_name": self.module_name,
+            "id": self.id, "time": self.time, "session_id": self.session_id, "module_id": self.module_id,
+            "module_name": self.module_name,
             "source_name": self.source_name, "model": self.model, **self.settings.__dict__,
             "tokens": self.tokens, "finish_reason": self.state, "interrupted": self.interrupted, "error": self.error,
             "elapsed_s": self.elapsed_s, "tokens_per_second": self.tokens_per_second, "verdict": self.verdict,
@@ -383,6 +385,28 @@ class SessionLog:
                                                parameters).fetchall(), default=[])
         return [_entry(row) for row in reversed(rows)]
 
+    def find(self, n: int | None = None, *, verdict: str | None = None,
+             session_id: int | None = None) -> list[LogEntry]:
+        """The last n entries (all with n=None), oldest first, of one session and with one verdict (of the latest
+        check; "unchecked" for entries never checked) where given."""
+        conditions, parameters = [], []
+        if session_id is not None:
+            conditions.append("r.session_id = ?")
+            parameters.append(session_id)
+        if verdict == "unchecked":
+            conditions.append("NOT EXISTS (SELECT 1 FROM checks c WHERE c.reply_id = r.id)")
+        elif verdict is not None:
+            conditions.append("(SELECT c.verdict FROM checks c WHERE c.reply_id = r.id ORDER BY c.id DESC LIMIT 1) = ?")
+            parameters.append(verdict)
+        where = " WHERE " + " AND ".join(conditions) if conditions else ""
+        rows = self._run(lambda db: db.execute(_ENTRY_QUERY + where + " ORDER BY r.id DESC LIMIT ?",
+                                               (*parameters, -1 if n is None else n)).fetchall(), default=[])
+        return [_entry(row) for row in reversed(rows)]
+
+    def last_session_id(self) -> int | None:
+        """The newest session that logged a reply."""
+        return self._run(lambda db: db.execute("SELECT max(session_id) FROM replies").fetchone()[0])
+
     def get(self, entry_id: int) -> LogEntry | None:
         row = self._run(lambda db: db.execute(_ENTRY_QUERY + " WHERE r.id = ?", (entry_id,)).fetchone())
         return _entry(row) if row is not None else None
@@ -440,7 +464,7 @@ def _entry(row: sqlite3.Row) -> LogEntry:
                                   max_new_tokens=row["max_new_tokens"], seed=row["seed"]),
         text=row["text"], tokens=row["tokens"], finish_reason=row["finish_reason"], error=row["error"],
         elapsed_s=elapsed_s, first_token_s=row["first_token_s"], tokens_per_second=row["tokens_per_second"],
-        check=json.loads(row["check_result"]) if row["check_result"] else None)
+        check=json.loads(row["check_result"]) if row["check_result"] else None, session_id=row["session_id"])
 
 
 def _process_alive(pid: int | None) -> bool:

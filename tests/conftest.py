@@ -1,5 +1,6 @@
 """Fixtures shared by the tests."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,14 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_data_directory(tmp_path_factory):
+    """No test writes the user's own session log or input history: KERNELLLM_HOME is a temporary folder (a test, or
+    a subprocess it starts, may still set its own)."""
+    if "KERNELLLM_HOME" not in os.environ:
+        os.environ["KERNELLLM_HOME"] = str(tmp_path_factory.mktemp("kernelllm-home"))
 
 
 # --- Tiny KernelLLM stand-ins (tests/tiny_models.py; imported lazily, it pulls in torch and transformers) ---

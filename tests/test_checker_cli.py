@@ -3,8 +3,12 @@ without it, one-line errors for bad arguments."""
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,8 +36,9 @@ def check_command(*arguments: str, program: tuple[str, ...] = ("-m", "repl.cli.c
 # The three runs that start a worker, at once (each is its own process tree).
 RUNS = {
     "correct --json": ("-c", IMPORTS_PROBE, CASES_DIR / "relu_reference.py", CASES_DIR / "relu_reply.md", "--device",
-                       "cpu", "--json"),
+                       "cpu", "--json", "--trials", "1"),
     "mismatch report": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_identity.py", "--device", "cpu"),
+    "NaN report": (CASES_DIR / "relu_reference.py", CASES_DIR / "relu_nan.py", "--device", "cpu", "--trials", "1"),
     "invalid reference --json": (CASES_DIR / "broken_reference.py", CASES_DIR / "relu_triton.py", "--device", "cpu",
                                  "--json"),
     # One line of 100,000 '-' (and the name ModelNew, so that it goes as far as a candidate process): the parser
@@ -66,6 +71,7 @@ def test_a_correct_kernel_exits_0_with_exactly_one_json_object(runs):
     assert ISSUE_KEYS <= set(result)
     assert (result["verdict"], result["correct"], result["device"]) == ("correct", True, "cpu-interpreter")
     assert result["kernel_ms"] is None and result["speedup_vs_eager"] is None
+    assert result["message"].startswith("matches the reference on 1 trial;")  # not "1 trials"
 
 
 def test_the_process_that_asks_for_a_check_imports_neither_torch_nor_triton(runs):
@@ -79,6 +85,13 @@ def test_an_incorrect_kernel_exits_1_with_a_report(runs):
     run = runs["mismatch report"]
     assert run.returncode == 1, run.stderr
     assert "mismatch" in run.stdout and "elements differ" in run.stdout
+
+
+def test_a_nan_output_reports_no_error_figure(runs):
+    """The NaN stops the comparison before any error is measured: "max error abs 0, rel 0" said the opposite."""
+    run = runs["NaN report"]
+    assert run.returncode == 1, run.stderr
+    assert "256 NaN where the reference is finite" in run.stdout and "max error" not in run.stdout
 
 
 def test_an_unusable_reference_exits_2(runs):
@@ -98,6 +111,48 @@ def test_bad_arguments_exit_2_with_a_message_and_no_traceback(arguments, complai
     assert run.returncode == 2
     assert complaint in run.stderr and "Traceback" not in run.stderr
     assert run.stdout == ""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_ctrl_c_ends_a_hanging_check_at_once_and_everything_the_kernel_started(tmp_path):
+    """The check's judge is killed at once: it is busy with the kernel and would not read a polite close (3 s)."""
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"  # on the command line of the child relu_hangs.py starts
+    check = subprocess.Popen([sys.executable, "-m", "repl.cli.check", CASES_DIR / "relu_reference.py",
+                              CASES_DIR / "relu_hangs.py", "--device", "cpu"], cwd=PROJECT_ROOT, text=True,
+                             env={**os.environ, "KERNELLLM_TEST_MARKER": marker}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: processes_with(marker), timeout_s=120), "the kernel never started its child"
+        interrupted_at = time.monotonic()
+        check.send_signal(signal.SIGINT)
+        out, err = check.communicate(timeout=60)
+        took = time.monotonic() - interrupted_at
+    finally:
+        check.kill()
+    assert (check.returncode, err.strip()) == (130, "Interrupted.") and took < 1.5, (took, out, err)
+    assert wait_until(lambda: not processes_with(marker), timeout_s=10)
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose command line holds marker."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes() \
+                    and "\nState:\tZ" not in (entry / "status").read_text():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
 
 
 def test_the_subcommand_keeps_the_main_commands_device_option():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,17 @@ def test_missing_weights_give_one_line_and_no_traceback(tmp_path):
 def test_input_that_is_not_a_module_exits_2(tmp_path):
     result = kernelllm("--model", str(tmp_path / "nowhere"), stdin="print('hi')\n", cwd=tmp_path)
     assert result.returncode == 2 and "No nn.Module subclass" in result.stderr
+
+
+@pytest.mark.parametrize("module, said", [
+    ("class Model(nn.Module:\n    pass\n", "error: Not valid Python (line 1"),
+    (RELU_MODULE.split("def get_inputs")[0], "warning: No get_inputs() or get_init_inputs(): a kernel can be generated"),
+])
+def test_the_command_line_says_its_own_words_not_the_sessions(tmp_path, module, said):
+    """No ":run will need them", no "edit it and submit again": there is no session to edit in or run from."""
+    result = kernelllm("--model", str(tmp_path / "nowhere"), stdin=module, cwd=tmp_path)
+    assert said in result.stderr
+    assert not re.search(r"(^|\s):[a-z]", result.stderr) and "submit again" not in result.stderr, result.stderr
 
 
 HEAVY = ("torch", "transformers", "triton", "huggingface_hub")
@@ -138,14 +150,7 @@ def test_an_existing_out_is_refused_before_any_model_is_loaded(tmp_path):
     assert "no model directory" not in result.stderr and (tmp_path / "k.py").read_text() == "mine"
 
 
-def test_a_one_shot_run_goes_into_the_session_log(trained_model_dir, tmp_path):
-    (tmp_path / "relu.py").write_text(RELU_MODULE)
-    run = kernelllm("--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600",
-                    "--file", "relu.py", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    entries = json.loads(kernelllm("log", "--json", cwd=tmp_path).stdout)
-    assert [(entry["source_name"], entry["kernel"], entry["finish_reason"]) for entry in entries] == [
-        ("relu", PREPARED_KERNEL, "stop")]
+# A one-shot run goes into the session log: tests/test_pipes.py (its kernel goes into a pipe whose reader has gone).
 
 
 def test_log_says_when_the_data_directory_cannot_be_read(tmp_path):

@@ -1,6 +1,8 @@
 """The eval subcommand: standalone (`python -m repl.cli.eval`) and under the main command line; exit statuses."""
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,15 +30,26 @@ def relu_only(tmp_path):
     return problems, candidates.parent
 
 
+LONG_NAME = "1_ReLUAfterAVeryLongDescriptiveNameAsKernelBenchLevel3GivesSome"
+
+
 def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path):
+    """Into a pipe (as `eval ... > out.txt` or `| less`): every column, and the problem's whole name, are there."""
     problems, candidates = relu_only
+    (problems / "1_ReLU.py").rename(problems / f"{LONG_NAME}.py")
+    (candidates / "1_ReLU").rename(candidates / LONG_NAME)
     out = tmp_path / "results.json"
+    environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
     result = subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--candidates", str(candidates),
                              "--device", "cpu", "--trials", "1", "--jobs", "2", "--json", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr
-    assert "1_ReLU" in result.stdout and "pass@1" in result.stdout and "pass@k  @1 0.500  @2 1.000" in result.stdout
-    assert "1_ReLU  1/2 correct" in result.stderr  # the line printed as the problem finished
+    row = next(line for line in result.stdout.splitlines() if line.startswith(LONG_NAME))
+    assert row.split()[1:] == ["2", "2", "1", "0.500", "1.000"]  # n, compiled, correct, pass@1, pass@2
+    # The overall row and the summary line name pass@k as the columns do, with the same figures.
+    assert re.search(r"^overall +2 +2 +1 +0\.500 +1\.000", result.stdout, re.M), result.stdout
+    assert "pass@1 0.500  pass@2 1.000" in result.stdout
+    assert f"{LONG_NAME}  1/2 correct, 2 compiled · mismatch 1" in result.stderr  # as the problem finished
     data = json.loads(out.read_text())
     assert data["summary"] == {"problems": 1, "too_large": 0, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None,
                                "flagged": {"count": 0, "candidates": []}}
@@ -63,6 +76,14 @@ def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, mon
     assert "1_ReLU" in capsys.readouterr().out
 
 
+def test_problems_are_chosen_by_id_range_name_or_glob(stand_in_checker, tmp_path):
+    out = tmp_path / "r.json"
+    arguments = ["eval", str(TESTS / "eval_problems"), "--candidates", str(TESTS / "eval_candidates"), "--json",
+                 str(out)]
+    assert main_cli.main([*arguments, "--problems", "2", "--problems", "*sigm*"]) == 0
+    assert [problem["name"] for problem in json.loads(out.read_text())["problems"]] == ["2_Add", "3_Sigmoid"]
+
+
 def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, tmp_path):
     problems, candidates = relu_only
     out = tmp_path / "r.json"
@@ -80,6 +101,7 @@ def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, 
     (["{problems}", "--json", "no/such/dir/out.json"], "does not exist"),
     (["{problems}", "--samples", "4", "--temperature", "0"], "greedy decoding"),
     (["{problems}", "--candidates", "{candidates}", "--json", "{foreign}"], "not an eval results file"),
+    (["{problems}", "--candidates", "{candidates}", "--problems", "99"], "--problems 99: no problem matches it"),
 ])
 def test_bad_arguments_exit_2_with_one_line(relu_only, tmp_path, capsys, arguments, message):
     problems, candidates = relu_only
@@ -114,9 +136,12 @@ def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeyp
     assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert "skipped: too large for this device: 1 (2_Add); not in pass@k or fast_p" in captured.out
-    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
+    assert "pass@1 0.500  pass@2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
     assert f"2_Add skipped: {reason}" in " ".join(captured.err.split())
-    assert json.loads(out.read_text())["summary"]["too_large"] == 1
+    data = json.loads(out.read_text())
+    assert data["summary"]["too_large"] == 1 and data["summary"]["problems"] == 1
+    add = next(problem for problem in data["problems"] if problem["name"] == "2_Add")
+    assert (add["pass_at"], add["too_large"]) == (None, reason)  # not 0.0: it was never measured
 
 
 BIG_RELU = (TESTS / "eval_problems" / "1_ReLU.py").read_text().replace("batch_size = 4\n", "batch_size = 4096\n") \
@@ -132,6 +157,51 @@ def test_a_kernelbench_size_problem_is_skipped_on_the_cpu_with_the_real_checker(
     assert main_cli.main(arguments) == 0
     captured = capsys.readouterr()
     assert "skipped: too large for this device: 1 (19_ReLU); not in pass@k or fast_p" in captured.out
-    assert "pass@k  @1 0.500  @2 1.000" in captured.out  # 1_ReLU alone
+    assert "pass@1 0.500  pass@2 1.000" in captured.out  # 1_ReLU alone
     assert "19_ReLU skipped: too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB)" \
         in " ".join(captured.err.split())
+
+
+def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_model_dir, tmp_path, monkeypatch):
+    """The tiny trained model answers with a ReLU kernel: both samples are kept beside the results (kernel with its
+    header, whole check), named in the results file, logged with their checks; the kernels folder is a candidates
+    folder for a later run (its check files are not candidates)."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    home = tmp_path / "home"
+    result = subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--model", str(trained_model_dir),
+                             "--samples", "2", "--max-new-tokens", "600", "--device", "cpu", "--trials", "1",
+                             "--json", str(tmp_path / "r.json")], cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "KERNELLLM_HOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    kept = tmp_path / "r_kernels" / "1_ReLU"
+    assert sorted(path.name for path in kept.iterdir()) == ["sample_1.check.json", "sample_1.py",
+                                                            "sample_2.check.json", "sample_2.py"]
+    kernel = (kept / "sample_1.py").read_text()
+    assert "# Checked: correct on cpu-interpreter (matches the reference on 1 trial" in kernel
+    assert "class ModelNew" in kernel
+    check = json.loads((kept / "sample_1.check.json").read_text())
+    assert check["verdict"] == "correct" and check["message"].startswith("matches the reference")
+    candidate = json.loads((tmp_path / "r.json").read_text())["problems"][0]["candidates"][0]
+    assert (candidate["kernel_file"], candidate["check_file"]) == ("r_kernels/1_ReLU/sample_1.py",
+                                                                  "r_kernels/1_ReLU/sample_1.check.json")
+    assert candidate["message"] == check["message"] and candidate["finish_reason"] == "stop"
+    assert "kernels and checks in" in result.stderr
+
+    from repl.session_log import SessionLog
+
+    with SessionLog.open(home / "session_log.db", enabled=True) as log:
+        entries = log.recent(None)
+    assert [(entry.source_name, entry.verdict) for entry in entries] == [("1_ReLU", "correct")] * 2
+    assert entries[0].kernel in kernel
+
+    checked = []
+    use_stand_in_checker(monkeypatch, lambda reference, reply, **options: checked.append(reply) or
+                         CheckResult(verdict="correct"))
+    kept_folder = str(tmp_path / "r_kernels")  # read back, and the new checks written there too
+    assert main_cli.main(["eval", str(problems), "--candidates", kept_folder, "--kernels", kept_folder]) == 0
+    assert len(checked) == 2 and all("class ModelNew" in text for text in checked)
+    assert sorted(path.name for path in kept.iterdir()) == [
+        "sample_1.check.json", "sample_1.py", "sample_1.py.check.json", "sample_2.check.json", "sample_2.py",
+        "sample_2.py.check.json"]

@@ -11,15 +11,15 @@ import pytest
 from repl.best_of import CheckOptions
 from repl.checker import CheckResult
 from repl.engine import Engine, EngineOptions
-from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, evaluate, find_problems,
-                           overall_totals, pass_at_k, read_results, summarize)
+from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, compiled, evaluate, find_problems,
+                           overall_totals, pass_at_k, read_results, select_problems, summarize)
 from repl.settings import SamplingSettings
 from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
 CANDIDATES = TESTS / "eval_candidates"
-PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "candidates"}
+PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "too_large", "candidates"}
 
 
 # -- arithmetic ----------------------------------------------------------------------------------------------------
@@ -111,6 +111,49 @@ def test_problems_come_in_kernelbench_numeric_order(tmp_path):
     assert [p.name for p in find_problems(tmp_path)] == ["1_C", "2_A", "10_B"]
 
 
+@pytest.mark.parametrize("words, chosen", [
+    (["2"], ["2_A"]),  # a KernelBench id
+    (["1-2"], ["1_C", "2_A"]),  # a range of ids
+    (["10_B.py", "1_C"], ["1_C", "10_B"]),  # names, in the problems' order
+    (["*b,2"], ["2_A", "10_B"]),  # a glob (case ignored) and an id, comma-separated
+])
+def test_problems_are_selected_by_id_range_name_or_glob(tmp_path, words, chosen):
+    for name in ["10_B.py", "2_A.py", "1_C.py"]:
+        (tmp_path / name).write_text("")
+    assert [p.name for p in select_problems(find_problems(tmp_path), words)] == chosen
+    with pytest.raises(ValueError, match="--problems 99: no problem matches it"):
+        select_problems(find_problems(tmp_path), ["2", "99"])
+
+
+def test_a_timeout_or_crash_once_the_kernel_had_loaded_counts_as_compiled():
+    """It compiled: its check's phases show the kernel loaded, and the trials ran out of time ("0 compiled" said
+    otherwise); one stuck in its own import did not."""
+    assert compiled(CheckResult(verdict="timeout", phases_s={"problem": 0.1, "candidate_ready": 0.2, "load": 0.3}))
+    assert compiled(CheckResult(verdict="crash", phases_s={"load": 0.3, "first_trial": 0.2}))
+    assert not compiled(CheckResult(verdict="timeout", phases_s={"problem": 0.1, "candidate_ready": 0.2}))
+    assert compiled(CheckResult(verdict="mismatch")) and not compiled(CheckResult(verdict="compile_error"))
+
+
+def test_a_results_file_of_an_earlier_version_is_resumed(tmp_path, stand_in_checker):
+    """Written before messages, "too_large" and a too-large problem's null pass@k: read, kept, resumed."""
+    out = tmp_path / "results.json"
+    old = {"problems": [
+        {"name": "1_ReLU", "n": 1, "compiled": 1, "correct": 1, "pass_at": {"1": 1.0},
+         "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None},
+         "candidates": [{"file": "good.py", "verdict": "correct", "kernel_ms": None}]},
+        {"name": "2_Add", "n": 2, "compiled": 0, "correct": 0, "pass_at": {"1": 0.0, "2": 0.0}, "best": None,
+         "candidates": [{"file": "good.py", "verdict": "too_large", "kernel_ms": None},
+                        {"file": "torch_only.py", "verdict": "too_large", "kernel_ms": None}]}],
+        "summary": {"problems": 1, "too_large": 1, "pass_at": {"1": 1.0}, "fast_p": None}}
+    out.write_text(json.dumps(old))
+    assert read_results(out)[1].pass_at is None  # too large: never measured
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    assert report.skipped == ["1_ReLU"]  # 2_Add (too large then) and 3_Sigmoid are done now
+    data = json.loads(out.read_text())
+    assert data["problems"][0] == {**old["problems"][0], "too_large": None}  # kept as it was
+    assert [c["file"] for c in data["problems"][1]["candidates"]] == ["good.py", "torch_only.py"]  # checked now
+
+
 def test_candidates_are_every_file_of_the_problem_folder_up_to_samples():
     assert [p.name for p in candidate_files(CANDIDATES, "1_ReLU")] == ["good.py", "identity.py", "reply.md"]
     assert [p.name for p in candidate_files(CANDIDATES, "1_ReLU", limit=2)] == ["good.py", "identity.py"]
@@ -133,6 +176,8 @@ def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
     by_name = {r.name: r for r in report.results}
     relu, add, sigmoid = by_name["1_ReLU"], by_name["2_Add"], by_name["3_Sigmoid"]
     assert [c["verdict"] for c in relu.candidates] == ["correct", "mismatch", "correct"]  # reply.md is a reply
+    assert "elements differ" in relu.candidates[1]["message"]  # why, not only the verdict
+    assert relu.candidates[0]["message"].startswith("matches the reference on 1 trial")
     assert [c["verdict"] for c in add.candidates] == ["correct", "no_triton"]
     assert (relu.n, relu.compiled, relu.correct) == (3, 3, 2)
     assert relu.pass_at == pytest.approx({"1": 2 / 3, "2": 1.0, "3": 1.0})
@@ -155,8 +200,8 @@ def test_the_results_file_has_exactly_the_documented_keys(real_run):
         assert set(problem) == PROBLEM_KEYS
         for candidate in problem["candidates"]:
             # roofline with a timing (a GPU), work with a correct verdict
-            assert {"file", "verdict", "kernel_ms", "flagged"} <= set(candidate) <= {
-                "file", "verdict", "kernel_ms", "flagged", "roofline", "work"}
+            assert {"file", "verdict", "message", "kernel_ms", "flagged"} <= set(candidate) <= {
+                "file", "verdict", "message", "kernel_ms", "flagged", "roofline", "work"}  # given files: no reply
             assert ("work" in candidate) == (candidate["verdict"] == "correct")
         assert problem["best"] is None or set(problem["best"]) == {"candidate", "kernel_ms", "speedup_vs_eager",
                                                                    "flagged"}

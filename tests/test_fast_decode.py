@@ -271,13 +271,16 @@ def test_models_other_than_llama_are_not_fast_decoded():
     assert "llama" in unsupported_reason(Model()).lower()
 
 
-def test_bench_runs_end_to_end_on_the_tiny_model(tmp_path):
+def test_bench_runs_end_to_end_on_the_tiny_model(tmp_path, capsys):
     from repl.cli.main import main
 
     out = tmp_path / "bench.json"
     assert main(["bench", "--random-weights", "--arch", "tiny", "--device", "cpu", "--prompt-tokens", "32",
                  "--new-tokens", "8", "--samples", "2", "--runs", "1", "--render-tokens", "40", "--render-rate", "400",
                  "--json", str(out)]) == 0
+    progress = capsys.readouterr().err
+    assert "greedy: " in progress and "projection" in progress and "start-up: " in progress
+    assert not any(bracket in progress for bracket in "{}[]"), progress  # figures in words, not Python's reprs
     results = json.loads(out.read_text())
     for path in ["plain.tokens_per_s", "plain.k_tokens_per_s", "plain.ttft_ms", "fast.tokens_per_s",
                  "fast.k_tokens_per_s", "fast.ttft_ms", "fast.warm_up_s", "fast.serving_after_s",

@@ -282,7 +282,7 @@ def test_quantize_and_device_map_options_are_checked_before_anything_loads(capsy
     assert "--quantize" in capsys.readouterr().err
 
 
-def test_bench_takes_several_settings_and_measures_each_beside_full_precision(tmp_path):
+def test_bench_takes_several_settings_and_measures_each_beside_full_precision(tmp_path, capsys):
     import json
 
     from repl.cli.main import build_parser, main
@@ -294,6 +294,8 @@ def test_bench_takes_several_settings_and_measures_each_beside_full_precision(tm
                  "--new-tokens", "6", "--samples", "2", "--runs", "1", "--skip-plain", "--skip-startup",
                  "--render-tokens", "0", "--quantize", "int8,int4", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
+    progress = capsys.readouterr().err
+    assert "int4): weights" in progress and not any(bracket in progress for bracket in "{}[]"), progress
     for mode in ("int8", "int4"):
         figures = results["quantized"][mode]
         assert "error" not in figures, figures.get("error")

@@ -3,6 +3,7 @@ cluster_utils starts them as `ray start` does: a GCS, a raylet per node), so eve
 on a worker node, with its own judge and confined candidates, on the Triton interpreter. One cluster is shared by
 the module (starting it costs about 10 s)."""
 
+import copy
 import json
 import os
 import shutil
@@ -129,7 +130,7 @@ def test_a_cluster_run_writes_the_file_a_local_run_writes(cluster, tmp_path):
     local = evaluate(find_problems(problems), candidates_dir=candidates, check=CheckOptions("cpu", trials=1, jobs=2),
                      out_path=tmp_path / "local.json")
     on_cluster = json.loads((tmp_path / "ray.json").read_text())
-    assert on_cluster == json.loads((tmp_path / "local.json").read_text())
+    assert without_messages(on_cluster) == without_messages(json.loads((tmp_path / "local.json").read_text()))
     verdicts = {p["name"]: [c["verdict"] for c in p["candidates"]] for p in on_cluster["problems"]}
     assert verdicts == {"1_ReLU": ["correct", "mismatch", "correct"], "2_Add": ["correct", "no_triton"],
                         "3_Sigmoid": [], "4_ProbesCluster": ["correct"]}  # the probe reached nothing
@@ -143,14 +144,26 @@ def test_a_cluster_run_writes_the_file_a_local_run_writes(cluster, tmp_path):
     again = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
                             check=CHECK, out_path=tmp_path / "local.json")
     assert again.skipped == sorted(verdicts) and again.summary == local.summary and not again.by_node
-    assert json.loads((tmp_path / "local.json").read_text()) == on_cluster
+    assert without_messages(json.loads((tmp_path / "local.json").read_text())) == without_messages(on_cluster)
+
+
+def without_messages(results: dict) -> dict:
+    """A results file less its candidates' messages, which name figures of each check's random inputs ("94 of 200
+    elements differ")."""
+    results = copy.deepcopy(results)
+    for problem in results["problems"]:
+        for candidate in problem["candidates"]:
+            assert isinstance(candidate.pop("message"), str)
+    return results
 
 
 # -- generation on the workers -------------------------------------------------------------------------------------
 
-def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_model_dir, tmp_path):
+def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_model_dir, tmp_path, monkeypatch):
     """No --candidates: the one worker loads the tiny trained model (it answers every module with a ReLU kernel)
-    and samples each problem's candidate there; its checks are the ones a local run makes."""
+    and samples each problem's candidate there; its checks are the ones a local run makes, and what it sampled is
+    kept here as a local run keeps it (kernels beside the results, the session log)."""
+    monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path / "home"))
     problems = tmp_path / "problems"
     problems.mkdir()
     for name in ("1_ReLU", "2_Add"):
@@ -162,9 +175,17 @@ def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_m
     assert status == 0
     data = json.loads(out.read_text())
     candidates = {p["name"]: p["candidates"] for p in data["problems"]}
-    assert candidates["1_ReLU"] == [{"file": "sample_1", "verdict": "correct", "kernel_ms": None, "flagged": None,
-                                     "work": "Triton kernels only"}]
+    (relu,) = candidates["1_ReLU"]
+    assert {key: relu[key] for key in ("file", "verdict", "kernel_ms", "flagged", "work", "finish_reason")} == {
+        "file": "sample_1", "verdict": "correct", "kernel_ms": None, "flagged": None, "work": "Triton kernels only",
+        "finish_reason": "stop"}
     assert [c["verdict"] for c in candidates["2_Add"]] != ["correct"]  # a ReLU kernel is no answer to an add
+    assert "class ModelNew" in (tmp_path / relu["kernel_file"]).read_text()
+    assert json.loads((tmp_path / relu["check_file"]).read_text())["message"] == relu["message"]
+    from repl.session_log import SessionLog
+
+    with SessionLog.open(tmp_path / "home" / "session_log.db", enabled=True) as log:
+        assert sorted(entry.source_name for entry in log.recent(None)) == ["1_ReLU", "2_Add"]  # as they ended
 
 
 # -- failures ------------------------------------------------------------------------------------------------------
@@ -305,15 +326,18 @@ def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(monke
     code = (TESTS / "eval_problems" / "1_ReLU.py").read_text()
     given = [(name, (TESTS / "eval_candidates" / "1_ReLU" / name).read_text()) for name in ("good.py", "identity.py")]
     record = worker.run({"name": "1_ReLU", "code": code, "given": given, "samples": None})
-    assert record == {"result": {"name": "1_ReLU", "n": 2, "compiled": 2, "correct": 1,
-                                 "pass_at": {"1": 0.5, "2": 1.0},
-                                 "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None,
-                                          "flagged": None},
-                                 "candidates": [{"file": "good.py", "verdict": "correct", "kernel_ms": None,
-                                                 "flagged": None},
-                                                {"file": "identity.py", "verdict": "mismatch", "kernel_ms": None,
-                                                 "flagged": None}]},
-                      "note": None}
+    assert {key: record[key] for key in ("result", "note")} == {
+        "result": {"name": "1_ReLU", "n": 2, "compiled": 2, "correct": 1, "pass_at": {"1": 0.5, "2": 1.0},
+                   "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None, "flagged": None},
+                   "too_large": None,
+                   "candidates": [{"file": "good.py", "verdict": "correct", "message": "", "kernel_ms": None,
+                                   "flagged": None},
+                                  {"file": "identity.py", "verdict": "mismatch", "message": "", "kernel_ms": None,
+                                   "flagged": None}]},
+        "note": None}
+    # What the driver keeps of each candidate (its EvalArchive): a given file has no reply; its whole check.
+    assert [(output["file"], output["reply"], output["check"]["verdict"]) for output in record["outputs"]] == [
+        ("good.py", None, "correct"), ("identity.py", None, "mismatch")]
     answer = []
     runner = threading.Thread(target=lambda: answer.append(
         worker.run({"name": "1_ReLU", "code": code, "given": [("slow.py", "# slow")], "samples": None})))

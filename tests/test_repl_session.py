@@ -69,7 +69,7 @@ def test_a_module_without_get_inputs_is_sent_with_a_warning(tmp_path, monkeypatc
     session, backend, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU.split("def get_inputs")[0])
     assert len(backend.prompts) == 1
-    assert ":run will need them" in output(console)
+    assert "not checked without them. :run will need them." in " ".join(output(console).split())
 
 
 def test_save_uses_the_module_name_and_never_overwrites_without_force(tmp_path, monkeypatch):
@@ -153,6 +153,30 @@ def test_load_reads_a_module_file_and_names_the_kernel_after_it(tmp_path, monkey
     session.handle(":save")
     assert (tmp_path / "19_ReLU_triton.py").exists()
     session.handle(":load missing.py")
+
+
+def test_load_of_a_kernel_file_makes_it_the_current_kernel_of_the_current_module(tmp_path, monkeypatch):
+    from repl.checker import CheckResult
+
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    mine = KERNEL.replace("clamp(min=0)", "relu()")
+    (tmp_path / "mine.py").write_text(mine)
+    session.handle(":load mine.py")  # no module yet: nothing to check it against
+    assert session.attempt is None and "paste or :load the module first" in " ".join(output(console).split())
+    (tmp_path / "19_ReLU.py").write_text(RELU)
+    session.handle(":load 19_ReLU.py")
+    session.handle(":load mine.py")
+    assert len(backend.prompts) == 1  # a kernel is not sent to the model
+    said = " ".join(output(console).split())
+    assert session.attempt.kernel == mine and "as the kernel of the current module (19_ReLU)" in said
+    checked = []
+    monkeypatch.setattr(session.engine, "check", lambda attempt, **options: checked.append(attempt) or CheckResult(
+        verdict="correct", message="matches the reference on 5 trials"))
+    session.handle(":run")
+    assert [(attempt.module.code, attempt.kernel) for attempt in checked] == [(RELU, mine)]
+    session.handle(":save")
+    saved = (tmp_path / "19_ReLU_triton.py").read_text()
+    assert saved.startswith("# Triton kernel loaded from mine.py.\n") and saved.endswith(mine)
 
 
 def test_quit_ends_the_session(tmp_path, monkeypatch):

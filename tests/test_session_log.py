@@ -74,10 +74,11 @@ def subprocess_env(home: Path) -> dict:
 
 
 def log_reply(log: SessionLog, text: str = REPLY_TEXT, tokens: int = 40, finish_reason: str = FINISHED,
-              code: str = MODULE, check: dict | None = None, seed: int | None = 3) -> int:
+              code: str = MODULE, check: dict | None = None, seed: int | None = 3,
+              source_name: str | None = "relu") -> int:
     """What the REPL does for one generation: module, reply streamed in two pieces, finish, optional check."""
     settings = SamplingSettings(temperature=0.7, top_p=0.9, max_new_tokens=512, seed=seed)
-    reply_id = log.start_reply(log.record_module(code, source_name="relu"), "facebook/KernelLLM", settings)
+    reply_id = log.start_reply(log.record_module(code, source_name=source_name), "facebook/KernelLLM", settings)
     log.append_reply_text(reply_id, text[: len(text) // 2], tokens // 2)
     reply = Reply(model="facebook/KernelLLM", settings=settings, text=text, tokens=tokens,
                   finish_reason=finish_reason, started_at=100.0, first_token_at=100.5, finished_at=102.5)
@@ -486,6 +487,51 @@ def test_log_prints_a_table_of_entries(log, home):
     result = run_log_command(home, "standalone")
     assert result.returncode == 0, result.stderr
     assert " relu " in result.stdout and "correct" in result.stdout and "1.80x" in result.stdout
+
+
+def test_log_filters_by_verdict_module_and_session(log, home):
+    first_session = [log_reply(log, check=CHECK),
+                     log_reply(log, code=MODULE.replace("relu", "sigmoid"), source_name=None)]  # pasted
+    log.close()
+    later = SessionLog.open()
+    add = MODULE.replace("torch.relu(x)", "x + x")
+    second_session = [log_reply(later, code=add, check={**CHECK, "verdict": "mismatch"}, source_name="2_Add"),
+                      log_reply(later, check=CHECK)]
+    later.close()
+
+    def ids(*arguments: str) -> list[int]:
+        result = run_log_command(home, "standalone", "--json", *arguments)
+        assert result.returncode == 0, result.stderr
+        return [entry["id"] for entry in json.loads(result.stdout)]
+
+    assert ids("--verdict", "correct") == [first_session[0], second_session[1]]
+    assert ids("--verdict", "unchecked") == [first_session[1]]
+    assert ids("--session", "last") == second_session
+    assert ids("--session", str(later.session_id), "--verdict", "mismatch") == [second_session[0]]
+    # Labels: the file a module came from ("relu", by log_reply), else the operation its forward starts with.
+    assert ids("--module", "REL", "-n", "1") == [second_session[1]]
+    assert ids("--module", "sigm") == [first_session[1]] and ids("--module", "2_add") == [second_session[0]]
+    table = run_log_command(home, "standalone", "--verdict", "correct")
+    assert " session " in table.stdout and table.stdout.count(" correct ") == 2
+
+
+def test_log_writes_any_logged_kernel_to_stdout_or_a_file(log, home, tmp_path):
+    entry = log_reply(log, check=CHECK)
+    prose = log_reply(log, text="no code here", tokens=3)
+    log.close()
+    printed = run_log_command(home, "standalone", "--kernel", str(entry))
+    assert (printed.returncode, printed.stdout) == (0, KERNEL)  # the code alone: `log --kernel 3 > kernel.py`
+    out = tmp_path / "kernel.py"
+    written = run_log_command(home, "standalone", "--kernel", str(entry), "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    assert out.read_text().endswith(KERNEL) and "# Checked: correct on cuda (outputs match)" in out.read_text()
+    again = run_log_command(home, "standalone", "--kernel", str(entry), "--out", str(out))
+    assert again.returncode == 1 and "exists; add --force" in again.stderr
+    for arguments, complaint in [(["--kernel", str(prose)], "holds no code block"),
+                                 (["--kernel", "999"], "no entry 999 in the session log"),
+                                 (["--out", str(out)], "--out and --force go with --kernel ID")]:
+        result = run_log_command(home, "standalone", *arguments)
+        assert result.returncode in (1, 2) and complaint in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_log_without_a_log_prints_an_empty_list_and_creates_nothing(home):

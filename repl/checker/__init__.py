@@ -20,8 +20,9 @@ from repl.extract import kernel_source
 
 __all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "kernel_source"]
 
-# The whole check, reference and timing included. Generous: the interpreter is slow on the CPU, and on a GPU the
-# first Triton compile and torch.compile(reference) for the timing can each take tens of seconds.
+# The kernel's time limit: loading it and running every trial (its timing too, on a GPU). The checker's own work is
+# not counted: preparing the problem, waiting for a candidate process, running the reference, moving data. Generous:
+# the interpreter is slow on the CPU, and on a GPU the first Triton compile can take tens of seconds.
 DEFAULT_TIMEOUT_S = 120.0
 JUDGE_START_S = 180.0  # importing torch on a loaded machine; the check's own clock starts when the judge has it
 GRACE_S = 3.0  # the judge enforces the timeout itself; past this, the caller stops waiting and kills it
@@ -72,7 +73,7 @@ class Checker:
               rtol: float = 1e-2, timeout: float | None = None,
               cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
-        against `Model` in reference_code. timeout: seconds for the check (default DEFAULT_TIMEOUT_S). cancel: set
+        against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
         it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
         the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
         judge's clock): figures that test the checker, not speed."""
@@ -97,6 +98,12 @@ class Checker:
             judge = self._take_judge()
             try:
                 result = judge.check(request, cancel)
+            except BaseException:
+                # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
+                # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
+                # new one); a check to keep the judge warm for passes `cancel` instead.
+                judge.close(grace_s=0)
+                raise
             finally:
                 self._give_back(judge)
         result.elapsed_s = round(time.monotonic() - started, 3)

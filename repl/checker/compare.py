@@ -33,6 +33,10 @@ class Comparison:
     problem: str | None = None  # one line; None when the outputs match
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
+    # False when the outputs differ before any error could be measured (a NaN, a wrong shape or type): the errors
+    # above then say nothing, and a report must not show them as "abs 0".
+    errors_measured: bool = True
+    _problem_measured: bool = field(default=False, repr=False)  # the problem was found by measuring the errors
     notes: list[str] = field(default_factory=list)  # how the comparison was adapted (near-zero outputs)
 
     @property
@@ -43,6 +47,7 @@ class Comparison:
 def compare_outputs(candidate, reference, atol: float, rtol: float) -> Comparison:
     comparison = Comparison()
     _compare(candidate, reference, atol, rtol, "output", comparison)
+    comparison.errors_measured = comparison.problem is None or comparison._problem_measured
     return comparison
 
 
@@ -164,6 +169,8 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
                               & (got_magnitude <= rtol * magnitude)).sum())
     if max_abs is not None:
         comparison.max_abs_error = max(comparison.max_abs_error, max_abs)
+    if collapsed or outside:
+        comparison._problem_measured = True
     if collapsed and not outside:
         comparison.problem = (f"{where}: {collapsed} of {candidate.numel()} elements are zero or nearly where the "
                               f"reference is not negligible (at least {collapse_floor:.3g}, rtol x its largest "
@@ -196,6 +203,7 @@ def _compare_exactly(candidate, reference, where, comparison: Comparison) -> Non
             difference = (got_slice.to(torch.float64) - expected_slice.to(torch.float64)).abs()
             comparison.max_abs_error = max(comparison.max_abs_error, difference.max().item())
     if unequal:
+        comparison._problem_measured = True
         comparison.problem = (f"{where}: {unequal} of {candidate.numel()} elements differ "
                               f"({_dtype_name(reference.dtype)} outputs must be equal)")
 

@@ -47,6 +47,7 @@ from repl.checker.sandbox.processes import (become_subreaper, children, continue
                                             stop_tree)
 from repl.checker.ended import Ended
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError, decode, encode, encode_at
+from repl.wording import counted
 
 MODEL_SEED = 42
 REFERENCE_PATH = "<reference>/reference.py"  # in memory only: linecache serves its lines to tracebacks
@@ -261,6 +262,11 @@ class Judge:
             run.close()
 
 
+def timeout_message(limit_s: float) -> str:
+    return (f"the kernel took more than {limit_s:g} s, its time limit for loading and every trial (the checker's own "
+            "work is not counted); it was killed")
+
+
 class CheckRun:
     """One check, from the problem to the verdict."""
 
@@ -306,9 +312,12 @@ class CheckRun:
             problem = self.judge.problem(self.request["reference_code"])
             self.learn(problem)
             self.phase("problem")
+            # The time limit is the kernel's (its loading and trials): preparing the problem is the checker's work,
+            # a few seconds on its first check (building Model, sizing it, running it), nothing once it is cached.
+            self.deadline = time.monotonic() + float(self.request["timeout"])
             self.load_candidate(problem)
             self.run_trials(problem)
-            result = self.result(Verdict.CORRECT, f"matches the reference on {self.trials} trials")
+            result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')}")
             if self.timing_wanted:
                 self.measure_speed(problem, result)
                 self.phase("timing")
@@ -390,8 +399,8 @@ class CheckRun:
             self.candidate.kill()
             if stopped.reason == "cancelled":
                 raise Ended(Verdict.CANCELLED, "check cancelled; the candidate was killed")
-            raise Ended(Verdict.TIMEOUT, f"no result within {float(self.request['timeout']):g} s; the candidate was "
-                        "killed", output_tail=self.candidate.output_tail())
+            raise Ended(Verdict.TIMEOUT, timeout_message(float(self.request["timeout"])),
+                        output_tail=self.candidate.output_tail())
         except PeerGone:
             message = self.candidate.death_message()  # how it ended, before a kill could take the credit
             self.candidate.kill()
@@ -475,8 +484,11 @@ class CheckRun:
             comparison, launched = self.trial(problem, skip_launches=False, label=f"trial {number}")
             self.launched += [name for name in launched if name not in self.launched]
             self.trials = number
-            self.max_abs = max(self.max_abs or 0.0, comparison.max_abs_error)
-            self.max_rel = max(self.max_rel or 0.0, comparison.max_rel_error)
+            if comparison.errors_measured:
+                self.max_abs = max(self.max_abs or 0.0, comparison.max_abs_error)
+                self.max_rel = max(self.max_rel or 0.0, comparison.max_rel_error)
+            else:  # a NaN, a wrong shape...: no error is a number (the message says what differs)
+                self.max_abs = self.max_rel = None
             self.notes += [note for note in comparison.notes if note not in self.notes]
             if not comparison.matches:
                 self.require_launch(also=f"its output also differs: {comparison.problem}")

@@ -67,11 +67,10 @@ def _architecture(name: str) -> str:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from repl.bench import BenchOptions, run_benchmark
+    from repl.ui.console import report_console
 
-    console = Console(stderr=True, highlight=False)
+    console = report_console(sys.stderr)
     options = BenchOptions(
         arch=args.arch if args.random_weights else None, model=getattr(args, "model", None),
         device=getattr(args, "device", None) or "auto", dtype=getattr(args, "dtype", None) or "auto",
@@ -87,7 +86,9 @@ def run(args) -> int:
     save = lambda results: Path(args.json).expanduser().write_text(json.dumps(results, indent=2) + "\n")
     results = run_benchmark(options, report=lambda message: console.print(
         f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None)
-    output = Console(highlight=False, width=max(Console().width, 110))
+    output = report_console(sys.stdout)
+    if output.is_terminal:
+        output.width = max(output.width, 110)
     output.print(results_table(results))
     if results.get("quantized"):
         output.print(quantized_table(results))

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from repl.cli.options import check_options, non_negative_float, positive_float
+from repl.cli.options import TIMEOUT_HELP, check_options, non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
 
@@ -49,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
     parser.add_argument("--atol", type=non_negative_float, default=1e-2, help="absolute tolerance (default: 0.01)")
     parser.add_argument("--rtol", type=non_negative_float, default=1e-2, help="relative tolerance (default: 0.01)")
-    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
-                        help="limit for the whole check (default: 120)")
+    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
 
@@ -87,10 +86,12 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
         print(text)
         return
     from repl.ui.check_view import render_check_result
-    from repl.ui.console import make_console
+    from repl.ui.console import report_console
 
     try:
-        make_console().print(render_check_result(result, full_traceback=debug))
+        report_console().print(render_check_result(result, full_traceback=debug))
+    except BrokenPipeError:
+        raise  # the reader has gone: nothing more to print
     except Exception:
         if debug:
             raise

@@ -19,15 +19,18 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import (GREEDY_SAMPLES, check_options, debug_option, model_options, positive_float, positive_int,
-                              sampling_options)
+from repl.cli.options import (GREEDY_SAMPLES, TIMEOUT_HELP, check_options, debug_option, model_options, positive_float,
+                              positive_int, sampling_options)
+from repl.wording import counted
 
 DESCRIPTION = """\
-Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
-Candidates are sampled with the model (--samples K per problem), or taken from --candidates DIR/<problem stem>/*
-(.py kernels or saved model replies) without loading any model. Reports, per problem and overall: candidates,
-compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the geometric-mean speedup.
-With --json OUT, results are written after each problem; rerunning with the same OUT skips finished problems.
+Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is),
+or for those --problems names. Candidates are sampled with the model (--samples K per problem), or taken from
+--candidates DIR/<problem stem>/* (.py kernels or saved model replies) without loading any model. Reports, per problem
+and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the
+geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
+finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
+sampled replies and their checks also go into the session log.
 """
 
 def add_parser(subparsers) -> None:
@@ -41,6 +44,9 @@ def add_parser(subparsers) -> None:
         parents=[model_options(defaults=False, device_help=device_help), sampling_options(defaults=False),
                  check_options(device_flag="", defaults=False), debug_option(defaults=False)])
     parser.add_argument("problems", metavar="PROBLEMS_DIR", help="folder of KernelBench-format problems (*.py)")
+    parser.add_argument("--problems", dest="selection", action="append", metavar="WHICH",
+                        help="only these problems: KernelBench ids (19), ranges (1-10), names (19_ReLU) or globs "
+                             "('*Conv*'), comma-separated or the option repeated (default: all)")
     parser.add_argument("--samples", type=positive_int, metavar="K", default=argparse.SUPPRESS,
                         help="candidates per problem: sampled with the model (default 1), or with --candidates the "
                              "first K files (default: all)")
@@ -48,11 +54,13 @@ def add_parser(subparsers) -> None:
                         "sampling; no model is loaded")
     parser.add_argument("--json", metavar="OUT", dest="json_out",
                         help="write results here after each problem; an existing OUT is resumed")
+    parser.add_argument("--kernels", metavar="DIR", dest="kernels_dir",
+                        help="keep every sampled kernel and every check here, a folder per problem (default: with "
+                             "--json OUT, OUT_kernels beside it; a candidates folder for a later --candidates)")
     parser.add_argument("--concurrency", type=positive_int, metavar="N",
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
-    parser.add_argument("--timeout", type=positive_float, metavar="S",
-                        help="seconds per check (default: the checker's)")
+    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
     eval_ray.add_options(parser)
 
 
@@ -68,36 +76,63 @@ def _argument_problem(args) -> str | None:
         parent = Path(args.json_out).expanduser().parent
         if not parent.is_dir():
             return f"--json {args.json_out}: the folder {parent} does not exist"
+    kernels = _kernels_dir(args)
+    if kernels is not None and kernels.exists() and not kernels.is_dir():
+        return f"{kernels} is a file; the kernels are kept in a folder (--kernels DIR chooses another)"
     if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
         return GREEDY_SAMPLES
     return eval_ray.argument_problem(args)
 
 
+def _kernels_dir(args) -> Path | None:
+    from repl.eval_archive import kernels_dir_for
+
+    if args.kernels_dir:
+        return Path(args.kernels_dir).expanduser()
+    return kernels_dir_for(args.json_out) if args.json_out else None
+
+
 def run(args) -> int:
-    from repl.best_of import CheckOptions
-    from repl.evaluate import ResultsFileError, evaluate, find_problems, read_results
-    from repl.ui.console import make_console
+    from repl.evaluate import ResultsFileError, find_problems, read_results, select_problems
+    from repl.session_log import SessionLog
+    from repl.ui.console import report_console
 
     args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
     problem = _argument_problem(args)
     if problem:
         print(f"eval: error: {problem}", file=sys.stderr)
         return 2
-    err = make_console(file=sys.stderr)
-    out = make_console(file=sys.stdout)
     try:
         if args.json_out:
             read_results(args.json_out)  # refuse a file that is not ours before any work
-    except ResultsFileError as error:
+        problems = find_problems(args.problems)
+        if args.selection:
+            problems = select_problems(problems, args.selection)
+    except (ResultsFileError, ValueError) as error:
         print(f"eval: error: {error}", file=sys.stderr)
         return 2
-    problems = find_problems(args.problems)
+    err = report_console(sys.stderr)
+    out = report_console(sys.stdout)
+    # Sampled replies and their checks go into the session log (given files were not generated here).
+    logging = False if args.candidates or getattr(args, "no_log", False) else None
+    log = SessionLog.open(enabled=logging, kind="eval",
+                          on_warning=lambda message: err.print(f"warning: {message}", style="warn"))
+    try:
+        return _evaluate(args, problems, err, out, log)
+    finally:
+        log.close()
+
+
+def _evaluate(args, problems, err, out, log) -> int:
+    from repl.best_of import CheckOptions
+    from repl.eval_archive import EvalArchive
+    from repl.evaluate import ResultsFileError, evaluate
 
     if args.candidates:
         missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
         if missing:
-            err.print(f"no candidates for {len(missing)} problem(s), counted as unsolved: {', '.join(missing[:5])}"
-                      f"{' …' if len(missing) > 5 else ''}", style="warn")
+            err.print(f"no candidates for {counted(len(missing), 'problem')}, counted as unsolved: "
+                      f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}", style="warn")
     fatal: tuple[type, ...] = ()  # errors that end the run with status 1 and one line
     if args.ray is not None:  # the workers load the model (or reach the server): nothing is loaded here
         try:
@@ -114,6 +149,9 @@ def run(args) -> int:
                          concurrency=args.concurrency)
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
+    kernels = _kernels_dir(args)
+    archive = EvalArchive(kernels, log if log.enabled else None,
+                          results_dir=Path(args.json_out).expanduser().parent if args.json_out else None)
     cancel = threading.Event()
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("[hint]{task.fields[checked]} candidates checked"), TimeElapsedColumn()]
@@ -132,7 +170,8 @@ def run(args) -> int:
                 progress.console.print(Text(state.event, style="warn"))
 
         try:
-            report = runner(problems, check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress)
+            report = runner(problems, check=check, out_path=args.json_out, cancel=cancel, on_progress=on_progress,
+                            archive=archive)
         except ResultsFileError as error:
             print(f"eval: error: {error}", file=sys.stderr)
             return 2
@@ -143,13 +182,16 @@ def run(args) -> int:
             print(f"eval: error: {error}", file=sys.stderr)
             return 1
     if report.skipped:
-        err.print(f"resumed from {args.json_out}: {len(report.skipped)} problem(s) already finished", style="hint")
+        err.print(f"resumed from {args.json_out}: {counted(len(report.skipped), 'problem')} already finished",
+                  style="hint")
     out.print(results_table(report))
     out.print(summary_text(report))
     for line in eval_ray.closing_lines(report, args.json_out) if args.ray is not None else []:
         err.print(line)
     if args.json_out:
         err.print(f"results in {args.json_out}", style="hint")
+    if kernels is not None and kernels.is_dir():
+        err.print(f"kernels and checks in {kernels}", style="hint")
     if report.interrupted:
         err.print("Interrupted: the finished problems are kept"
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
@@ -182,6 +224,11 @@ def _format(value, digits: int = 3, suffix: str = "") -> str:
     return "–" if value is None else f"{value:.{digits}g}{suffix}"
 
 
+def _rate(value) -> str:
+    """A pass@k, the same way in every row and in the summary."""
+    return "–" if value is None else f"{value:.3f}"
+
+
 def _problem_line(result) -> Text:
     if result.too_large:
         return Text.assemble(("– ", "warn"), (result.name, "accent"),
@@ -189,6 +236,9 @@ def _problem_line(result) -> Text:
     style = "ok" if result.correct else "bad"
     line = Text.assemble(("✓ " if result.correct else "✗ ", style), (result.name, "accent"),
                          f"  {result.correct}/{result.n} correct, {result.compiled} compiled")
+    failures = verdict_counts(result)
+    if failures:
+        line.append(f" · {failures}", style="hint")
     if result.best and result.best.get("kernel_ms") is not None:
         line.append(f", best {_format(result.best['kernel_ms'])} ms "
                     f"({_format(result.best.get('speedup_vs_eager'), 3, 'x')} vs eager)")
@@ -197,39 +247,61 @@ def _problem_line(result) -> Text:
     return line
 
 
+def verdict_counts(result) -> str:
+    """The verdicts of a problem's candidates that are not correct, most frequent first: 'timeout 2, mismatch 1'."""
+    counts: dict[str, int] = {}
+    for candidate in result.candidates:
+        verdict = candidate.get("verdict") or "not checked"
+        if verdict != "correct":
+            counts[verdict] = counts.get(verdict, 0) + 1
+    return ", ".join(f"{verdict} {count}" for verdict, count in sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def shown_pass_at(report) -> list[int]:
+    """The pass@k columns: k = 1, the largest k of the overall figures and the largest n of any problem."""
+    counted = [result for result in report.results if not result.too_large]
+    largest_n = max((result.n for result in counted), default=0)
+    overall = max((int(k) for k in report.summary["pass_at"]), default=0)
+    return sorted({1, overall, largest_n} - {0})
+
+
 def results_table(report) -> Table:
-    """One row per problem; the timing columns only when some kernel was timed (a GPU)."""
-    results = report.results
-    top_k = max((r.n for r in results), default=0)
-    shown_k = sorted({1, top_k} - {0})
-    timed = report.summary["fast_p"] is not None
+    """One row per problem, then the overall row under the same columns; the timing columns only when some kernel
+    was timed (a GPU)."""
+    shown_k = shown_pass_at(report)
+    summary, totals = report.summary, report.totals
+    timed = summary["fast_p"] is not None
     table = Table(title="eval results", box=None, padding=(0, 1), header_style="hint", pad_edge=False)
     table.add_column("problem", no_wrap=True, overflow="ellipsis", ratio=1)
     headers = ["n", "compiled", "correct"] + [f"pass@{k}" for k in shown_k]
     headers += ["best ms", "vs eager", "geomean"] if timed else []
     for name in headers:
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    for result in results:
-        best = result.best or {}
-        cells = [str(result.n), str(result.compiled), str(result.correct)]
-        cells += [_format(result.pass_at.get(str(k))) for k in shown_k]
-        if timed:
-            cells += [_format(best.get("kernel_ms")), _format(best.get("speedup_vs_eager"), 3, "x"),
-                      _format(result.geomean_speedup, 3, "x")]
+    for result in report.results:
         if result.too_large:
             table.add_row(Text(result.name, style="hint"), Text("too large for this device", style="warn"))
             continue
+        best = result.best or {}
+        cells = [str(result.n), str(result.compiled), str(result.correct)]
+        cells += [_rate(result.pass_at.get(str(k))) for k in shown_k]
+        if timed:
+            cells += [_format(best.get("kernel_ms")), _format(best.get("speedup_vs_eager"), 3, "x"),
+                      _format(result.geomean_speedup, 3, "x")]
         table.add_row(Text(result.name, style="ok" if result.correct else ""), *cells)
+    overall = [str(totals["candidates"]), str(totals["compiled"]), str(totals["correct"])]
+    overall += [_rate(summary["pass_at"].get(str(k))) for k in shown_k]
+    overall += ["", "", _format(totals["geomean_speedup"], 3, "x")] if timed else []
+    table.add_row(Text("overall", style="accent"), *overall, style="bold")
     return table
 
 
 def summary_text(report) -> Text:
     summary, totals = report.summary, report.totals
-    text = Text.assemble(("overall ", "accent"),
-                         f"{summary['problems']} problems, {totals['solved']} solved · {totals['candidates']} "
-                         f"candidates, {totals['compiled']} compiled, {totals['correct']} correct\n")
-    if summary["pass_at"]:
-        text.append("pass@k  " + "  ".join(f"@{k} {value:.3f}" for k, value in summary["pass_at"].items()) + "\n")
+    text = Text(f"{counted(summary['problems'], 'problem')}, {totals['solved']} solved · "
+                f"{counted(totals['candidates'], 'candidate')}, {totals['compiled']} compiled, {totals['correct']} "
+                "correct\n")
+    if summary["pass_at"]:  # named as the table's columns are
+        text.append("  ".join(f"pass@{k} {_rate(value)}" for k, value in summary["pass_at"].items()) + "\n")
     if totals["too_large"]:
         names = ", ".join(totals["too_large"][:5]) + (" …" if len(totals["too_large"]) > 5 else "")
         text.append(f"skipped: too large for this device: {len(totals['too_large'])} ({names}); not in pass@k or "

@@ -21,11 +21,12 @@ With input piped in (or --file): the kernel alone is written to stdout (or --out
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
+    """prog: how the command is called, `kernelllm.py` (python kernelllm.py) or `kernelllm` (installed)."""
     parser = Parser(
-        prog="kernelllm.py", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[model_options(), sampling_options(), check_options(), debug_option()])
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action="version", version=version_text(prog))
     parser.add_argument("--file", metavar="MODULE.py", help="generate for this module, without the interactive session")
     parser.add_argument("--out", metavar="KERNEL.py", help="with --file or piped input: write the kernel here")
     parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def version_text() -> str:
+def version_text(prog: str = "kernelllm.py") -> str:
     """This tool's version and those of the libraries that decide its behaviour, read without importing them."""
     from importlib import metadata
 
@@ -59,7 +60,7 @@ def version_text() -> str:
             installed.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
             installed.append(f"{package} not installed")
-    return f"kernelllm.py {__version__} (Python {sys.version.split()[0]}; {', '.join(installed)})"
+    return f"{prog} {__version__} (Python {sys.version.split()[0]}; {', '.join(installed)})"
 
 
 def settings_from(args):
@@ -91,8 +92,33 @@ def engine_from(args):
     return Engine(options, settings_from(args), backend_override=server)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+# A closed pipe (`kernelllm.py log --json | head -1`) ends the command quietly with this status, as a process that
+# SIGPIPE killed reports in the shell (128 + 13): the Unix convention, without the interpreter's traceback.
+EXIT_CLOSED_PIPE = 141
+
+
+def main(argv: list[str] | None = None, prog: str = "kernelllm.py") -> int:
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:
+        _silence_closed_pipes()
+        return EXIT_CLOSED_PIPE
+
+
+def _silence_closed_pipes() -> None:
+    """Point stdout and stderr at /dev/null: what is still buffered for a closed pipe would fail again (with
+    "Exception ignored ... BrokenPipeError") when the interpreter flushes it at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, ValueError, OSError):  # a stream without a file descriptor (a test's StringIO)
+            pass
+    os.close(devnull)
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit:  # --help, --version, or a one-line argument error (exit status 2)
@@ -114,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # main() ends quietly
     except Exception as error:  # the last net: one line unless --debug
         if args.debug:
             raise

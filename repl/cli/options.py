@@ -17,6 +17,9 @@ from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_T
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 QUANTIZE_CHOICES = ("none", "int8", "int4")
 DEFAULT_TRIALS = 5
+TIMEOUT_HELP = ("seconds the kernel may take: loading it and running every trial (default: 120). The checker's own "
+                "work (preparing the problem, starting the sandbox, running the reference) is not counted, so a whole "
+                "check can take longer")
 GREEDY_SAMPLES = "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
 
 

@@ -73,7 +73,8 @@ def raw_command(session, arguments):
 
 
 def load_command(session, arguments):
-    """Take a module from a file and generate a kernel for it."""
+    """Take a module from a file and generate a kernel for it; a kernel file (a ModelNew) becomes the current kernel
+    of the current module."""
     if len(arguments) != 1:
         raise CommandError("usage: :load FILE")
     session.load_module(arguments[0])

@@ -11,6 +11,13 @@ THEME = Theme({
 })
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich's own answer to a closed pipe is SystemExit(1); the command line ends quietly instead, as a Unix tool
+        does (repl/cli/main.py)."""
+        raise BrokenPipeError
+
+
 def plain_terminal() -> bool:
     """True where colour and live redraws are unwelcome."""
     return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM", "") in {"dumb", "unknown"}
@@ -23,7 +30,28 @@ def make_console(file=None, **overrides) -> Console:
     if plain_terminal():
         options["no_color"] = True
     options.update(overrides)
-    return Console(**options)
+    return _Console(**options)
+
+
+# The width a report gets off a terminal: wide enough that no table column is dropped or cut and no line wrapped.
+UNCUT_WIDTH = 100_000
+
+
+def report_console(file=None, **overrides) -> Console:
+    """The console for a command's report (tables, summaries, progress lines) that may go to a terminal, a pipe or a
+    file. On a terminal it fits the window; elsewhere nothing is cut: rich would assume 80 columns, and shorten or
+    drop columns of data (`eval > out.txt` lost its pass@k columns, `log | cat` cut verdicts)."""
+    file = file or sys.stdout
+    if "width" not in overrides and not overrides.get("force_terminal") and not _is_terminal(file):
+        overrides["width"] = UNCUT_WIDTH
+    return make_console(file, **overrides)
+
+
+def _is_terminal(file) -> bool:
+    try:
+        return file.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def syntax_theme() -> str:

@@ -98,16 +98,21 @@ def local_time(iso_time: str) -> str:
     return datetime.fromisoformat(iso_time).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def entries_table(entries: list[LogEntry], title: str | None = None) -> Table:
+def entries_table(entries: list[LogEntry], title: str | None = None, with_session: bool = False) -> Table:
+    """with_session: a column with each entry's session id (`log` from the shell filters by it)."""
     table = Table(box=None, padding=(0, 1), header_style="accent", title=title, title_justify="left",
                   title_style="hint")
-    for heading, justify in [("id", "right"), ("time", "left"), ("module", "left"), ("tokens", "right"),
-                             ("reply", "left"), ("verdict", "left"), ("vs eager", "right")]:
+    columns = [("id", "right"), ("time", "left"), ("module", "left"), ("tokens", "right"), ("reply", "left"),
+               ("verdict", "left"), ("vs eager", "right")]
+    if with_session:
+        columns.insert(1, ("session", "right"))
+    for heading, justify in columns:
         table.add_column(heading, justify=justify, no_wrap=heading in {"time", "module"})
     for entry in entries:
         verdict_style = "ok" if entry.verdict == "correct" else "bad" if entry.verdict else "hint"
+        session = [str(entry.session_id or "")] if with_session else []
         table.add_row(
-            str(entry.id), local_time(entry.time), module_label(entry), str(entry.tokens),
+            str(entry.id), *session, local_time(entry.time), module_label(entry), str(entry.tokens),
             Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
             Text(entry.verdict or "not checked", style=verdict_style),
             f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else "")

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
-from repl.generation import INTERRUPTED, GenerationError, Reply
+from repl.extract import defines_model_new, extract_kernel_code
+from repl.generation import FINISHED, INTERRUPTED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -141,14 +142,15 @@ class ReplSession:
         goes back into the input for editing."""
         module = inspect_module_source(code)
         if not module.is_python:
-            self.console.print(module.problem(), style="bad")
+            self.console.print(f"{module.problem()} It is back in the input: edit it and submit again.", style="bad")
             return code
         if not module.is_module:
             self.console.print("No nn.Module subclass with forward() in it: sent to the model as it is (the prompt "
                                "asks it to optimise `Model`; :run needs one).", style="warn")
         warning = module.warning()
         if warning:
-            self.console.print(warning, style="warn")
+            missing_inputs = not module.runnable
+            self.console.print(warning + (" :run will need them." if missing_inputs else ""), style="warn")
         too_large = self._too_large(module) if module.runnable else None
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
@@ -253,6 +255,8 @@ class ReplSession:
         self.generate()
 
     def load_module(self, path: str) -> None:
+        """A module generates a kernel; a kernel (a file or saved reply defining ModelNew, no Model) becomes the
+        current kernel of the current module."""
         file = Path(path).expanduser()
         try:
             code = file.read_text(encoding="utf-8")
@@ -260,8 +264,26 @@ class ReplSession:
             raise commands.CommandError(f"{file} is not a text file (not UTF-8); :load takes a Python module") from None
         except OSError as error:
             raise commands.CommandError(f"cannot read {file}: {error.strerror or one_line(error)}") from None
+        kernel = extract_kernel_code(code)
+        is_kernel = kernel is not None and defines_model_new(kernel)
+        if is_kernel and "Model" not in inspect_module_source(code).module_classes:
+            self.load_kernel(file, code)
+            return
         self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
         self.submit_module(code, source_name=file.stem)
+
+    def load_kernel(self, file: Path, text: str) -> None:
+        """Make a kernel from a file the current kernel, for the current module: the module it is checked against
+        (:run) and named after (:save) is the one last pasted, loaded or opened."""
+        if self.module is None:
+            raise commands.CommandError(f"{file.name} is a kernel (it defines ModelNew); it is checked against a "
+                                        f"module: paste or :load the module first, then :load {file.name}")
+        reply = Reply(model=f"file:{file.name}", settings=self.engine.settings, text=text, finish_reason=FINISHED)
+        reply.finished_at = reply.started_at
+        self.attempt = new_attempt(self.module.code, reply, self.source_name)
+        label = self.source_name or self.module.main_operation or self.module.model_class or "the module"
+        self.console.print(f"Loaded {file} as the kernel of the current module ({label}): :run checks it against "
+                           "that module, :save writes it, :show shows it.", style="hint")
 
     # -- the current kernel -------------------------------------------------------------------------------------
     def _current(self) -> Attempt:

@@ -1,0 +1,98 @@
+"""Output to pipes and files (issue 24 item 5): nothing is cut to a terminal's width, and a reader that goes away
+(`| head -1`) ends the command quietly, as a Unix tool ends: exit status 141, no traceback."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import PREPARED_KERNEL, RELU_MODULE
+
+from repl.checker import CheckResult
+from repl.generation import FINISHED, Reply
+from repl.session_log import SessionLog
+from repl.settings import SamplingSettings
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+LONG_NAME = "42_ReLUFollowedByAVeryLongDescriptiveNameAsKernelBenchLevel3Has"
+
+
+def kernelllm(*arguments, home, stdout=subprocess.PIPE, stdin="", timeout=300):
+    environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    environment["KERNELLLM_HOME"] = str(home)
+    return subprocess.run([sys.executable, str(REPO / "kernelllm.py"), *arguments], input=stdin, text=True,
+                          stdout=stdout, stderr=subprocess.PIPE, env=environment, cwd=home, timeout=timeout)
+
+
+def into_closed_pipe(*arguments, home, stdin="", timeout=300):
+    """Run with stdout a pipe whose reader has already gone (what `| head -1` leaves once head exits)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return kernelllm(*arguments, home=home, stdout=write_end, stdin=stdin, timeout=timeout)
+    finally:
+        os.close(write_end)
+
+
+def log_entry(log: SessionLog, *, source_name: str, text: str, verdict: str | None = None) -> None:
+    module_id = log.record_module(f"{RELU_MODULE}# {source_name}\n", "Model", source_name)  # a module of its own
+    settings = SamplingSettings()
+    reply_id = log.start_reply(module_id, "tiny", settings)
+    reply = Reply(model="tiny", settings=settings, text=text, tokens=len(text) // 4, finish_reason=FINISHED)
+    log.finish_reply(reply_id, reply)
+    if verdict:
+        log.record_check(reply_id, CheckResult(verdict=verdict, message="reference Model fails to run"))
+
+
+@pytest.fixture
+def home(tmp_path):
+    with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:
+        log_entry(log, source_name=LONG_NAME, text="```python\nclass ModelNew: pass\n```", verdict="invalid_reference")
+        for number in range(30):  # --json then prints about 2 MB: more than a pipe holds
+            log_entry(log, source_name=f"{number}_big", text="x = 1\n" * 10_000)
+    return tmp_path
+
+
+def test_log_to_a_pipe_shows_every_column_whole(home):
+    result = kernelllm("log", "-n", "0", home=home)
+    assert result.returncode == 0, result.stderr
+    first = next(line for line in result.stdout.splitlines() if LONG_NAME in line)
+    assert "invalid_reference" in first and "…" not in result.stdout
+
+
+@pytest.mark.parametrize("arguments", [["log", "--json"], ["log"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(home, arguments):
+    result = into_closed_pipe(*arguments, home=home)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_check_into_a_closed_pipe_ends_quietly(home):
+    (home / "reference.py").write_text(RELU_MODULE)
+    (home / "kernel.py").write_text("print('no kernel here')\n")  # a compile_error, known without a worker
+    result = into_closed_pipe("check", "reference.py", "kernel.py", "--device", "cpu", home=home)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_eval_into_a_closed_pipe_ends_quietly(home):
+    problems, candidates = home / "problems", home / "candidates"
+    problems.mkdir()
+    candidates.mkdir()
+    (problems / "1_ReLU.py").write_text((TESTS / "eval_problems" / "1_ReLU.py").read_text())
+    result = into_closed_pipe("eval", str(problems), "--candidates", str(candidates), "--device", "cpu", home=home)
+    assert result.returncode == 141
+    assert "no candidates for 1 problem" in result.stderr  # its messages before the table still came
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly_and_is_logged(trained_model_dir, tmp_path):
+    (tmp_path / "relu.py").write_text(RELU_MODULE)
+    result = into_closed_pipe("--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600",
+                              "--file", "relu.py", home=tmp_path)
+    assert result.returncode == 141
+    assert "tokens in" in result.stderr  # it generated, then found the reader gone
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr and "error" not in result.stderr
+    with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:  # logged whatever became of stdout
+        assert [(entry.source_name, entry.kernel, entry.state) for entry in log.recent(None)] == [
+            ("relu", PREPARED_KERNEL, "stop")]
