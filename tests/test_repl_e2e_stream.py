@@ -211,6 +211,16 @@ def test_resizing_the_window_mid_stream_leaves_one_copy_of_the_reply_in_the_scro
         wait_for_a_new_frame()
         tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
         wait_for_a_new_frame()
+        # Half as high, once the reply fills the region: the region then starts at the top row, where erasing to the
+        # end of the screen made tmux push the screen into the scrollback at every frame (issue 24, item 8); then as
+        # high again.
+        wait_for(r"(?m)^[2-9]\d ")  # line 20 or later shown: a region of 11 lines is full
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "12")
+        wait_for_a_new_frame()
+        wait_for_a_new_frame()
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
+        wait_for_a_new_frame()
+        assert re.search(r"(?m)^─+  kernel \d+ tokens · [\d.]+ tok/s · [\d.]+ s  ─+$", wait_for(LIVE_HEADER))
         tmux("send-keys", "-t", "repl", "C-c")
         scrollback = wait_for(STATUS + r" +interrupted", history=True)
         assert len(re.findall(r"\d+ tokens · ", scrollback)) == 1, scrollback
