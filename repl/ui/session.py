@@ -15,7 +15,8 @@ from rich.text import Text
 
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
-from repl.generation import INTERRUPTED, GenerationError, Reply
+from repl.extract import extract_kernel_code
+from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -48,6 +49,7 @@ class ReplSession:
         self.attempt: Attempt | None = None  # the current kernel
         self.candidates: list = []  # the last :best/:fix candidates, best first
         self._reported_failure: tuple[str, str] | None = None  # (model, message) already shown in the transcript
+        self._reported_switch_failure: str | None = None
         self.input = module_input or make_module_input(InputOptions(
             history_file=str(history_file()),
             toolbar=self.toolbar_text,
@@ -118,7 +120,12 @@ class ReplSession:
                                style="bad")
 
     def report_model_failure(self) -> None:
-        """Say in the transcript, once per model, why it could not be loaded (the toolbar only says that it failed)."""
+        """Say in the transcript, once per model, why it could not be loaded (the toolbar only says that it failed);
+        or, once, why a switch to another model failed while the working model was kept."""
+        switch_failure = self.engine.switch_failure
+        if switch_failure and switch_failure != self._reported_switch_failure:
+            self._reported_switch_failure = switch_failure
+            self.console.print(switch_failure, style="bad")
         state, message = self.engine.model_state
         if state == "failed" and self._reported_failure != (self.engine.options.model, message):
             self._reported_failure = (self.engine.options.model, message)
@@ -128,6 +135,8 @@ class ReplSession:
 
     def toolbar_text(self) -> str:
         state, message = self.engine.model_state
+        if state == "ready" and self.engine.switch_failure:
+            return f"model: {message} (the switch failed: :model says why)"
         if state == "ready":
             return f"model: {message}"
         if state == "failed":
@@ -170,6 +179,7 @@ class ReplSession:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self.wait_for_model():
             return
+        self.report_model_failure()  # a switch that failed meanwhile: say which model generates
         messages = LibraryMessages()  # e.g. the tokenizer's "sequence length is longer than" while encoding the prompt
         with messages:
             try:
@@ -189,6 +199,10 @@ class ReplSession:
         finally:
             self.log.finish_reply(reply_id, reply)
         print_finished_reply(self.console, reply)
+        if self.attempt is not None and extract_kernel_code(reply.text) is None:  # e.g. Ctrl-C before any code
+            self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
+                               style="hint")
+            return
         self.attempt = new_attempt(self.module.code, reply, self.source_name)
         self.attempt.log_id = reply_id
 
@@ -333,10 +347,20 @@ class ReplSession:
         self.console.print(render_check_result(outcome["result"]))
 
     def save_current(self, path: str | None, force: bool = False) -> None:
+        """Write the current kernel. One that does not parse is refused (--force writes it anyway); one from a reply
+        cut short is written with a warning, in the file and here."""
         attempt = self._current()
         kernel = self._current_kernel()
         target = path or attempt.module.suggested_filename(attempt.source_name)
-        text = kernel_header(attempt.reply.model, attempt.reply.settings, attempt.check) + kernel
+        reply = attempt.reply
+        cut_short = {INTERRUPTED: "interrupted",
+                     TRUNCATED: f"stopped at max_new_tokens={reply.settings.max_new_tokens}"}.get(reply.finish_reason)
+        syntax_error = inspect_module_source(kernel).syntax_error
+        if syntax_error and not force:
+            why = f" (the reply was {cut_short})" if cut_short else ""
+            raise commands.CommandError(f"the kernel does not parse{why}: {syntax_error}; :regen samples another, "
+                                        f":save {target} --force writes it anyway")
+        text = kernel_header(reply.model, reply.settings, attempt.check, cut_short) + kernel
         try:
             written = write_kernel_file(target, text, force=force)
         except FileExistsError:
@@ -346,6 +370,11 @@ class ReplSession:
                 f"could not write {target}: {error.strerror or one_line(error)}; the kernel is still here (:show)"
             ) from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
+        if syntax_error:
+            self.console.print(f"It does not parse ({syntax_error}).", style="warn")
+        elif cut_short:
+            self.console.print(f"The reply was {cut_short}: the kernel may be incomplete (:run checks it).",
+                               style="warn")
 
     # -- settings and information -------------------------------------------------------------------------------
     def show_settings(self) -> None:
@@ -396,6 +425,8 @@ class ReplSession:
         state, message = self.engine.model_state
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
+        if self.engine.switch_failure:
+            self.console.print(self.engine.switch_failure, style="bad")
         backend = self.engine.backend_override or self.engine.loaded_backend
         reason = backend.reason if backend is not None else None
         if reason:
