@@ -72,6 +72,38 @@ def test_cancel_stops_generation_at_once_and_marks_the_reply(trained_model):
     assert len(rest) < 20
 
 
+def test_cancel_during_the_prompt_stops_the_work_at_the_next_layer(random_model):
+    """Issue 24, item 2: the prompt is read (prefilled) in one forward pass, which generate() does not interrupt; a
+    long module's went on for 25-45 s after Ctrl-C. Here the stream is cancelled as the first layer starts reading
+    the prompt: no layer may run after that."""
+    import threading
+
+    started = []  # (layer, positions in the pass) as each layer's forward begins
+    stream_made = threading.Event()
+    holder = {}
+
+    def watch(index):
+        def hook(module, args, kwargs):
+            hidden = args[0] if args else kwargs["hidden_states"]
+            started.append((index, hidden.shape[1]))
+            if index == 0 and hidden.shape[1] > 1 and stream_made.wait(60):
+                holder["stream"].cancel()
+        return hook
+
+    layers = random_model.model.model.layers
+    handles = [layer.register_forward_pre_hook(watch(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        holder["stream"] = LocalBackend(random_model).stream(build_prompt(RELU_MODULE), GREEDY)
+        stream_made.set()
+        assert list(holder["stream"]) == []
+    finally:
+        for handle in handles:
+            handle.remove()
+    prompt_length = encode_prompt(random_model.tokenizer, build_prompt(RELU_MODULE)).shape[1]
+    assert started == [(0, prompt_length)]
+    assert holder["stream"].reply.finish_reason == INTERRUPTED and holder["stream"].reply.tokens == 0
+
+
 def test_incremental_decoding_matches_a_full_decode(trained_model):
     tokenizer = trained_model.tokenizer
     ids = tokenizer(PREPARED_REPLY + " é ü 🙂", add_special_tokens=False).input_ids

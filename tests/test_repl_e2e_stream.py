@@ -136,22 +136,28 @@ def test_a_paste_while_the_module_is_being_sized_reaches_the_next_prompt_whole(t
 
 @pytest.fixture
 def slow_prefill_model_dir(tmp_path):
-    """A random model big enough that reading a long module (the prefill) takes seconds before the first token."""
+    """A random model big enough that reading a long module (the prefill) takes seconds before the first token, with
+    a context of 32768 positions (the real model's is 131072) that such modules fit."""
     import torch
     from transformers import LlamaForCausalLM
 
     import tiny_models
 
     tokenizer = tiny_models.build_tiny_tokenizer()
+    config = tiny_models._llama_config(tokenizer, hidden=256, layers=12, heads=4, kv_heads=2, intermediate=1024)
+    config.max_position_embeddings = 32768
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = LlamaForCausalLM(tiny_models._llama_config(tokenizer, hidden=256, layers=12, heads=4, kv_heads=2,
-                                                           intermediate=1024))
+        model = LlamaForCausalLM(config)
     return tiny_models._save(model, tokenizer, tmp_path / "slow-prefill")
 
 
-LONG_MODULE = RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long to read\n"
-                                    for n in range(160))
+def long_module(notes: int) -> str:
+    return RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long to read\n"
+                                 for n in range(notes))
+
+
+LONG_MODULE = long_module(160)  # 5,400 tokens: a prefill of 8-14 s here
 
 
 def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow_prefill_model_dir, tmp_path):
@@ -173,6 +179,29 @@ def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow
         terminal.wait_for("max_new_tokens +100000")
     finally:
         terminal.child.terminate(force=True)
+
+
+def test_one_shot_ctrl_c_while_the_module_is_read_exits_at_once_with_130(slow_prefill_model_dir, tmp_path):
+    """Issue 24, item 2: it exited 26 s after Ctrl-C (the prefill ran on), saying "the reply holds no code", rc 1.
+    The prompt here takes 25-45 s to read; one of its 12 layers, 2-4 s."""
+    (tmp_path / "long.py").write_text(long_module(400))
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home")}
+    child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(slow_prefill_model_dir),
+                                           "--file", str(tmp_path / "long.py"), "--no-log"],
+                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    try:
+        child.expect("generating with", timeout=120)
+        child.sendintr()
+        interrupted_at = time.monotonic()
+        child.expect(pexpect.EOF, timeout=120)
+        exited_in = time.monotonic() - interrupted_at
+        child.close()
+        assert exited_in < 15, f"{exited_in:.1f} s"  # the margin is for a loaded machine
+        assert child.exitstatus == 130, child.before
+        assert "interrupted before the reply held any code" in child.before
+        assert "holds no code" not in child.before
+    finally:
+        child.terminate(force=True)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a terminal that re-wraps lines on resize)")

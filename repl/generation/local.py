@@ -5,9 +5,11 @@ the original helper script sliced ``decode(output)[len(prompt):]`` after skippin
 of the reply.
 """
 
+import contextlib
 import queue
 import threading
 import time
+from typing import Callable
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -154,6 +156,39 @@ class _RowCancelCriterion(StoppingCriteria):
         return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)
 
 
+class _Stopped(Exception):
+    """Raised inside the model's forward pass once every stream of a generation is cancelled."""
+
+
+@contextlib.contextmanager
+def stopping_mid_forward(model, stopped: Callable[[], bool]):
+    """While generate() runs, stop it at the next decoder layer once ``stopped()`` is true (``_Stopped``).
+
+    generate() asks its stopping criteria only between forward passes, and the prefill of a prompt is one forward
+    pass: a long module's took seconds to minutes, the work went on after Ctrl-C, and the next reply waited for it
+    (issue 24, item 2). A check before each layer costs a microsecond per layer and step."""
+
+    def check(module, arguments):
+        if stopped():
+            raise _Stopped
+
+    handles = [layer.register_forward_pre_hook(check) for layer in _decoder_layers(model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _decoder_layers(model) -> list:
+    """The model's stack of decoder layers (model.model.layers for Llama), or the model itself where it has none."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if layers is not None:
+        return list(layers)
+    return [model] if isinstance(model, torch.nn.Module) else []
+
+
 class LocalBatchGeneration:
     """One generate(num_return_sequences=k) in a worker thread, fanned out to k streams (``streams``)."""
 
@@ -188,8 +223,9 @@ class LocalBatchGeneration:
     def _generate(self) -> None:
         model, tokenizer = self._loaded.model, self._loaded.tokenizer
         eos = sorted(self.end_ids)
+        all_cancelled = lambda: all(stream._cancelled.is_set() for stream in self.streams)
         try:
-            with generation_lock(model), torch.inference_mode():
+            with generation_lock(model), torch.inference_mode(), stopping_mid_forward(model, all_cancelled):
                 if self.settings.seed is not None:
                     torch.manual_seed(self.settings.seed)
                 model.generate(
@@ -204,6 +240,9 @@ class LocalBatchGeneration:
                         [_RowCancelCriterion([stream._cancelled for stream in self.streams])]),
                     **sampling_arguments(self.settings),
                 )
+        except _Stopped:  # every stream was cancelled: each ends as interrupted
+            for stream in self.streams:
+                stream._tokens.put(_END)
         except BaseException as error:  # reported through every reply, never lost in the thread
             self.error = error
             for stream in self.streams:

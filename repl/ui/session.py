@@ -28,8 +28,9 @@ from repl.ui.typeahead import KeyCapture
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event, wait_through_interrupts
 
-# After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
-# to finish in its thread and the reply is shown as interrupted at once.
+# After Ctrl-C, wait this long for the backend to stop; one that takes longer (the local model ends the layer it is in,
+# which on a long prompt's prefill takes seconds on a CPU) finishes in its thread, and the reply is shown as
+# interrupted at once.
 STOP_WAIT_S = 0.3
 
 WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_inputs() and get_init_inputs()) "
@@ -228,7 +229,7 @@ class ReplSession:
             except KeyboardInterrupt:
                 stream.cancel()
                 if not wait_through_interrupts(reader.finished, STOP_WAIT_S):
-                    # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
+                    # Still stopping: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
                     reader.say_so_at_exit(self.console)
         self._print_notes(messages)
