@@ -183,6 +183,18 @@ def test_set_changes_sampling_and_rejects_bad_values(tmp_path, monkeypatch):
     assert "top_p must be in (0, 1]" in output(console)
 
 
+def test_max_new_tokens_that_cannot_fit_the_models_context_is_refused(tmp_path, monkeypatch):
+    """Issue 24, item 3: :set max_new_tokens 100000 was accepted for a model of 4,096 positions."""
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    backend.context_tokens = 4096
+    session.handle(":set max_new_tokens 100000")
+    session.handle(":set max_new_tokens 3000")  # what fits depends on the prompt: capped when generating, if need be
+    text = output(console)
+    assert ("max_new_tokens 100,000 cannot fit: the model's context holds 4,096 tokens, prompt and reply together"
+            in text)
+    assert session.engine.settings.max_new_tokens == 3000
+
+
 def test_load_reads_a_module_file_and_names_the_kernel_after_it(tmp_path, monkeypatch):
     session, backend, _ = make_session(tmp_path, monkeypatch)
     (tmp_path / "19_ReLU.py").write_text(RELU)

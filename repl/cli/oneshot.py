@@ -110,6 +110,8 @@ def _generate(engine, module, args, log: SessionLog) -> int:
     try:
         try:
             say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
+            if stream.reply.note:
+                say(f"note: {stream.reply.note}")
             for _ in stream:
                 log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
                 if time.monotonic() - last_report > 5:

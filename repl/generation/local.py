@@ -16,7 +16,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from repl.errors import one_line
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, fit_to_context
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
 
@@ -32,8 +32,9 @@ def generation_lock(model) -> threading.Lock:
 
 
 def encode_prompt(tokenizer, prompt: str) -> torch.Tensor:
-    """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none)."""
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none). A prompt
+    longer than the model's context is refused by fit_to_context, not warned about by the tokenizer."""
+    ids = tokenizer(prompt, return_tensors="pt", verbose=False).input_ids
     bos = tokenizer.bos_token_id
     if bos is not None and (ids.shape[1] == 0 or ids[0, 0].item() != bos):
         ids = torch.cat([torch.tensor([[bos]]), ids], dim=1)
@@ -113,6 +114,7 @@ class LocalBackend(Backend):
         self.loaded = loaded
         self.description = loaded.description
         self.device = loaded.device
+        self.context_tokens = loaded.context_tokens
 
     def stream(self, prompt: str, settings: SamplingSettings) -> "LocalReplyStream":
         return LocalBatchGeneration(self.loaded, prompt, settings, 1).streams[0]
@@ -196,10 +198,10 @@ class LocalBatchGeneration:
         if settings.greedy and k > 1:
             raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
         self._loaded = loaded
-        self.settings = settings
         self.error: BaseException | None = None
-        prompt_ids = encode_prompt(loaded.tokenizer, prompt).to(loaded.model.device)
-        self._prompt_ids = prompt_ids
+        prompt_ids = encode_prompt(loaded.tokenizer, prompt)
+        self.settings, self.note = fit_to_context(prompt_ids.shape[1], settings, loaded.context_tokens)
+        self._prompt_ids = prompt_ids = prompt_ids.to(loaded.model.device)
         eos = loaded.model.generation_config.eos_token_id
         eos = eos if eos is not None else loaded.tokenizer.eos_token_id
         self.end_ids = set(eos) if isinstance(eos, list) else {eos}
@@ -254,7 +256,7 @@ class LocalReplyStream:
     generate() adds after it is ignored), at max_new_tokens, or on cancel(), which stops this row only."""
 
     def __init__(self, batch: LocalBatchGeneration, index: int):
-        self.reply = Reply(model=batch._loaded.model_id, settings=batch.settings)
+        self.reply = Reply(model=batch._loaded.model_id, settings=batch.settings, note=batch.note)
         self.index = index
         self._batch = batch
         self._tokens: queue.Queue = queue.Queue()

@@ -41,6 +41,11 @@ class LoadedModel:
         return path.name if path.is_dir() else self.model_id
 
     @property
+    def context_tokens(self) -> int | None:
+        """The most tokens prompt and reply may hold together: the positions the model was made for."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+    @property
     def description(self) -> str:
         weights = f", {self.quantization} weights" if self.quantization else ""
         where = "across devices" if self.placement else f"on {self.device}"

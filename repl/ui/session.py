@@ -181,24 +181,22 @@ class ReplSession:
         if not self.wait_for_model():
             return
         self.report_model_failure()  # a switch that failed meanwhile: say which model generates
-        messages = LibraryMessages()  # e.g. the tokenizer's "sequence length is longer than" while encoding the prompt
-        with messages:
-            try:
-                stream = self.engine.stream_kernel(self.module.code)
-            except GenerationError as error:
-                stream = None
-                failure = str(error)
-        if stream is None:
+        # What libraries say from the prompt's encoding to the stream's end (a warning as generate() starts in its
+        # thread, say) is held back, to be shown as notes after the stream: one span, so that none falls between.
+        messages = LibraryMessages()
+        try:
+            with messages:
+                try:
+                    stream = self.engine.stream_kernel(self.module.code)
+                except GenerationError as error:
+                    stream, failure = None, str(error)
+                if stream is not None:
+                    reply, reply_id = self._stream_logged(stream)
+        finally:
             self._print_notes(messages)
+        if stream is None:
             self.console.print(failure, style="bad")
             return
-        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
-        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
-        reply = stream.reply
-        try:
-            reply = self._show_stream(stream, reply_id, messages)
-        finally:
-            self.log.finish_reply(reply_id, reply)
         print_finished_reply(self.console, reply)
         if self.attempt is not None and extract_kernel_code(reply.text) is None:  # e.g. Ctrl-C before any code
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
@@ -211,13 +209,25 @@ class ReplSession:
         for line in messages.lines:
             self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
 
-    def _show_stream(self, stream, reply_id, messages: LibraryMessages) -> Reply:
-        """The live view while a thread reads the stream; library messages are shown after it (keys typed meanwhile
-        are kept by run()'s capture). Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked
-        interrupted."""
+    def _stream_logged(self, stream) -> tuple[Reply, int | None]:
+        """Show the stream, written to the session log as it goes; the final reply and its log id."""
+        if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
+            self.console.print(f"note: {stream.reply.note}", style="hint")
+        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
+        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
+        reply = stream.reply
+        try:
+            reply = self._show_stream(stream, reply_id)
+        finally:
+            self.log.finish_reply(reply_id, reply)
+        return reply, reply_id
+
+    def _show_stream(self, stream, reply_id) -> Reply:
+        """The live view while a thread reads the stream (keys typed meanwhile are kept by run()'s capture). Ctrl-C
+        cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
         reader = _StreamReader(stream)
         reply, logged = stream.reply, 0
-        with messages, interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
+        with interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
                     if interrupted.is_set():
@@ -232,7 +242,6 @@ class ReplSession:
                     # Still stopping: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
                     reader.say_so_at_exit(self.console)
-        self._print_notes(messages)
         if reader.error is not None:
             raise reader.error
         return reply
@@ -395,9 +404,16 @@ class ReplSession:
             self.change_quantization(value.strip().lower())
             return
         try:
-            self.engine.settings = self.engine.settings.with_value(name, value)
+            settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
             raise commands.CommandError(one_line(error)) from None
+        backend = self.engine.backend_override or self.engine.loaded_backend
+        context = backend.context_tokens if backend is not None else None
+        if name == "max_new_tokens" and context is not None and settings.max_new_tokens >= context:
+            raise commands.CommandError(
+                f"max_new_tokens {settings.max_new_tokens:,} cannot fit: the model's context holds {context:,} tokens, "
+                "prompt and reply together")
+        self.engine.settings = settings
         self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
 
     def change_quantization(self, mode: str) -> None:
