@@ -5,6 +5,9 @@ A backend turns a raw prompt into a ``ReplyStream``: iterating it yields text pi
 far and the final state once iteration ends. A failure ends the reply as ``FAILED`` with a one-line ``reply.error``
 (and ``reply.transient`` when trying again may succeed), or raises ``GenerationError`` when the reply cannot start.
 
+A backend that knows its model's context (``context_tokens``) refuses a prompt that does not fit and caps
+``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in ``reply.note``.
+
 To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
 (``stream_many`` samples one reply after another, ``close`` does nothing). The local transformers backend, its fast
 decode path and the OpenAI-compatible server backend are all written this way, so the REPL, the one-shot command line,
