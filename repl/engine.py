@@ -48,6 +48,9 @@ class Engine:
 
     def __post_init__(self):
         self._loader: ModelLoader | None = None
+        # During a switch: the working model's loader and options, until the new model's files are in hand.
+        self._kept: tuple[ModelLoader, EngineOptions] | None = None
+        self.switch_failure: str | None = None  # why the last switch failed while the working model was kept
         self._generations = 0
         self._lock = threading.Lock()
 
@@ -62,21 +65,52 @@ class Engine:
 
     def switch_model(self, model: str) -> None:
         """Load another model (a hub id or a local directory) in the background instead of the current one;
-        GenerationError (one line), and the current model kept, when that cannot work."""
+        GenerationError (one line), and the current model kept, when that cannot work.
+
+        The working model stays loaded until the new one's files, tokenizer and configuration are in hand, where a
+        machine offline, a gated or unknown hub id or a directory without a model fail: it is then still the
+        current model, and ``switch_failure`` says why in one line. Only once they are in hand is it released, so
+        that the new weights have the memory it held."""
         if self.backend_override is not None:
             raise GenerationError("this session generates through a server (--server); start it again with another "
                                   "--server-model to change the model")
         problem = local_model_problem(model)
         if problem:
             raise GenerationError(problem)
-        self.options = replace(self.options, model=model)
-        previous = self.loaded_backend
-        self._loader = None  # a load still under way finishes in its thread and is dropped
-        if previous is not None:
-            previous.close()
-            del previous
-            _release_gpu_memory()  # so the next model has the memory the last one held
-        self.start_loading()
+        with self._lock:
+            if self.loaded_backend is not None:
+                self._kept = (self._loader, self.options)
+            # else nothing works yet, or a switch under way keeps what it kept; a load under way is dropped
+            self.options = replace(self.options, model=model)
+            self.switch_failure = None
+            loader = ModelLoader(lambda report: self._load_instead(report, loader, model))
+            self._loader = loader
+        loader.start()
+
+    def _load_instead(self, report, loader: ModelLoader, model: str) -> Backend:
+        """A switch's load: on a failure before the kept model was released, that model is current again (before
+        the failed loader says it is done, so that nobody waiting on it sees a failure)."""
+        try:
+            return self._load_local_backend(report, before_weights=lambda: self._release_kept(loader))
+        except Exception as error:
+            with self._lock:
+                if self._loader is loader and self._kept is not None:
+                    (self._loader, self.options), self._kept = self._kept, None
+                    self.switch_failure = (f"Could not switch to {model}, so {self._loader.result.description} "
+                                           f"is still the model: {error}")
+            raise
+
+    def _release_kept(self, loader: ModelLoader) -> None:
+        """Free the model kept during a switch (its GPU memory too), now that the new model's files are in hand;
+        not for a switch that a later one replaced (the later one keeps it)."""
+        with self._lock:
+            if self._loader is not loader:
+                return
+            kept, self._kept = self._kept, None
+        if kept is not None:
+            kept[0].result.close()
+            del kept
+            _release_gpu_memory()
 
     def set_quantization(self, mode: str | None) -> None:
         """Reload the current model with its linear layers quantized to ``mode`` (int8, int4; None: full precision)
@@ -107,7 +141,7 @@ class Engine:
                 last = message
         return self.model_state
 
-    def _load_local_backend(self, report) -> Backend:
+    def _load_local_backend(self, report, before_weights=None) -> Backend:
         options = self.options
         problem = local_model_problem(options.model)
         if problem:
@@ -115,7 +149,8 @@ class Engine:
         from repl.generation.fast_decode import FastLocalBackend
 
         loaded = load_model(options.model, options.device, options.dtype, on_progress=report,
-                            quantize=options.quantize, device_map=options.device_map)
+                            quantize=options.quantize, device_map=options.device_map,
+                            before_weights=before_weights)
         # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
         # e.g. on the CPU) it hands generation to the plain generate() path.
         return FastLocalBackend(loaded)

@@ -72,6 +72,95 @@ def test_cancel_stops_generation_at_once_and_marks_the_reply(trained_model):
     assert len(rest) < 20
 
 
+def test_cancel_during_the_prompt_stops_the_work_at_the_next_layer(random_model):
+    """Issue 24, item 2: the prompt is read (prefilled) in one forward pass, which generate() does not interrupt; a
+    long module's went on for 25-45 s after Ctrl-C. Here the stream is cancelled as the first layer starts reading
+    the prompt: no layer may run after that."""
+    import threading
+
+    started = []  # (layer, positions in the pass) as each layer's forward begins
+    stream_made = threading.Event()
+    holder = {}
+
+    def watch(index):
+        def hook(module, args, kwargs):
+            hidden = args[0] if args else kwargs["hidden_states"]
+            started.append((index, hidden.shape[1]))
+            if index == 0 and hidden.shape[1] > 1 and stream_made.wait(60):
+                holder["stream"].cancel()
+        return hook
+
+    layers = random_model.model.model.layers
+    handles = [layer.register_forward_pre_hook(watch(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        holder["stream"] = LocalBackend(random_model).stream(build_prompt(RELU_MODULE), GREEDY)
+        stream_made.set()
+        assert list(holder["stream"]) == []
+    finally:
+        for handle in handles:
+            handle.remove()
+    prompt_length = encode_prompt(random_model.tokenizer, build_prompt(RELU_MODULE)).shape[1]
+    assert started == [(0, prompt_length)]
+    assert holder["stream"].reply.finish_reason == INTERRUPTED and holder["stream"].reply.tokens == 0
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tiny_model_dir, tmp_path_factory):
+    """The random tiny model, endless (an end-of-text id it never emits), with a context of 64 positions."""
+    import json
+    import shutil
+
+    directory = tmp_path_factory.mktemp("short-context") / "model"
+    shutil.copytree(tiny_model_dir, directory)
+    for name, change in [("config.json", {"max_position_embeddings": 64}),
+                         ("generation_config.json", {"eos_token_id": [10**6]})]:
+        (directory / name).write_text(json.dumps({**json.loads((directory / name).read_text()), **change}))
+    return load_model(str(directory), device="cpu")
+
+
+def fast_eager_backend(loaded):
+    from repl.generation.fast_decode import FastLocalBackend
+
+    backend = FastLocalBackend(loaded, compile=False, batch_sizes=(1,), drafting=False)
+    backend.wait_until_ready(60)
+    return backend
+
+
+@pytest.mark.parametrize("path", ["plain", "fast"])
+def test_a_prompt_that_does_not_fit_the_context_is_refused_in_one_line_before_any_work(short_context_model, path):
+    """Issue 24, item 3: an 86,670-token prompt against a 4,096-token model ran on for a minute, to no use."""
+    backend = LocalBackend(short_context_model) if path == "plain" else fast_eager_backend(short_context_model)
+    prompt = "def relu(x):\n" * 40
+    prompt_tokens = encode_prompt(short_context_model.tokenizer, prompt).shape[1]
+    assert prompt_tokens >= 64
+    layers_run = []
+    handles = [layer.register_forward_pre_hook(lambda *args: layers_run.append(1))
+               for layer in short_context_model.model.model.layers]
+    try:
+        with pytest.raises(GenerationError) as refusal:
+            backend.stream(prompt, GREEDY)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert str(refusal.value) == (f"the prompt is {prompt_tokens} tokens and the model's context holds 64 (prompt and "
+                                  "reply together); shorten the module")
+    assert layers_run == []
+
+
+@pytest.mark.parametrize("path", ["plain", "fast"])
+def test_max_new_tokens_beyond_the_context_is_capped_to_the_room_the_prompt_leaves(short_context_model, path):
+    """Issue 24, item 3: with max_new_tokens 100000, the endless model generated 10,127 tokens past its context."""
+    backend = LocalBackend(short_context_model) if path == "plain" else fast_eager_backend(short_context_model)
+    prompt = "def relu(x):"
+    prompt_tokens = encode_prompt(short_context_model.tokenizer, prompt).shape[1]
+    stream = backend.stream(prompt, SamplingSettings(temperature=0, max_new_tokens=100000))
+    assert stream.reply.note == (f"max_new_tokens capped at {64 - prompt_tokens} (from 100,000): the prompt takes "
+                                 f"{prompt_tokens} of the model's 64 tokens of context")
+    list(stream)
+    assert stream.reply.tokens == 64 - prompt_tokens and stream.reply.finish_reason == TRUNCATED
+    assert type(stream).__name__ == ("LocalReplyStream" if path == "plain" else "FastReplyStream")
+
+
 def test_incremental_decoding_matches_a_full_decode(trained_model):
     tokenizer = trained_model.tokenizer
     ids = tokenizer(PREPARED_REPLY + " é ü 🙂", add_special_tokens=False).input_ids

@@ -8,6 +8,7 @@ from prompt_toolkit.output import DummyOutput
 from repl.ui.prompt_input import InputOptions, ModuleInput, enter_hint, enter_submits
 
 MODULE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+RUNNABLE = MODULE + "\n\ndef get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 ENTER, ESC_ENTER, CTRL_C, CTRL_D = "\r", "\x1b\r", "\x03", "\x04"
 
@@ -29,7 +30,15 @@ def read_with_keys(keys: str, tmp_path=None, reads: int = 1):
 
 
 def test_bracketed_paste_then_enter_submits_the_whole_module():
-    assert read_with_keys(PASTE_START + MODULE + PASTE_END + ENTER) == MODULE
+    assert read_with_keys(PASTE_START + RUNNABLE + PASTE_END + ENTER) == RUNNABLE
+
+
+def test_a_module_typed_line_by_line_is_the_text_pasted():
+    """Typed by hand, or pasted by a terminal without bracketed paste (the same keys): each line carries its own
+    indentation, which Enter must not add to; nor does Enter submit at the blank line after the class, before
+    get_inputs() has come (issue 24, item 4)."""
+    typed = RUNNABLE.replace("\n", ENTER)
+    assert read_with_keys(typed + ENTER + ESC_ENTER) == RUNNABLE  # Esc-Enter: a staircase would never submit
 
 
 def test_enter_inside_an_incomplete_module_inserts_a_newline():
@@ -68,9 +77,10 @@ def test_history_persists_in_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, submits", [
-    (MODULE, True),
-    (MODULE + "        ", True),  # trailing spaces on an empty last line
-    (MODULE.rstrip("\n"), False),  # cursor on the indented `return x` line: keep typing
+    (RUNNABLE, True),
+    (RUNNABLE + "        ", True),  # trailing spaces on an empty last line
+    (RUNNABLE.rstrip("\n"), False),  # cursor on the indented `return []` line: keep typing
+    (MODULE, False),  # get_inputs() and get_init_inputs() may still come: Esc-Enter submits it as it is
     ("class Model(torch.nn.Module):\n    pass\n", False),  # no forward()
     (":run", True),
     ("", False),
@@ -80,7 +90,8 @@ def test_enter_submits_only_complete_modules_and_commands(text, submits):
 
 
 def test_toolbar_hint_says_what_enter_will_do():
-    assert enter_hint(MODULE) == "Enter: generate a Triton kernel for this module"
+    assert enter_hint(RUNNABLE) == "Enter: generate a Triton kernel for this module"
+    assert enter_hint(MODULE) == "Enter: newline · Esc-Enter: generate without get_inputs()/get_init_inputs()"
     assert enter_hint(":x") == "Enter: run the command"
     assert "Not valid Python" in enter_hint("def f(:")
 

@@ -110,6 +110,18 @@ def test_paste_stream_save_run_and_quit(repl, tmp_path):
     assert (tmp_path / "home" / "input_history").exists()
 
 
+def test_a_module_typed_without_bracketed_paste_is_the_module(repl):
+    """Typed line by line (or pasted by a terminal without bracketed paste: the same keys), each line keeps the
+    indentation it carries, and Enter waits for get_inputs() and get_init_inputs() (issue 24, item 4)."""
+    repl.send(RELU_MODULE.replace("\n", "\r"))
+    repl.wait_for("Enter: generate a Triton kernel for this module", timeout=60)  # a staircase never gets there
+    screen = repl.text()
+    prompt_at = screen.rindex("› " + RELU_MODULE.splitlines()[0])
+    shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
+    assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
+    assert "tokens" not in screen  # nothing was submitted on the way
+
+
 def test_prompt_is_usable_while_the_model_loads_and_ctrl_d_exits(repl):
     repl.send(":set\r")
     # The next prompt, empty, under the output: a Ctrl-D sent while the command is still being handled is dropped by

@@ -67,16 +67,18 @@ class PumpedTerminal(Terminal):
 
 @pytest.fixture
 def endless_chatty_model_dir(tiny_model_dir, tmp_path):
-    """The random tiny model, endless (an end-of-text id it never emits), and with 1000 positions declared, so that
-    transformers logs its "friendly reminder" about the length in the middle of the stream (the prompt for
-    RELU_MODULE is 945 tokens)."""
+    """The random tiny model, endless (an end-of-text id it never emits), and with a generation config that sets
+    both min_length and min_new_tokens, about which transformers logs a warning from generate()'s thread as each
+    reply starts. (Its "friendly reminder" on going past the context was used before; nothing goes past it now.)"""
     directory = tmp_path / "endless"
     shutil.copytree(tiny_model_dir, directory)
-    for name, change in [("generation_config.json", {"eos_token_id": [10**6]}),
-                         ("config.json", {"max_position_embeddings": 1000})]:
-        config = json.loads((directory / name).read_text())
-        (directory / name).write_text(json.dumps({**config, **change}))
+    file = directory / "generation_config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "eos_token_id": [10**6], "min_length": 2,
+                                "min_new_tokens": 2}))
     return directory
+
+
+CHATTER = "seem to have been set"  # transformers: "Both `min_new_tokens` (=2) and `min_length`(=2) seem to have..."
 
 
 def assert_the_prompt_holds(screen: str, module: str) -> None:
@@ -105,8 +107,8 @@ def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_
         assert_the_prompt_holds(screen, RELU_MODULE)
         # One header and one status line for the reply in the whole scrollback; the warning once, as a note.
         assert len(re.findall(STATUS, screen)) == 1, screen[-4000:]
-        assert len(re.findall("friendly reminder", screen)) == 1
-        assert re.search(r"^note: .*friendly reminder", screen, re.MULTILINE)
+        assert len(re.findall(CHATTER, screen)) == 1
+        assert re.search(rf"^note: .*{CHATTER}", screen, re.MULTILINE)
         terminal.send("\r")  # and Enter submits it
         terminal.wait_for(LIVE_HEADER)
         terminal.child.sendintr()
@@ -136,22 +138,28 @@ def test_a_paste_while_the_module_is_being_sized_reaches_the_next_prompt_whole(t
 
 @pytest.fixture
 def slow_prefill_model_dir(tmp_path):
-    """A random model big enough that reading a long module (the prefill) takes seconds before the first token."""
+    """A random model big enough that reading a long module (the prefill) takes seconds before the first token, with
+    a context of 32768 positions (the real model's is 131072) that such modules fit."""
     import torch
     from transformers import LlamaForCausalLM
 
     import tiny_models
 
     tokenizer = tiny_models.build_tiny_tokenizer()
+    config = tiny_models._llama_config(tokenizer, hidden=256, layers=12, heads=4, kv_heads=2, intermediate=1024)
+    config.max_position_embeddings = 32768
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = LlamaForCausalLM(tiny_models._llama_config(tokenizer, hidden=256, layers=12, heads=4, kv_heads=2,
-                                                           intermediate=1024))
+        model = LlamaForCausalLM(config)
     return tiny_models._save(model, tokenizer, tmp_path / "slow-prefill")
 
 
-LONG_MODULE = RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long to read\n"
-                                    for n in range(160))
+def long_module(notes: int) -> str:
+    return RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long to read\n"
+                                 for n in range(notes))
+
+
+LONG_MODULE = long_module(160)  # 5,400 tokens: a prefill of 8-14 s here
 
 
 def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow_prefill_model_dir, tmp_path):
@@ -173,6 +181,29 @@ def test_ctrl_c_before_the_first_token_returns_at_once_and_says_interrupted(slow
         terminal.wait_for("max_new_tokens +100000")
     finally:
         terminal.child.terminate(force=True)
+
+
+def test_one_shot_ctrl_c_while_the_module_is_read_exits_at_once_with_130(slow_prefill_model_dir, tmp_path):
+    """Issue 24, item 2: it exited 26 s after Ctrl-C (the prefill ran on), saying "the reply holds no code", rc 1.
+    The prompt here takes 25-45 s to read; one of its 12 layers, 2-4 s."""
+    (tmp_path / "long.py").write_text(long_module(400))
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home")}
+    child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(slow_prefill_model_dir),
+                                           "--file", str(tmp_path / "long.py"), "--no-log"],
+                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
+    try:
+        child.expect("generating with", timeout=120)
+        child.sendintr()
+        interrupted_at = time.monotonic()
+        child.expect(pexpect.EOF, timeout=120)
+        exited_in = time.monotonic() - interrupted_at
+        child.close()
+        assert exited_in < 15, f"{exited_in:.1f} s"  # the margin is for a loaded machine
+        assert child.exitstatus == 130, child.before
+        assert "interrupted before the reply held any code" in child.before
+        assert "holds no code" not in child.before
+    finally:
+        child.terminate(force=True)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a terminal that re-wraps lines on resize)")
@@ -211,6 +242,16 @@ def test_resizing_the_window_mid_stream_leaves_one_copy_of_the_reply_in_the_scro
         wait_for_a_new_frame()
         tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
         wait_for_a_new_frame()
+        # Half as high, once the reply fills the region: the region then starts at the top row, where erasing to the
+        # end of the screen made tmux push the screen into the scrollback at every frame (issue 24, item 8); then as
+        # high again.
+        wait_for(r"(?m)^[2-9]\d ")  # line 20 or later shown: a region of 11 lines is full
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "12")
+        wait_for_a_new_frame()
+        wait_for_a_new_frame()
+        tmux("resize-window", "-t", "repl", "-x", "100", "-y", "24")
+        wait_for_a_new_frame()
+        assert re.search(r"(?m)^─+  kernel \d+ tokens · [\d.]+ tok/s · [\d.]+ s  ─+$", wait_for(LIVE_HEADER))
         tmux("send-keys", "-t", "repl", "C-c")
         scrollback = wait_for(STATUS + r" +interrupted", history=True)
         assert len(re.findall(r"\d+ tokens · ", scrollback)) == 1, scrollback

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from repl.engine import Engine
+from repl.module_source import inspect_module_source
 from repl.ui import commands
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
@@ -95,6 +96,42 @@ def test_save_into_a_missing_directory_reports_and_keeps_the_kernel(tmp_path, mo
     assert session.attempt.kernel == KERNEL
 
 
+def test_an_interrupted_kernel_that_does_not_parse_is_saved_only_with_force(tmp_path, monkeypatch):
+    """Issue 24, item 7: :save wrote a cut, unparseable kernel without a word."""
+    cut = REPLY.index(":\n    def forward")  # the replay's pieces are 7 characters: cut in `class ModelNew(...)`
+    session, _, console = make_session(tmp_path, monkeypatch, interrupt_after=cut // 7)
+    session.handle(RELU)
+    assert session.attempt.reply.interrupted and inspect_module_source(session.attempt.kernel).syntax_error
+    session.handle(":save cut.py")
+    assert not (tmp_path / "cut.py").exists()
+    assert re.search(r"the kernel does not parse \(the reply was interrupted\): line \d+: .*; :regen samples "
+                     r"another, :save cut.py --force writes it anyway", " ".join(output(console).split()))
+    session.handle(":save cut.py --force")
+    assert "The reply was interrupted: this kernel may be incomplete." in (tmp_path / "cut.py").read_text()
+    assert "It does not parse (line" in output(console)
+
+
+def test_an_interrupted_kernel_that_parses_is_saved_with_a_warning(tmp_path, monkeypatch):
+    cut = REPLY.index("clamp(min") + len("clamp(")  # the reply ends at `return x.clam`, which parses
+    session, _, console = make_session(tmp_path, monkeypatch, interrupt_after=cut // 7)
+    session.handle(RELU)
+    assert session.attempt.reply.interrupted and not inspect_module_source(session.attempt.kernel).syntax_error
+    session.handle(":save cut.py")
+    assert "The reply was interrupted: this kernel may be incomplete." in (tmp_path / "cut.py").read_text()
+    assert "The reply was interrupted: the kernel may be incomplete (:run checks it)." in output(console)
+
+
+@pytest.mark.parametrize("interrupt_after", [0, 2])
+def test_ctrl_c_on_regen_before_any_code_keeps_the_current_kernel(tmp_path, monkeypatch, interrupt_after):
+    """Issue 24, item 7: the empty reply (or its first words) used to become the current kernel."""
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    backend.interrupt_after = interrupt_after
+    session.handle(":regen")
+    assert session.attempt.kernel == KERNEL
+    assert "No kernel in this reply: the current kernel is still the one before" in output(console)
+
+
 def test_regen_samples_again_for_the_same_module(tmp_path, monkeypatch):
     other = REPLY.replace("clamp(min=0)", "relu()")
     session, backend, _ = make_session(tmp_path, monkeypatch, REPLY, other)
@@ -144,6 +181,18 @@ def test_set_changes_sampling_and_rejects_bad_values(tmp_path, monkeypatch):
     session.handle(":set top_p 5")
     assert session.engine.settings.temperature == 0.6 and session.engine.settings.top_p == 0.97
     assert "top_p must be in (0, 1]" in output(console)
+
+
+def test_max_new_tokens_that_cannot_fit_the_models_context_is_refused(tmp_path, monkeypatch):
+    """Issue 24, item 3: :set max_new_tokens 100000 was accepted for a model of 4,096 positions."""
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    backend.context_tokens = 4096
+    session.handle(":set max_new_tokens 100000")
+    session.handle(":set max_new_tokens 3000")  # what fits depends on the prompt: capped when generating, if need be
+    text = output(console)
+    assert ("max_new_tokens 100,000 cannot fit: the model's context holds 4,096 tokens, prompt and reply together"
+            in text)
+    assert session.engine.settings.max_new_tokens == 3000
 
 
 def test_load_reads_a_module_file_and_names_the_kernel_after_it(tmp_path, monkeypatch):
@@ -281,6 +330,31 @@ def test_model_switches_are_refused_for_a_missing_directory_and_with_a_server(tm
     session.handle(f":model {tmp_path / 'nowhere'}")
     assert "no model directory at" in output(console)
     assert session.engine.model_state == ("idle", "not loaded")  # the current model is kept
+
+
+def test_a_switch_that_fails_in_the_background_keeps_the_working_model(tiny_model_dir, tmp_path, monkeypatch):
+    """Offline, a hub id fails only once its load has begun (issue 24, item 7): the model that worked is still the
+    one that generates, and why the switch failed is said once."""
+    from repl.engine import EngineOptions
+    from repl.settings import SamplingSettings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    console = make_console(file=io.StringIO(), force_terminal=True, width=400, height=20, record=True)
+    engine = Engine(EngineOptions(model=str(tiny_model_dir)), SamplingSettings(max_new_tokens=4))
+    session = ReplSession(engine, console, module_input=object())
+    monkeypatch.setattr(engine, "too_large", lambda code, device="auto": None)  # no judge to size it
+    session.handle(RELU)  # waits for the model, then generates
+    working = engine.loaded_backend
+    session.handle(":model kernelllm-tests/not-cached")
+    engine.wait_for_model()
+    assert engine.model_state == ("ready", working.description) and engine.loaded_backend is working
+    session.handle(":regen")
+    assert session.attempt.reply.tokens > 0 and "could not be loaded" not in console.export_text(clear=False)
+    session.handle(":model")
+    text = output(console)
+    assert text.count("Could not switch to kernelllm-tests/not-cached, so tiny-random-model") == 2  # once, then :model
+    assert "not in the Hugging Face cache" in text and "HF_HUB_OFFLINE is set" in text
 
 
 def test_a_module_too_large_to_check_here_is_said_before_generating(tmp_path, monkeypatch):

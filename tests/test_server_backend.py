@@ -348,8 +348,9 @@ class ScriptedServer(ThreadingHTTPServer):
     for a moment. Each choice streams three pieces."""
 
     def __init__(self, refuse_n: bool = False, busy: int = 0, only_listed: bool = False, models_status: int = 200,
-                 error_event: str | None = None):
+                 error_event: str | None = None, max_model_len: int | None = None):
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.max_model_len = max_model_len  # listed with the model, as vLLM lists it
         self.error_event = error_event  # after the first piece, an error event in the stream with this message
         self.models_status = models_status  # GET /models answers this (500: as transformers serve did with no cache)
         self.refuse_n = refuse_n
@@ -369,7 +370,10 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         if self.server.models_status != 200:
             error = {"error": {"code": self.server.models_status, "message": "cannot list", "type": "server_error"}}
             return self._send(self.server.models_status, "application/json", json.dumps(error))
-        self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "kernelllm"}]}))
+        entry = {"id": "kernelllm"}
+        if self.server.max_model_len is not None:
+            entry["max_model_len"] = self.server.max_model_len
+        self._send(200, "application/json", json.dumps({"object": "list", "data": [entry]}))
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -521,6 +525,17 @@ def test_a_named_model_is_requested_whatever_the_listing_says(scripted, models_s
     with ServerBackend(server.url, model="not-listed") as backend:
         assert "".join(backend.stream(PROMPT, SHORT)) == "0.0 0.1 0.2 "
     assert [request["model"] for request in server.requests] == ["not-listed"]
+
+
+def test_max_new_tokens_beyond_a_listed_context_is_refused_before_any_request(scripted):
+    """Issue 24, item 3, what a server lets be known: vLLM lists each model's max_model_len."""
+    server = scripted(max_model_len=4096)
+    with ServerBackend(server.url) as backend:
+        with pytest.raises(GenerationError, match="^max_new_tokens 100,000 cannot fit: the served model's context "
+                                                  "holds 4,096 tokens, prompt and reply together$"):
+            backend.stream(PROMPT, SamplingSettings(max_new_tokens=100000))
+        assert server.requests == [] and backend.context_tokens == 4096
+        assert "".join(backend.stream(PROMPT, SamplingSettings(max_new_tokens=100))) == "0.0 0.1 0.2 "
 
 
 def test_with_no_model_named_a_listing_that_fails_is_one_line(scripted):

@@ -110,7 +110,8 @@ def test_a_narrower_window_gets_every_row_of_the_previous_frame_erased():
     console.width = 40  # 90 cells re-wrap into 3 rows: 3 + 1 + 3 rows
     console.file.truncate(0), console.file.seek(0)
     region.show(RichText("new"))
-    assert console.file.getvalue().startswith("\r\x1b[6A\x1b[J")
+    # Each of the 7 rows erased, from the cursor up; never "erase to the end of the screen" (issue 24, item 8).
+    assert console.file.getvalue() == "\r\x1b[2K" + "\x1b[A\x1b[2K" * 6 + "new"
 
 
 def test_library_warnings_during_a_stream_become_lines_not_output(capsys, caplog):

@@ -106,10 +106,12 @@ def _generate(engine, module, args, log: SessionLog) -> int:
     source_name = Path(args.file).stem if args.file else None
     reply_id = log.start_reply(log.record_module(module.code, module.model_class, source_name), stream.reply.model,
                                stream.reply.settings)
-    say(f"generating with {engine.backend().description}…")
     last_report = time.monotonic()
     try:
         try:
+            say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
+            if stream.reply.note:
+                say(f"note: {stream.reply.note}")
             for _ in stream:
                 log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
                 if time.monotonic() - last_report > 5:
@@ -128,6 +130,9 @@ def _generate(engine, module, args, log: SessionLog) -> int:
         say(f"error: {reply.error}")
         return 1
     kernel = extract_kernel_code(reply.text)
+    if kernel is None and reply.finish_reason == INTERRUPTED:
+        say("interrupted before the reply held any code; nothing written")
+        return 130
     if kernel is None:
         say("error: the reply holds no code; run again to sample another (or lower --temperature)")
         return 1

@@ -5,6 +5,9 @@ A backend turns a raw prompt into a ``ReplyStream``: iterating it yields text pi
 far and the final state once iteration ends. A failure ends the reply as ``FAILED`` with a one-line ``reply.error``
 (and ``reply.transient`` when trying again may succeed), or raises ``GenerationError`` when the reply cannot start.
 
+A backend that knows its model's context (``context_tokens``) refuses a prompt that does not fit and caps
+``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in ``reply.note``.
+
 To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
 (``stream_many`` samples one reply after another, ``close`` does nothing). The local transformers backend, its fast
 decode path and the OpenAI-compatible server backend are all written this way, so the REPL, the one-shot command line,
@@ -46,6 +49,7 @@ class Reply:
     tokens: int = 0
     finish_reason: str | None = None  # None while streaming
     error: str | None = None  # one-line message when finish_reason == FAILED
+    note: str | None = None  # one line on how the request was changed to be served (max_new_tokens capped), or None
     transient: bool = False  # a FAILED reply that trying again may turn out fine (GenerationError.transient)
     started_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
@@ -93,6 +97,7 @@ class Backend(ABC):
 
     description: str = "a generation backend"  # one line for the toolbar and :model, e.g. "KernelLLM on cuda (bf16)"
     device: str | None = None  # where this process runs the model ("cuda:0", "cpu"); None when it runs elsewhere
+    context_tokens: int | None = None  # the most tokens a prompt and its reply may hold together; None: unknown
     reason: str | None = None  # why the backend runs below its best (e.g. fast decoding off), shown once; or None
 
     @abstractmethod
@@ -123,6 +128,25 @@ def check_many(settings: SamplingSettings, k: int) -> None:
         raise ValueError("k must be at least 1")
     if settings.greedy and k > 1:
         raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+
+
+def fit_to_context(prompt_tokens: int, settings: SamplingSettings,
+                   context_tokens: int | None) -> tuple[SamplingSettings, str | None]:
+    """The settings a prompt of ``prompt_tokens`` can be served with in a context of ``context_tokens``, and a note
+    when max_new_tokens had to be capped (the reply gets only the room the prompt leaves); GenerationError (one line)
+    for a prompt that leaves no room at all. Checked before any work: past its context a model writes garbage, or
+    nothing at all for minutes."""
+    if context_tokens is None:
+        return settings, None
+    if prompt_tokens >= context_tokens:
+        raise GenerationError(f"the prompt is {prompt_tokens:,} tokens and the model's context holds "
+                              f"{context_tokens:,} (prompt and reply together); shorten the module")
+    room = context_tokens - prompt_tokens
+    if settings.max_new_tokens <= room:
+        return settings, None
+    note = (f"max_new_tokens capped at {room:,} (from {settings.max_new_tokens:,}): the prompt takes "
+            f"{prompt_tokens:,} of the model's {context_tokens:,} tokens of context")
+    return dataclasses.replace(settings, max_new_tokens=room), note
 
 
 def seeded(settings: SamplingSettings, offset: int) -> SamplingSettings:
@@ -192,7 +216,7 @@ class _QueuedStream:
 
     def _copy(self, done: bool) -> None:
         source = self._inner.reply
-        for name in ("model", "text", "tokens", "error", "transient", "first_token_at", "finished_at"):
+        for name in ("model", "text", "tokens", "error", "transient", "note", "first_token_at", "finished_at"):
             setattr(self.reply, name, getattr(source, name))
         if done:
             self.reply.finish_reason = source.finish_reason or FINISHED

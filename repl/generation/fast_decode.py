@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from repl.errors import one_line
-from repl.generation import Backend, Reply
+from repl.generation import Backend, Reply, fit_to_context
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
@@ -35,8 +35,9 @@ _END = object()
 class FastReplyStream:
     """A reply fed by the fast decoder's worker thread, which serves all K streams of a ``stream_many`` call."""
 
-    def __init__(self, loaded: LoadedModel, settings: SamplingSettings, prompt_tokens: int, end_ids: set[int]):
-        self.reply = Reply(model=loaded.model_id, settings=settings)
+    def __init__(self, loaded: LoadedModel, settings: SamplingSettings, prompt_tokens: int, end_ids: set[int],
+                 note: str | None = None):
+        self.reply = Reply(model=loaded.model_id, settings=settings, note=note)
         self.prompt_tokens = prompt_tokens
         self.open = True  # the worker still sends it tokens
         self._end_ids = end_ids
@@ -115,6 +116,7 @@ class FastLocalBackend(Backend):
         self.drafting = drafting
         self.replies = SessionReplies()  # what this session generated: drafts for later replies
         self.device = loaded.device
+        self.context_tokens = loaded.context_tokens
         self.plain = LocalBackend(loaded)
         self.reason: str | None = unsupported_reason(loaded.model)
         if self.reason is None and compile and not str(loaded.device).startswith("cuda"):
@@ -233,9 +235,10 @@ class FastLocalBackend(Backend):
         if k > max(self.batch_sizes):  # more rows than any batch the warm-up makes: the plain path, seed or not
             return None
         prompt_ids = encode_prompt(self.loaded.tokenizer, prompt)
+        settings, note = fit_to_context(prompt_ids.shape[1], settings, self.context_tokens)
         if not self.decoder.fits(prompt_ids.shape[1], settings.max_new_tokens):
             return None
-        streams = [FastReplyStream(self.loaded, settings, prompt_ids.shape[1], self.end_ids) for _ in range(k)]
+        streams = [FastReplyStream(self.loaded, settings, prompt_ids.shape[1], self.end_ids, note) for _ in range(k)]
         threading.Thread(target=self._generate, args=(prompt_ids, settings, streams), name="fast-decode",
                          daemon=True).start()
         return streams

@@ -5,16 +5,18 @@ the original helper script sliced ``decode(output)[len(prompt):]`` after skippin
 of the reply.
 """
 
+import contextlib
 import queue
 import threading
 import time
+from typing import Callable
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from repl.errors import one_line
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, fit_to_context
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
 
@@ -30,8 +32,9 @@ def generation_lock(model) -> threading.Lock:
 
 
 def encode_prompt(tokenizer, prompt: str) -> torch.Tensor:
-    """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none)."""
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    """Token ids of the prompt with exactly one BOS (the tokenizer adds it; the prompt text carries none). A prompt
+    longer than the model's context is refused by fit_to_context, not warned about by the tokenizer."""
+    ids = tokenizer(prompt, return_tensors="pt", verbose=False).input_ids
     bos = tokenizer.bos_token_id
     if bos is not None and (ids.shape[1] == 0 or ids[0, 0].item() != bos):
         ids = torch.cat([torch.tensor([[bos]]), ids], dim=1)
@@ -111,6 +114,7 @@ class LocalBackend(Backend):
         self.loaded = loaded
         self.description = loaded.description
         self.device = loaded.device
+        self.context_tokens = loaded.context_tokens
 
     def stream(self, prompt: str, settings: SamplingSettings) -> "LocalReplyStream":
         return LocalBatchGeneration(self.loaded, prompt, settings, 1).streams[0]
@@ -154,6 +158,39 @@ class _RowCancelCriterion(StoppingCriteria):
         return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)
 
 
+class _Stopped(Exception):
+    """Raised inside the model's forward pass once every stream of a generation is cancelled."""
+
+
+@contextlib.contextmanager
+def stopping_mid_forward(model, stopped: Callable[[], bool]):
+    """While generate() runs, stop it at the next decoder layer once ``stopped()`` is true (``_Stopped``).
+
+    generate() asks its stopping criteria only between forward passes, and the prefill of a prompt is one forward
+    pass: a long module's took seconds to minutes, the work went on after Ctrl-C, and the next reply waited for it
+    (issue 24, item 2). A check before each layer costs a microsecond per layer and step."""
+
+    def check(module, arguments):
+        if stopped():
+            raise _Stopped
+
+    handles = [layer.register_forward_pre_hook(check) for layer in _decoder_layers(model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _decoder_layers(model) -> list:
+    """The model's stack of decoder layers (model.model.layers for Llama), or the model itself where it has none."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if layers is not None:
+        return list(layers)
+    return [model] if isinstance(model, torch.nn.Module) else []
+
+
 class LocalBatchGeneration:
     """One generate(num_return_sequences=k) in a worker thread, fanned out to k streams (``streams``)."""
 
@@ -161,10 +198,10 @@ class LocalBatchGeneration:
         if settings.greedy and k > 1:
             raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
         self._loaded = loaded
-        self.settings = settings
         self.error: BaseException | None = None
-        prompt_ids = encode_prompt(loaded.tokenizer, prompt).to(loaded.model.device)
-        self._prompt_ids = prompt_ids
+        prompt_ids = encode_prompt(loaded.tokenizer, prompt)
+        self.settings, self.note = fit_to_context(prompt_ids.shape[1], settings, loaded.context_tokens)
+        self._prompt_ids = prompt_ids = prompt_ids.to(loaded.model.device)
         eos = loaded.model.generation_config.eos_token_id
         eos = eos if eos is not None else loaded.tokenizer.eos_token_id
         self.end_ids = set(eos) if isinstance(eos, list) else {eos}
@@ -188,8 +225,9 @@ class LocalBatchGeneration:
     def _generate(self) -> None:
         model, tokenizer = self._loaded.model, self._loaded.tokenizer
         eos = sorted(self.end_ids)
+        all_cancelled = lambda: all(stream._cancelled.is_set() for stream in self.streams)
         try:
-            with generation_lock(model), torch.inference_mode():
+            with generation_lock(model), torch.inference_mode(), stopping_mid_forward(model, all_cancelled):
                 if self.settings.seed is not None:
                     torch.manual_seed(self.settings.seed)
                 model.generate(
@@ -204,6 +242,9 @@ class LocalBatchGeneration:
                         [_RowCancelCriterion([stream._cancelled for stream in self.streams])]),
                     **sampling_arguments(self.settings),
                 )
+        except _Stopped:  # every stream was cancelled: each ends as interrupted
+            for stream in self.streams:
+                stream._tokens.put(_END)
         except BaseException as error:  # reported through every reply, never lost in the thread
             self.error = error
             for stream in self.streams:
@@ -215,7 +256,7 @@ class LocalReplyStream:
     generate() adds after it is ignored), at max_new_tokens, or on cancel(), which stops this row only."""
 
     def __init__(self, batch: LocalBatchGeneration, index: int):
-        self.reply = Reply(model=batch._loaded.model_id, settings=batch.settings)
+        self.reply = Reply(model=batch._loaded.model_id, settings=batch.settings, note=batch.note)
         self.index = index
         self._batch = batch
         self._tokens: queue.Queue = queue.Queue()

@@ -41,6 +41,11 @@ class LoadedModel:
         return path.name if path.is_dir() else self.model_id
 
     @property
+    def context_tokens(self) -> int | None:
+        """The most tokens prompt and reply may hold together: the positions the model was made for."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+    @property
     def description(self) -> str:
         weights = f", {self.quantization} weights" if self.quantization else ""
         where = "across devices" if self.placement else f"on {self.device}"
@@ -71,8 +76,11 @@ def resolve_dtype(dtype: str, device: str):
 
 def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                on_progress: Callable[[str], None] | None = None, quantize: str | None = None,
-               device_map: str | None = None) -> LoadedModel:
+               device_map: str | None = None, before_weights: Callable[[], None] | None = None) -> LoadedModel:
     """Download if needed, then load tokenizer and model onto the device. Raises ModelLoadError.
+
+    ``before_weights`` is called once the files, the tokenizer and the configuration are in hand, just before the
+    weights are read (a model switch frees the previous model there).
 
     ``quantize`` (int8, int4): the linear layers are quantized one by one as they go to the device (``quantization``),
     so a GPU smaller than the full-precision model can hold the quantized one. ``device_map="auto"``: accelerate
@@ -87,12 +95,15 @@ def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str =
     report(f"loading {model_id} {'across devices' if device_map else f'onto {device}'}")
     placement = None
     try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as transformers_logging
 
         # Progress goes through on_progress; transformers' own bars would draw over the REPL's prompt.
         transformers_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
+        AutoConfig.from_pretrained(path)  # an architecture this transformers does not know fails here
+        if before_weights is not None:
+            before_weights()
         if device_map:
             from repl.generation.placement import load_placed
 

@@ -155,6 +155,7 @@ class ServerBackend(Backend):
         self.timeout = timeout
         self.honours_n: bool | None = None  # whether n=K gives K choices; learnt from the first n=K request
         self._named = model is not None  # named by the user: trusted, whatever /v1/models lists
+        self._contexts: dict[str, int] = {}  # model -> its context, where a listing says it (vLLM's max_model_len)
         self._connected = False
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -171,6 +172,12 @@ class ServerBackend(Backend):
     @property
     def description(self) -> str:
         return f"{self.model or 'the served model'} on {self.base_url}"
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The served model's context where the server's listing said it (vLLM and SGLang do); else unknown: the
+        prompt's length is the server's to count, and a server refuses a request that cannot fit (in one line)."""
+        return self._contexts.get(self.model)
 
     # -- the server's models ---------------------------------------------------------------------------------------
     def list_models(self) -> list[str]:
@@ -202,6 +209,10 @@ class ServerBackend(Backend):
         if self._closed.is_set():
             raise GenerationError("the server backend is closed")
         self.connect()
+        context = self.context_tokens
+        if context is not None and settings.max_new_tokens >= context:
+            raise GenerationError(f"max_new_tokens {settings.max_new_tokens:,} cannot fit: the served model's context "
+                                  f"holds {context:,} tokens, prompt and reply together")
         if k == 1 or self.honours_n is False:
             return [self._start(prompt, seeded(settings, i), 1)[0] for i in range(k)]
         return self._start(prompt, settings, k)
@@ -250,7 +261,12 @@ class ServerBackend(Backend):
         client = self._client.with_options(max_retries=0, timeout=min(self.timeout, 30.0))
         try:
             page = await client.models.list(extra_headers=self._headers)
-            return [entry.id for entry in page.data if isinstance(getattr(entry, "id", None), str)]
+            served = [entry for entry in page.data if isinstance(getattr(entry, "id", None), str)]
+            for entry in served:
+                context = getattr(entry, "max_model_len", None)
+                if isinstance(context, int) and context > 0:
+                    self._contexts[entry.id] = context
+            return [entry.id for entry in served]
         except openai.OpenAIError as error:
             raise describe_failure(error, self.base_url, self.timeout) from None
         except (ValueError, TypeError, AttributeError):  # an answer that is not a model list

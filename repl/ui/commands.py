@@ -46,7 +46,8 @@ def run_command(session, arguments):
 
 
 def save_command(session, arguments):
-    """Write the current kernel to PATH (default: a name from the module); --force overwrites an existing file."""
+    """Write the current kernel to PATH (default: a name from the module); --force overwrites an existing file, or
+    writes a kernel that does not parse."""
     force = "--force" in arguments
     paths = [word for word in arguments if word != "--force"]
     if len(paths) > 1:

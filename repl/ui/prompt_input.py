@@ -20,8 +20,10 @@ from repl.module_source import inspect_module_source
 
 
 def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
-    """Enter submits a :command, or a complete module once the cursor is at the end of an unindented (or blank) line,
-    so typing a module by hand still gets newlines inside its blocks."""
+    """Enter submits a :command, or a complete module (its class, get_inputs() and get_init_inputs()) once the cursor
+    is at the end of an unindented (or blank) line. Typed keys and a paste from a terminal without bracketed paste
+    arrive line by line: a module whose class is complete but whose get_inputs() is still to come is not submitted
+    at the blank line between them (as PlainInput ends a module). Esc-Enter submits anything."""
     stripped = text.strip()
     if stripped.startswith(":"):
         return True
@@ -30,7 +32,7 @@ def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
     last_line = text.split("\n")[-1]
     if last_line.startswith((" ", "\t")) and last_line.strip():
         return False
-    return inspect_module_source(text).is_module
+    return inspect_module_source(text).runnable
 
 
 def enter_hint(text: str) -> str:
@@ -41,10 +43,13 @@ def enter_hint(text: str) -> str:
         return "Enter: run the command"
     if enter_submits(text):
         return "Enter: generate a Triton kernel for this module"
-    problem = inspect_module_source(text).problem()
+    module = inspect_module_source(text)
+    problem = module.problem()
+    if problem is None and not module.runnable:
+        return "Enter: newline · Esc-Enter: generate without get_inputs()/get_init_inputs()"
     if problem is None:
         return "Enter: newline · Esc-Enter: generate"
-    if not inspect_module_source(text).is_python:  # Esc-Enter would only hand it back: offer nothing
+    if not module.is_python:  # Esc-Enter would only hand it back: offer nothing
         return f"Enter: newline · {problem.split(';')[0]}"
     return f"Enter: newline · Esc-Enter: submit anyway · {problem.split(';')[0]}"
 
@@ -202,7 +207,9 @@ class ModuleInput:
             if enter_submits(buffer.text, at_end):
                 buffer.validate_and_handle()
             else:
-                buffer.newline(copy_margin=not buffer.text.strip().startswith(":"))
+                # No indentation copied from the line above: what is typed (or pasted by a terminal without bracketed
+                # paste, as keys) carries its own, which would add up into a staircase (issue 24, item 4).
+                buffer.newline(copy_margin=False)
 
         @bindings.add("escape", "enter")
         def _submit(event):

@@ -16,7 +16,7 @@ from rich.text import Text
 from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
 from repl.errors import one_line
 from repl.extract import defines_model_new, extract_kernel_code
-from repl.generation import FINISHED, INTERRUPTED, GenerationError, Reply
+from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -28,8 +28,9 @@ from repl.ui.typeahead import KeyCapture
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event, wait_through_interrupts
 
-# After Ctrl-C, wait this long for the backend to stop; a backend still in prefill (which cannot stop mid-step) is left
-# to finish in its thread and the reply is shown as interrupted at once.
+# After Ctrl-C, wait this long for the backend to stop; one that takes longer (the local model ends the layer it is in,
+# which on a long prompt's prefill takes seconds on a CPU) finishes in its thread, and the reply is shown as
+# interrupted at once.
 STOP_WAIT_S = 0.3
 
 WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_inputs() and get_init_inputs()) "
@@ -49,6 +50,7 @@ class ReplSession:
         self.attempt: Attempt | None = None  # the current kernel
         self.candidates: list = []  # the last :best/:fix candidates, best first
         self._reported_failure: tuple[str, str] | None = None  # (model, message) already shown in the transcript
+        self._reported_switch_failure: str | None = None
         self.input = module_input or make_module_input(InputOptions(
             history_file=str(history_file()),
             toolbar=self.toolbar_text,
@@ -119,7 +121,12 @@ class ReplSession:
                                style="bad")
 
     def report_model_failure(self) -> None:
-        """Say in the transcript, once per model, why it could not be loaded (the toolbar only says that it failed)."""
+        """Say in the transcript, once per model, why it could not be loaded (the toolbar only says that it failed);
+        or, once, why a switch to another model failed while the working model was kept."""
+        switch_failure = self.engine.switch_failure
+        if switch_failure and switch_failure != self._reported_switch_failure:
+            self._reported_switch_failure = switch_failure
+            self.console.print(switch_failure, style="bad")
         state, message = self.engine.model_state
         if state == "failed" and self._reported_failure != (self.engine.options.model, message):
             self._reported_failure = (self.engine.options.model, message)
@@ -129,6 +136,8 @@ class ReplSession:
 
     def toolbar_text(self) -> str:
         state, message = self.engine.model_state
+        if state == "ready" and self.engine.switch_failure:
+            return f"model: {message} (the switch failed: :model says why)"
         if state == "ready":
             return f"model: {message}"
         if state == "failed":
@@ -172,25 +181,28 @@ class ReplSession:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self.wait_for_model():
             return
-        messages = LibraryMessages()  # e.g. the tokenizer's "sequence length is longer than" while encoding the prompt
-        with messages:
-            try:
-                stream = self.engine.stream_kernel(self.module.code)
-            except GenerationError as error:
-                stream = None
-                failure = str(error)
-        if stream is None:
+        self.report_model_failure()  # a switch that failed meanwhile: say which model generates
+        # What libraries say from the prompt's encoding to the stream's end (a warning as generate() starts in its
+        # thread, say) is held back, to be shown as notes after the stream: one span, so that none falls between.
+        messages = LibraryMessages()
+        try:
+            with messages:
+                try:
+                    stream = self.engine.stream_kernel(self.module.code)
+                except GenerationError as error:
+                    stream, failure = None, str(error)
+                if stream is not None:
+                    reply, reply_id = self._stream_logged(stream)
+        finally:
             self._print_notes(messages)
+        if stream is None:
             self.console.print(failure, style="bad")
             return
-        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
-        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
-        reply = stream.reply
-        try:
-            reply = self._show_stream(stream, reply_id, messages)
-        finally:
-            self.log.finish_reply(reply_id, reply)
         print_finished_reply(self.console, reply)
+        if self.attempt is not None and extract_kernel_code(reply.text) is None:  # e.g. Ctrl-C before any code
+            self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
+                               style="hint")
+            return
         self.attempt = new_attempt(self.module.code, reply, self.source_name)
         self.attempt.log_id = reply_id
 
@@ -198,13 +210,25 @@ class ReplSession:
         for line in messages.lines:
             self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
 
-    def _show_stream(self, stream, reply_id, messages: LibraryMessages) -> Reply:
-        """The live view while a thread reads the stream; library messages are shown after it (keys typed meanwhile
-        are kept by run()'s capture). Ctrl-C cancels and returns within STOP_WAIT_S, with the reply marked
-        interrupted."""
+    def _stream_logged(self, stream) -> tuple[Reply, int | None]:
+        """Show the stream, written to the session log as it goes; the final reply and its log id."""
+        if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
+            self.console.print(f"note: {stream.reply.note}", style="hint")
+        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
+        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
+        reply = stream.reply
+        try:
+            reply = self._show_stream(stream, reply_id)
+        finally:
+            self.log.finish_reply(reply_id, reply)
+        return reply, reply_id
+
+    def _show_stream(self, stream, reply_id) -> Reply:
+        """The live view while a thread reads the stream (keys typed meanwhile are kept by run()'s capture). Ctrl-C
+        cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
         reader = _StreamReader(stream)
         reply, logged = stream.reply, 0
-        with messages, interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
+        with interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
                     if interrupted.is_set():
@@ -216,10 +240,9 @@ class ReplSession:
             except KeyboardInterrupt:
                 stream.cancel()
                 if not wait_through_interrupts(reader.finished, STOP_WAIT_S):
-                    # Still in prefill: show what there is as interrupted; the backend finishes in its thread.
+                    # Still stopping: show what there is as interrupted; the backend finishes in its thread.
                     reply = dataclasses.replace(reply, finish_reason=INTERRUPTED, finished_at=time.monotonic())
                     reader.say_so_at_exit(self.console)
-        self._print_notes(messages)
         if reader.error is not None:
             raise reader.error
         return reply
@@ -355,10 +378,20 @@ class ReplSession:
         self.console.print(render_check_result(outcome["result"]))
 
     def save_current(self, path: str | None, force: bool = False) -> None:
+        """Write the current kernel. One that does not parse is refused (--force writes it anyway); one from a reply
+        cut short is written with a warning, in the file and here."""
         attempt = self._current()
         kernel = self._current_kernel()
         target = path or attempt.module.suggested_filename(attempt.source_name)
-        text = kernel_header(attempt.reply.model, attempt.reply.settings, attempt.check) + kernel
+        reply = attempt.reply
+        cut_short = {INTERRUPTED: "interrupted",
+                     TRUNCATED: f"stopped at max_new_tokens={reply.settings.max_new_tokens}"}.get(reply.finish_reason)
+        syntax_error = inspect_module_source(kernel).syntax_error
+        if syntax_error and not force:
+            why = f" (the reply was {cut_short})" if cut_short else ""
+            raise commands.CommandError(f"the kernel does not parse{why}: {syntax_error}; :regen samples another, "
+                                        f":save {target} --force writes it anyway")
+        text = kernel_header(reply.model, reply.settings, attempt.check, cut_short) + kernel
         try:
             written = write_kernel_file(target, text, force=force)
         except FileExistsError:
@@ -368,6 +401,11 @@ class ReplSession:
                 f"could not write {target}: {error.strerror or one_line(error)}; the kernel is still here (:show)"
             ) from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
+        if syntax_error:
+            self.console.print(f"It does not parse ({syntax_error}).", style="warn")
+        elif cut_short:
+            self.console.print(f"The reply was {cut_short}: the kernel may be incomplete (:run checks it).",
+                               style="warn")
 
     # -- settings and information -------------------------------------------------------------------------------
     def show_settings(self) -> None:
@@ -387,9 +425,16 @@ class ReplSession:
             self.change_quantization(value.strip().lower())
             return
         try:
-            self.engine.settings = self.engine.settings.with_value(name, value)
+            settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
             raise commands.CommandError(one_line(error)) from None
+        backend = self.engine.backend_override or self.engine.loaded_backend
+        context = backend.context_tokens if backend is not None else None
+        if name == "max_new_tokens" and context is not None and settings.max_new_tokens >= context:
+            raise commands.CommandError(
+                f"max_new_tokens {settings.max_new_tokens:,} cannot fit: the model's context holds {context:,} tokens, "
+                "prompt and reply together")
+        self.engine.settings = settings
         self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
 
     def change_quantization(self, mode: str) -> None:
@@ -418,6 +463,8 @@ class ReplSession:
         state, message = self.engine.model_state
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
+        if self.engine.switch_failure:
+            self.console.print(self.engine.switch_failure, style="bad")
         backend = self.engine.backend_override or self.engine.loaded_backend
         reason = backend.reason if backend is not None else None
         if reason:

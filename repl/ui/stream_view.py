@@ -117,9 +117,13 @@ class StreamView:
 
 
 class LiveRegion:
-    """A few lines at the end of the output, redrawn in place. Before each frame it moves up over the previous one and
-    erases to the end of the screen, counting the rows that frame takes at the terminal's width now: a window made
-    narrower re-wraps each line into several rows (xterm-style terminals that cut lines instead are rare)."""
+    """A few lines at the end of the output, redrawn in place. Before each frame it erases the previous one row by
+    row, from the cursor up, counting the rows that frame takes at the terminal's width now: a window made narrower
+    re-wraps each line into several rows (xterm-style terminals that cut lines instead are rare).
+
+    Row by row (erase line, cursor up), never "erase to the end of the screen": a window made shorter by half puts
+    the region at the top row, and tmux (as some other terminals) pushes the whole screen into the scrollback when
+    the screen is erased from its top-left corner, which left a stale copy of every frame there (issue 24, item 8)."""
 
     HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
@@ -133,7 +137,7 @@ class LiveRegion:
             return ""
         width = max(self.console.size.width, 1)
         rows = sum(max(1, -(-length // width)) for length in self._line_lengths)
-        return "\r" + (f"\x1b[{rows - 1}A" if rows > 1 else "") + "\x1b[J"
+        return "\r\x1b[2K" + "\x1b[A\x1b[2K" * (rows - 1)
 
     def show(self, renderable) -> None:
         if not self.console.is_terminal:
