@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 
 from repl.checker import Checker, CheckResult, Verdict
 from repl.engine import Attempt, Engine
-from repl.generation import FAILED, INTERRUPTED, ReplyStream
+from repl.generation import FAILED, INTERRUPTED, PromptTooLong, ReplyStream
 from repl.module_source import inspect_module_source
 from repl.settings import SamplingSettings
 
@@ -300,8 +300,12 @@ class BestOfRun:
         return self.finished.done()
 
     def cancel(self) -> None:
-        self._cancelled.set()
         self.pool.cancel.set()
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop this run's generation; its pool (shared with other runs by eval) goes on."""
+        self._cancelled.set()
         with self._lock:
             streams = list(self._streams)
             never_started, self._started = not self._started, True
@@ -412,7 +416,10 @@ class BestOfRun:
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        self.cancel()
+        if isinstance(error, PromptTooLong):  # this module's fault: the other runs of the pool go on
+            self._stop()
+        else:
+            self.cancel()
 
 
 def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candidate]:

@@ -10,8 +10,8 @@ Definitions (docs/best-of-k.md):
   null when no kernel was timed (timings need a GPU, and only correct kernels are timed).
 - compiled: candidates whose kernel loaded and ran: correct, mismatch, runtime_error, no_triton, and a timeout or
   crash that came once the kernel had loaded (in its trials).
-- Problems too large for the check's device (verdict too_large) are reported apart and left out of pass@k and fast_p
-  (their pass_at is null in the file, and "too_large" says why).
+- Problems too large for the check's device (verdict too_large), or whose prompt does not fit the model's context,
+  are reported apart and left out of pass@k and fast_p (their pass_at is null in the file, and "too_large" says why).
 - A correct kernel whose timing is flagged (the checker found evidence against it: docs/checker.md) is correct for
   pass@k, but its timing counts nowhere: it is ranked after every unflagged correct kernel, a problem whose best
   is flagged is not fast for any p > 0, its speedup is left out of the geomean, and the summary lists such kernels
@@ -38,7 +38,7 @@ from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool, rank
 from repl.checker import Verdict
 from repl.engine import Attempt
 from repl.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
-from repl.generation import FINISHED, Reply
+from repl.generation import FINISHED, PromptTooLong, Reply
 from repl.kernel_file import write_text_atomically
 from repl.module_source import inspect_module_source
 from repl.settings import SamplingSettings
@@ -186,6 +186,12 @@ class ProblemResult:
             best=best,
             candidates=[_candidate_record(c) for c in candidates],
         )
+
+    @classmethod
+    def too_large_for_the_model(cls, name: str, n: int, why: str) -> "ProblemResult":
+        """A problem whose prompt does not fit the model's context: its n samples were never generated."""
+        record = {"file": None, "verdict": str(Verdict.TOO_LARGE), "message": why, "kernel_ms": None, "flagged": None}
+        return cls(name=name, n=n, compiled=0, correct=0, pass_at=None, best=None, candidates=[record] * n, note=why)
 
     def to_json_dict(self) -> dict:
         return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
@@ -380,6 +386,8 @@ class ProblemRun:
     def result(self) -> "ProblemResult | None":
         """Once `finished` is done: the problem's result, None when cancel stopped it mid-problem (a rerun does it
         again); raises the error that stopped it."""
+        if isinstance(self.error, PromptTooLong):  # the model cannot read this problem: too large, as for a device
+            return ProblemResult.too_large_for_the_model(self.problem.name, self.run.k, str(self.error))
         if self.error is not None:
             raise self.error
         if not self.complete:

@@ -342,3 +342,27 @@ def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, monkeypatc
     verdicts = {r.name: [c["verdict"] for c in r.candidates] for r in report.results}
     assert "crash" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
     assert [p["name"] for p in json.loads(out.read_text())["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
+
+
+def test_a_problem_whose_prompt_does_not_fit_the_models_context_is_too_large_and_the_run_goes_on(stand_in_checker,
+                                                                                                     tmp_path):
+    from replay_backend import ReplayBackend
+
+    from repl.generation import PromptTooLong
+
+    class ShortContext(ReplayBackend):
+        def stream(self, prompt, settings):
+            if "Elementwise sum of two tensors" in prompt:  # 2_Add, as if too long for the model's context
+                raise PromptTooLong("the prompt is 5,000 tokens and the model's context holds 4,096")
+            return super().stream(prompt, settings)
+
+    engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0),
+                    backend_override=ShortContext("```python\nclass ModelNew: pass\n```"))
+    report = evaluate(find_problems(PROBLEMS), engine=engine, samples=2, out_path=tmp_path / "results.json")
+    by_name = {result.name: result for result in report.results}
+    assert sorted(by_name) == ["1_ReLU", "2_Add", "3_Sigmoid"]  # the other problems were sampled and checked
+    too_long = by_name["2_Add"]
+    assert too_long.too_large and too_long.pass_at is None and too_long.n == 2
+    saved = {problem["name"]: problem for problem in json.loads((tmp_path / "results.json").read_text())["problems"]}
+    assert saved["2_Add"]["too_large"] == "the prompt is 5,000 tokens and the model's context holds 4,096"
+    assert report.summary["too_large"] == 1 and report.summary["problems"] == 2

@@ -41,6 +41,11 @@ class GenerationError(Exception):
         self.transient = transient
 
 
+class PromptTooLong(GenerationError):
+    """The prompt leaves the model no room to reply (fit_to_context): about the problem, not the backend, so a run
+    over many problems (eval) records it for that problem and goes on."""
+
+
 @dataclass
 class Reply:
     model: str
@@ -139,7 +144,7 @@ def fit_to_context(prompt_tokens: int, settings: SamplingSettings,
     if context_tokens is None:
         return settings, None
     if prompt_tokens >= context_tokens:
-        raise GenerationError(f"the prompt is {prompt_tokens:,} tokens and the model's context holds "
+        raise PromptTooLong(f"the prompt is {prompt_tokens:,} tokens and the model's context holds "
                               f"{context_tokens:,} (prompt and reply together); shorten the module")
     room = context_tokens - prompt_tokens
     if settings.max_new_tokens <= room:
@@ -211,6 +216,8 @@ class _QueuedStream:
             self._copy(done=True)
         except GenerationError as error:
             self.reply.fail(error)
+            if isinstance(error, PromptTooLong):  # about the prompt, as backend.stream(...) itself raises it
+                raise
         finally:
             self._queue.done(self._index)
 
