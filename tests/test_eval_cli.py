@@ -10,7 +10,6 @@ import pytest
 
 from repl.checker import CheckResult
 from repl.cli import main as main_cli
-from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -44,30 +43,33 @@ def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path)
 
 
 @pytest.fixture
-def stand_in_checker(monkeypatch):
+def checked(stand_in_checks):
+    """A stand-in CheckPool (correct for tl.maximum); .devices lists where each check ran."""
     devices = []
 
     def check(reference_code, reply_text, *, device, **options):
         devices.append(device)
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
-    return devices
+    pool = stand_in_checks(check)
+    pool.devices = devices
+    return pool
 
 
-def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, monkeypatch, stand_in_checker, capsys):
+def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, monkeypatch, checked, capsys):
     problems, candidates = relu_only
     monkeypatch.setattr(main_cli, "SUBCOMMANDS", ["repl.cli.eval"])
-    status = main_cli.main(["--device", "cpu", "eval", str(problems), "--candidates", str(candidates)])
-    assert status == 0 and stand_in_checker == ["cpu", "cpu"]
+    status = main_cli.main(["--device", "cpu", "eval", str(problems), "--candidates", str(candidates)],
+                           checks=checked)
+    assert status == 0 and checked.devices == ["cpu", "cpu"]
     assert "1_ReLU" in capsys.readouterr().out
 
 
-def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, tmp_path):
+def test_samples_takes_the_first_k_candidate_files(relu_only, checked, tmp_path):
     problems, candidates = relu_only
     out = tmp_path / "r.json"
     arguments = ["eval", str(problems), "--candidates", str(candidates), "--samples", "1", "--json", str(out)]
-    assert main_cli.main(arguments) == 0
+    assert main_cli.main(arguments, checks=checked) == 0
     assert [c["file"] for c in json.loads(out.read_text())["problems"][0]["candidates"]] == ["good.py"]
 
 
@@ -97,7 +99,7 @@ def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     assert "no model directory" in capsys.readouterr().err
 
 
-def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeypatch, capsys, tmp_path):
+def test_problems_too_large_for_the_device_are_reported_apart(relu_only, stand_in_checks, capsys, tmp_path):
     problems, candidates = relu_only
     shutil.copy(TESTS / "eval_problems" / "2_Add.py", problems)
     (candidates / "2_Add").mkdir()
@@ -109,9 +111,9 @@ def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeyp
             return CheckResult(verdict="too_large", message=reason)
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
     out = tmp_path / "r.json"
-    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)]) == 0
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)],
+                         checks=stand_in_checks(check)) == 0
     captured = capsys.readouterr()
     assert "skipped: too large for this device: 1 (2_Add); not in pass@k or fast_p" in captured.out
     assert "pass@k  @1 0.500  @2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved

@@ -14,11 +14,6 @@ from tiny_models import PREPARED_REPLY, RELU_MODULE
 
 
 @pytest.fixture(scope="module")
-def random_model(tiny_model_dir):
-    return load_model(str(tiny_model_dir), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def trained_model(trained_model_dir):
     return load_model(str(trained_model_dir), device="cpu")
 

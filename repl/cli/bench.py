@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from repl.cli.options import model_options, positive_int
+from repl.cli.options import model_options
+from repl.option_values import positive_int
 
 DESCRIPTION = """\
 Benchmark generation: tokens/s of one stream and of K samples at once, for model.generate() (the plain path) and the

@@ -19,8 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import (GREEDY_SAMPLES, check_options, debug_option, model_options, positive_float, positive_int,
-                              sampling_options)
+from repl.cli.options import check_options, debug_option, engine_from, model_options, sampling_options
+from repl.option_values import positive_float, positive_int
+from repl.settings import greedy_samples_problem
 
 DESCRIPTION = """\
 Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is).
@@ -68,8 +69,9 @@ def _argument_problem(args) -> str | None:
         parent = Path(args.json_out).expanduser().parent
         if not parent.is_dir():
             return f"--json {args.json_out}: the folder {parent} does not exist"
-    if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
-        return GREEDY_SAMPLES
+    greedy = None if args.candidates else greedy_samples_problem(args.temperature, args.samples or 1)
+    if greedy:
+        return greedy
     return eval_ray.argument_problem(args)
 
 
@@ -111,7 +113,7 @@ def run(args) -> int:
         if engine is None and not args.candidates:
             return 1
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
-                         concurrency=args.concurrency)
+                         concurrency=args.concurrency, checks=None if engine else args.checks)
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     cancel = threading.Event()
@@ -159,8 +161,6 @@ def run(args) -> int:
 
 
 def _load_engine(args, err):
-    from repl.cli.main import engine_from
-
     try:
         engine = engine_from(args)
     except ValueError as error:

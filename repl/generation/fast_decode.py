@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from repl.errors import one_line
-from repl.generation import Backend, Reply
+from repl.generation import Backend, Reply, check_many
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
@@ -107,6 +107,8 @@ class FastLocalBackend(Backend):
     greedy decoding, the same distribution under sampling), prepared as the warm-up's last stage; K rows never do.
     ``state``: warming up -> ready (a tier serves) ; or off / failed with a ``reason``.
     """
+
+    samples_together = True  # stream_many: k rows of one batch
 
     def __init__(self, loaded: LoadedModel, *, compile: bool = True, max_seq_len: int = MAX_SEQ_LEN,
                  batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None,
@@ -217,8 +219,7 @@ class FastLocalBackend(Backend):
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list:
         """k samples of one prompt decoded as one batch (the prompt is prefilled once), as LocalBackend.stream_many."""
-        if settings.greedy and k > 1:
-            raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+        check_many(settings, k)
         return self._stream(prompt, settings, k) or self.plain.stream_many(prompt, settings, k)
 
     def _stream(self, prompt: str, settings: SamplingSettings, k: int) -> list | None:

@@ -66,11 +66,12 @@ def small_module(number: int) -> str:
 
 
 class JudgeCounter:
-    """Counts the judge processes started below this process, by polling /proc (a judge lives seconds at least:
-    it imports torch before it answers anything)."""
+    """Counts the judge processes this process starts from now on, by polling /proc (a judge lives seconds at least:
+    it imports torch before it answers anything); judges already running are not counted."""
 
     def __init__(self, poll_s: float = 0.02):
         self.seen: set[int] = set()
+        self._before = set(self._judges())
         self._poll_s = poll_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="judge-counter", daemon=True)
@@ -85,18 +86,24 @@ class JudgeCounter:
         return len(self.seen)
 
     def _watch(self) -> None:
-        me = str(os.getpid())
         while not self._stop.wait(self._poll_s):
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit() or int(entry) in self.seen:
-                    continue
-                try:
-                    parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
-                    command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                except (OSError, IndexError):
-                    continue
-                if parent == me and JUDGE_MODULE.encode() in command:
-                    self.seen.add(int(entry))
+            self.seen.update(pid for pid in self._judges() if pid not in self._before)
+
+    @staticmethod
+    def _judges() -> list[int]:
+        """The judge processes that are this process's children now."""
+        me, found = str(os.getpid()), []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except (OSError, IndexError):
+                continue
+            if parent == me and JUDGE_MODULE.encode() in command:
+                found.append(int(entry))
+        return found
 
 
 class PacedBackend(Backend):
@@ -106,6 +113,7 @@ class PacedBackend(Backend):
     def __init__(self, inner: Backend, tokens_per_s: float):
         self.inner, self.tokens_per_s = inner, tokens_per_s
         self.description = f"{inner.description}, paced at {tokens_per_s:g} tokens/s"
+        self.samples_together = inner.samples_together
 
     def stream(self, prompt, settings):
         return _PacedStream(self.inner.stream(prompt, settings), self.tokens_per_s)
@@ -145,6 +153,7 @@ def run(options) -> dict:
     report = {"model": options.model, "device": options.device, "check_device": options.check_device,
               "tokens_per_s": options.tokens_per_s, "runs": [], "best": None}
     try:
+        engine.start(options.check_device)  # as the session does when it opens: the model and the judge start
         state, message = engine.wait_until_loaded(lambda progress: None)
         if state != "ready":
             raise SystemExit(f"the model did not load: {message}")
@@ -178,7 +187,7 @@ def run(options) -> dict:
             _say(f":best {options.best}: first verdict {verdicts[0] - first_finished:.2f} s after the first "
                  f"finished candidate, last {verdicts[-1] - first_finished:.2f} s")
     finally:
-        engine.close_checkers()
+        engine.close()
         report["judge_starts"] = judges.stop()
     waits = [entry["verdict_after_stream_s"] for entry in report["runs"]]
     if waits:
