@@ -71,6 +71,7 @@ def run(args) -> int:
     from rich.console import Console
 
     from repl.bench import BenchOptions, run_benchmark
+    from repl.ui.render_bench import measure_render
 
     console = Console(stderr=True, highlight=False)
     options = BenchOptions(
@@ -87,7 +88,8 @@ def run(args) -> int:
     started = time.monotonic()
     save = lambda results: Path(args.json).expanduser().write_text(json.dumps(results, indent=2) + "\n")
     results = run_benchmark(options, report=lambda message: console.print(
-        f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None)
+        f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None,
+        measure_render=measure_render)
     output = Console(highlight=False, width=max(Console().width, 110))
     output.print(results_table(results))
     if results.get("quantized"):

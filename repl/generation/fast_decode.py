@@ -154,6 +154,31 @@ class FastLocalBackend(Backend):
         """Batch size -> the tier it serves at now."""
         return {size: batch.tier for size, batch in (self.decoder.batches if self.decoder else {}).items()}
 
+    # -- for measurements (kernelllm.py bench): the warm fast path without streams or text ---------------------
+    @property
+    def attention(self) -> str | None:
+        """The decoder's attention ("triton" or "torch"); None where the fast path is off."""
+        return self.decoder.attention if self.decoder is not None else None
+
+    @property
+    def matvec(self) -> str | None:
+        """The compiled tier's matrix-vector products ("triton": decode_matvec's, "inductor"); None where off."""
+        return self.decoder.matvec if self.decoder is not None else None
+
+    def warm_up_tier(self, tier: str, size: int, matvec: str | None = None) -> float:
+        """Prepare `tier` for batches of `size` now (bench measures the tiers one after another), its compiled tier
+        with `matvec`'s products (None: as it is); the seconds it took."""
+        if matvec is not None:
+            self.decoder.matvec = matvec
+        started = time.monotonic()
+        self.decoder.prepare(size, tier)
+        return time.monotonic() - started
+
+    def decode_tokens(self, prompt_ids, settings: SamplingSettings, rows: int, new_tokens: int, on_tokens) -> None:
+        """Decode `rows` samples of prompt_ids at the tier that serves them, handing each step's token ids (one per
+        row) to on_tokens(ids), which returns False to stop: a reply's cost without its stream or text."""
+        self.decoder.decode(prompt_ids, settings, rows, new_tokens, on_tokens)
+
     def _warm_up(self) -> None:
         try:
             use_user_cache_dir()
