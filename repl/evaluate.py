@@ -289,6 +289,7 @@ class EvalProgress:
     candidates_checked: int = 0
     current: str | None = None  # the problem being generated (or loaded)
     finished: ProblemResult | None = None  # set on the call that reports a problem just finished
+    event: str | None = None  # set on the call that reports a happening worth a line (on Ray: a worker lost, ...)
 
 
 @dataclass
@@ -298,6 +299,7 @@ class EvalReport:
     totals: dict
     interrupted: bool = False
     skipped: list[str] = field(default_factory=list)  # resumed from the file
+    unfinished: dict[str, str] = field(default_factory=dict)  # problems left for a rerun, and why (on Ray)
 
 
 @dataclass(eq=False)

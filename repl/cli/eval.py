@@ -130,7 +130,7 @@ def run(args) -> int:
                             description=current)
             if state.finished is not None:
                 progress.console.print(_problem_line(state.finished))
-            if getattr(state, "event", None):  # on a cluster: a worker lost, a problem tried again
+            if state.event:  # on a cluster: a worker lost, a problem tried again
                 progress.console.print(Text(state.event, style="warn"))
 
         try:
@@ -157,7 +157,7 @@ def run(args) -> int:
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
-    return 1 if getattr(report, "unfinished", None) else 0
+    return 1 if report.unfinished else 0
 
 
 def _load_engine(args, err):

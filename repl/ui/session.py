@@ -60,7 +60,7 @@ class ReplSession:
     def run(self) -> None:
         self.engine.start(self.check_device)  # the model and the judge start while the user types
         self.console.print(WELCOME, style="hint")
-        if hasattr(self.input, "HINT"):
+        if self.input.HINT:
             self.console.print(self.input.HINT, style="hint")
         keep = ""  # text put back into the buffer after a rejected submission
         while True:
@@ -88,15 +88,15 @@ class ReplSession:
         """While a submission is handled (the judge sizing a module, the wait for the model, the stream, a check),
         keys typed or pasted go to the next prompt whole instead of being echoed over the screen and re-indented
         into a staircase (typeahead.py)."""
-        keep_keys = getattr(self.input, "keep_typeahead", None)
-        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
+        keep = self.input.keeps_typeahead
+        keys = KeyCapture(sys.stdin.fileno() if keep and self.console.is_terminal else -1,
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         try:
             with keys:
                 yield
         finally:
-            if keep_keys:
-                keep_keys(keys.presses())
+            if keep:
+                self.input.keep_typeahead(keys.presses())
 
     def handle(self, text: str) -> str | None:
         """Act on one submission; returns text to put back into the input buffer (a rejected module)."""
@@ -278,7 +278,7 @@ class ReplSession:
     def _check_summary(self, attempt: Attempt) -> str:
         if attempt.check is None:
             return " not checked yet (:run) "
-        device = f" on {attempt.check.device}" if getattr(attempt.check, "device", None) else ""
+        device = f" on {attempt.check.device}" if attempt.check.device else ""
         return f" checked: {attempt.check.verdict}{device} "
 
     def check_current(self, device: str | None = None, trials: int | None = None) -> None:
