@@ -112,3 +112,21 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
         result = checker.check(fine.code, RELU_KERNEL, trials=1)
         assert result.verdict == "correct", result.message  # on a fresh judge
         assert checker.judges_started == 2
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_prepared_module_is_compiled_and_timed_before_its_check(tmp_path):
+    """On CUDA the preparation also compiles torch.compile(reference) and, the GPU being quiet here, times eager and
+    compiled: the check that follows reports both without timing the reference itself."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    reference = Watched(tmp_path, "relu_cuda")
+    with Checker(device="cuda", spares=1) as checker:
+        assert checker.prepare(reference.code) is None
+        said = checker.wait_until_prepared()
+        assert said and {"compiled", "timed"} <= set(said[-1]["steps"]), said
+        result = checker.check(reference.code, RELU_KERNEL, trials=5)
+    assert result.verdict == "correct", result.message
+    assert result.eager_ms and result.compiled_ms
+    print(f"\nphases {result.phases_s}, elapsed {result.elapsed_s} s")
