@@ -50,6 +50,14 @@ def random_model(tiny_model_dir):
     return load_model(str(tiny_model_dir), device="cpu")
 
 
+@pytest.fixture(scope="module")
+def trained_model(trained_model_dir):
+    """The tiny trained model loaded on the CPU (a LoadedModel), once per test module."""
+    from repl.generation.model_loading import load_model
+
+    return load_model(str(trained_model_dir), device="cpu")
+
+
 # --- The checker stand-in (tests/stand_in_checker.py): injected, never patched into a module ---
 
 @pytest.fixture

@@ -72,12 +72,14 @@ def wait_for(condition, timeout: float = 60.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def checker():
+def one_judge():
+    """A Checker with one judge on the CPU, shared by the module's tests."""
     with Checker(device="cpu", spares=1) as checker:
         yield checker
 
 
-def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(checker, tmp_path):
+def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(one_judge, tmp_path):
+    checker = one_judge
     reference = Watched(tmp_path, "relu")
     assert checker.prepare(reference.code) is None
     said = checker.wait_until_prepared()
@@ -90,7 +92,8 @@ def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(ch
     assert again.verdict == "invalid_reference" and "ran after it was forbidden" in again.message
 
 
-def test_a_new_request_stops_a_preparation_between_its_steps(checker, tmp_path):
+def test_a_new_request_stops_a_preparation_between_its_steps(one_judge, tmp_path):
+    checker = one_judge
     held, other = Watched(tmp_path, "held", held=True), Watched(tmp_path, "other")
     assert checker.prepare(held.code) is None  # sized; the judge goes on to build it, held at its first forward
     assert wait_for(lambda: held.forwards == 1)
