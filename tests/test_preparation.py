@@ -117,6 +117,18 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
         assert checker.judges_started == 2
 
 
+def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path):
+    """A preparation's step can take seconds (a torch.compile; here a reference held forever): the judge ends on
+    its caller's close without waiting for it, its spares and their directories first, instead of being killed."""
+    held = Watched(tmp_path, "held_at_close", held=True)
+    checker = Checker(device="cpu", spares=1)
+    judge = checker._judges[0]  # the caller's side of its one judge
+    assert checker.prepare(held.code) is None
+    assert wait_for(lambda: held.forwards == 1)
+    checker.close()
+    assert judge.process.returncode == 0  # it ended itself (a judge killed after the grace period has -9)
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_a_prepared_module_is_compiled_and_timed_before_its_check(tmp_path):
     """On CUDA the preparation also compiles torch.compile(reference) and, the GPU being quiet here, times eager and

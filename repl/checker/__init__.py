@@ -106,6 +106,7 @@ class Checker:
             try:
                 result = judge.check(request, cancel)
                 if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
+                    self._forget(judge)
                     judge = self._take_judge()
                     result = judge.check(request, cancel)
             finally:

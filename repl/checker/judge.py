@@ -845,6 +845,14 @@ def main() -> None:
     current_cancel = threading.Event()
     current_id, cancelled_ids = [None], set()
     preparing = [threading.Event()]  # the preparation under way stops (between its steps) once this is set
+    in_preparation = threading.Event()  # the main thread is preparing: it reads no request before its step ends
+
+    def end_now() -> None:
+        """The caller closes while a preparation's step (a torch.compile: seconds) holds the main thread: the spares
+        and their directories go first, then everything below, without waiting for the step."""
+        for candidate in list(judge.pool.waiting):
+            candidate.kill()
+        end_with_the_caller()
 
     def read_requests():
         while True:
@@ -861,6 +869,8 @@ def main() -> None:
             if request.get("op") in ("check", "prepare"):
                 checks.put(request)
             else:
+                if in_preparation.is_set():
+                    end_now()
                 checks.put(None)
                 return
 
@@ -876,12 +886,15 @@ def main() -> None:
             from repl.checker.preparation import prepare
 
             stop = new_preparation()
+            in_preparation.set()
             try:
                 sized = lambda reason: channel.send({"sized": request.get("id"), "too_large": reason})  # noqa: E731
                 steps = prepare(judge, str(request.get("reference_code", "")), stop, sized)
                 channel.send({"prepared": request.get("id"), "steps": steps, "stopped": stop.is_set()})
             except PeerGone:
                 break
+            finally:
+                in_preparation.clear()
             continue
         current_cancel.clear()
         current_id[0] = request.get("id")
@@ -902,7 +915,11 @@ def main() -> None:
             # module again and again; so does :run after :regen). Only a problem in the cache: nothing is imported.
             from repl.checker.preparation import prepare_again
 
-            prepare_again(judge, str(request.get("reference_code", "")), new_preparation())
+            in_preparation.set()
+            try:
+                prepare_again(judge, str(request.get("reference_code", "")), new_preparation())
+            finally:
+                in_preparation.clear()
     judge.pool.close()
     os._exit(0)
 
