@@ -260,7 +260,8 @@ class BestOfRun:
     def _run(self) -> None:
         try:
             # The judges build, study and (on a GPU) time the reference while the candidates stream.
-            self.engine.checks.prepare(self.module_code, self.check.device, size=False)
+            self.engine.submit_module(self.module_code, self.source_name, check_device=self.check.device,
+                                      wait_for_size=False)
             together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
             streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together,
                                      source_name=self.source_name)
