@@ -60,7 +60,7 @@ def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_
     or the measured figure (real weights). ``plain_tokens_per_s``: the fast path's single stream, measured."""
     import torch
 
-    from repl.bench import rates_text
+    from repl.decode_timing import rates_text
     from repl.generation.speculative import Speculation
 
     decoder = fast.decoder
@@ -103,8 +103,8 @@ def results_single(fast, prompt_ids, sampling, options) -> float | None:
     rates = []
     for _ in range(max(options.runs, 1)):
         times = []
-        fast.decoder.decode(prompt_ids, sampling, 1, options.new_tokens,
-                            lambda tokens: times.append(time.perf_counter()) or True)
+        fast.decode_tokens(prompt_ids, sampling, 1, options.new_tokens,
+                           lambda tokens: times.append(time.perf_counter()) or True)
         if len(times) > 1 and times[-1] > times[0]:
             rates.append((len(times) - 1) / (times[-1] - times[0]))
     return statistics.median(rates) if rates else None

@@ -1,37 +1,36 @@
 """Best of k: sample k candidate kernels for one module, check each as soon as it is complete, rank them.
 
 The model card's workflow ("generate candidates, validate each on random inputs, keep the best"), in three parts:
-- the sampler (``sample_streams``): generation only, through the engine, which builds the prompt. Where the backend
-  samples together (``stream_many``: one batched generation locally, one request for k on a server) all k streams
-  come at once; else one stream is started when the previous one has been read;
-- the checker's pool (``CheckPool``): ``Checker.check`` from a bounded thread pool, one future per candidate, so
-  checking overlaps the rest of the generation;
+- the sampler (``sample_streams``): generation only, through the engine, which builds the prompt and records each
+  reply. Where the backend samples together (``samples_together``: one batched generation locally, one request for
+  k on a server) all k streams come at once; else one stream is started when the previous one has been read;
+- the checks (``submit_candidate``): each candidate goes to the engine's judges (its CheckPool) as soon as its reply
+  is complete, so checking overlaps the rest of the generation;
 - the ranking (``rank``): correct first, then the fastest, then the lowest error.
 
 ``BestOfRun`` ties them together for one module. Nothing here draws anything: progress reaches the UI through
 ``on_progress(candidate)``, called from worker threads whenever a candidate's tokens or state change.
 
-    with CheckPool(CheckOptions(device="cpu")) as pool:
-        run = BestOfRun(module_code, 8, engine=engine, pool=pool).start()
-        run.wait()                  # or run.wait(0.1) between redraws; run.cancel() on Ctrl-C
-        best = run.ranked()[0]
+    run = BestOfRun(module_code, 8, engine=engine, check=CheckOptions(device="cpu")).start()
+    run.wait()                  # or run.wait(0.1) between redraws; run.cancel() on Ctrl-C
+    best = run.ranked()[0]
 
 ``until_correct`` (the REPL's :fix) samples one try at a time, checks it, and samples again only if it failed.
 """
 
 import math
-import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
-from repl.checker import Checker, CheckResult, Verdict
-from repl.engine import Attempt, Engine
-from repl.generation import FAILED, INTERRUPTED, PromptTooLong, ReplyStream
-from repl.module_source import inspect_module_source
+from repl.attempt import Attempt
+from repl.checker import CheckResult, Verdict
+from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TRIALS
+from repl.engine import Engine
+from repl.generation import FAILED, INTERRUPTED, ReplyStream
 from repl.settings import SamplingSettings
 
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
@@ -41,6 +40,7 @@ WAITING, GENERATING, QUEUED, CHECKING, DONE = "waiting", "generating", "queued",
 # again, up to this many times: eval runs unattended for hours. No waiting here: the new request goes through the
 # backend's own retry policy (the openai client's backoff), the one place that decides how long to wait.
 TRANSIENT_RETRIES = 3
+DEFAULT_FIX_TRIES = 5  # :fix without N
 
 
 @dataclass(eq=False)
@@ -122,29 +122,23 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
 
 # -- sampling ------------------------------------------------------------------------------------------------------
 
-def samples_together(engine: Engine, k: int) -> bool:
-    """Whether the engine's backend samples k replies together (one batched generation, one request for k)."""
-    return k > 1 and hasattr(engine.backend(), "stream_many")
-
-
 def refuse_greedy_samples(settings: SamplingSettings, k: int) -> None:
     """ValueError for k > 1 samples under greedy decoding: they would all be the same kernel."""
-    if settings.greedy and k > 1:
-        raise ValueError("greedy decoding (temperature 0) samples the same kernel every time; "
-                         "set a temperature above 0 (e.g. :set temperature 1.0)")
+    settings.refuse_samples(k)
 
 
 def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingSettings | None = None, *,
-                   together: bool = False) -> Iterator[ReplyStream]:
-    """k reply streams for one module, prompted by the engine. `together` (see samples_together): all k at once;
-    else one at a time, each started when the caller asks for the next (once it has read the previous one)."""
+                   together: bool = False, source_name: str | None = None) -> Iterator[ReplyStream]:
+    """k reply streams for one module, prompted and recorded by the engine. `together` (where the backend samples
+    together): all k at once; else one at a time, each started when the caller asks for the next (once it has read
+    the previous one)."""
     settings = settings or engine.settings
     refuse_greedy_samples(settings, k)
     if together:
-        yield from engine.stream_kernels(module_code, k, settings)
+        yield from engine.stream_kernels(module_code, k, settings, source_name=source_name)
         return
     for _ in range(k):
-        yield engine.stream_kernel(module_code, settings)
+        yield engine.stream_kernel(module_code, settings, source_name=source_name)
 
 
 # -- checking ------------------------------------------------------------------------------------------------------
@@ -152,124 +146,64 @@ def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingS
 @dataclass
 class CheckOptions:
     device: str = "auto"  # auto, cpu, cuda or cuda:N; with several GPUs and auto/cuda, checks go one per GPU
-    trials: int = 5
-    atol: float = 1e-2
-    rtol: float = 1e-2
+    trials: int = DEFAULT_TRIALS
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
     timeout: float | None = None  # seconds per check (the checker's default when None)
     jobs: int = 1  # checks at once
-    spares: int | None = None  # candidate processes started ahead of need (None: the Checker's default for the host)
 
 
-def check_devices(device: str, jobs: int) -> list[str]:
-    """One device per check slot: with several GPUs visible and device auto/cuda, the slots take cuda:0, cuda:1, ...
-    round-robin, so concurrent checks (and their timings) do not share a GPU while another idles."""
-    if device in ("auto", "cuda"):
-        gpus = _visible_gpus()
-        if gpus > 1:
-            return [f"cuda:{slot % gpus}" for slot in range(jobs)]
-    return [device] * jobs
+def submit_candidate(engine: Engine, candidate: Candidate, check: CheckOptions, cancel: threading.Event,
+                     on_progress: Callable[[Candidate], None] = lambda candidate: None) -> Future:
+    """Queue the candidate's check on the engine's judges: its state goes queued, checking (once a judge has it),
+    done, with on_progress at each change; the future ends, with the candidate, once it is done. A check that had
+    not started when `cancel` was set is ``cancelled`` without a judge. ValueError at once for a device the checker
+    cannot use."""
+    checked: Future = Future()
 
-
-def _visible_gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # no torch build with CUDA: no GPUs to spread over
-        return 0
-
-
-class CheckPool:
-    """The checker's pool: up to `jobs` checks at once, each ``Checker.check`` (its own worker process) run from a
-    thread of a bounded pool; a check slot holds one device for the length of a check. ValueError at once for a
-    device the checker cannot use."""
-
-    def __init__(self, options: CheckOptions | None = None, cancel: threading.Event | None = None):
-        self.options = options = options or CheckOptions()
-        if options.jobs < 1:
-            raise ValueError("jobs must be at least 1")
-        self.cancel = cancel or threading.Event()
-        devices = check_devices(options.device, options.jobs)
-        spares = {} if options.spares is None else {"spares": options.spares}
-        self._checkers = {device: Checker(device, jobs=devices.count(device), **spares)
-                          for device in dict.fromkeys(devices)}
-        self._slots: queue.SimpleQueue = queue.SimpleQueue()
-        for device in devices:
-            self._slots.put(device)
-        self._executor = ThreadPoolExecutor(max_workers=options.jobs, thread_name_prefix="check")
-
-    def submit(self, reference_code: str, candidate: Candidate,
-               on_progress: Callable[[Candidate], None] = lambda candidate: None) -> Future:
-        """Queue the candidate's check; the future ends with the candidate checked (its state DONE), or with the
-        error that kept the check from running. A check that had not started when `cancel` was set is
-        ``cancelled`` without a worker."""
-        candidate.state = QUEUED
+    def started() -> None:
+        candidate.state, candidate.check_started_at = CHECKING, time.monotonic()
         on_progress(candidate)
-        return self._executor.submit(self._check, reference_code, candidate, on_progress)
 
-    def _check(self, reference_code: str, candidate: Candidate, on_progress) -> Candidate:
-        device = self._slots.get()
-        try:
-            candidate.state, candidate.check_started_at = CHECKING, time.monotonic()
-            on_progress(candidate)
-            if self.cancel.is_set():
-                result = CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started")
-            else:
-                result = self._check_one(device, reference_code, candidate)
-            candidate.attempt.check = result
-        finally:
-            self._slots.put(device)
-            candidate.state, candidate.check_finished_at = DONE, time.monotonic()
-            on_progress(candidate)
-        return candidate
+    def finished(future: Future) -> None:
+        candidate.state, candidate.check_finished_at = DONE, time.monotonic()
+        on_progress(candidate)
+        if future.exception() is not None:
+            checked.set_exception(future.exception())
+        else:
+            checked.set_result(candidate)
 
-    def _check_one(self, device: str, reference_code: str, candidate: Candidate) -> CheckResult:
-        """One candidate's verdict, whatever it holds: a failure of the checking machinery on one candidate is that
-        candidate's `crash`, so that a run (eval, :best) goes on with the others."""
-        options = self.options
-        try:
-            return self._checkers[device].check(reference_code, candidate.reply.text, trials=options.trials,
-                                                atol=options.atol, rtol=options.rtol, timeout=options.timeout,
-                                                cancel=self.cancel)
-        except Exception as error:
-            return CheckResult(verdict=Verdict.CRASH,
-                               message=f"the checker failed on this candidate: {type(error).__name__}: "
-                                       f"{str(error)[:300]}")
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
-        for checker in self._checkers.values():
-            checker.close()
-
-    def __enter__(self) -> "CheckPool":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    candidate.state = QUEUED
+    on_progress(candidate)
+    engine.submit_check(candidate.attempt, cancel=cancel, on_start=started, **asdict(check)).add_done_callback(
+        finished)
+    return checked
 
 
 # -- the run -------------------------------------------------------------------------------------------------------
 
 class BestOfRun:
-    """k candidates for one module, generated with ``engine`` and each checked by ``pool`` once complete (without a
-    pool, the run makes its own from ``check`` and closes it at the end).
+    """k candidates for one module, generated with ``engine`` and each checked on the engine's judges (with ``check``'s
+    options) once complete; the judges prepare the module's checks while the candidates stream.
 
     ``start()`` returns at once; ``wait()`` blocks (``finished`` is a future of the candidates); ``cancel()`` stops
-    generation and checks and keeps every finished candidate. After the run, ``candidates`` holds the finished ones
-    (a check stopped by cancel has the verdict ``cancelled``); ``error`` is set when the run could not go on."""
+    generation and checks and keeps every finished candidate (``cancel``: an event of the caller's that does the
+    same, shared by several runs). After the run, ``candidates`` holds the finished ones (a check stopped by cancel
+    has the verdict ``cancelled``); ``error`` is set when the run could not go on. ValueError at once for greedy
+    decoding of several candidates or a device the checker cannot use."""
 
-    def __init__(self, module_code: str, k: int, *, engine: Engine, pool: CheckPool | None = None,
-                 check: CheckOptions | None = None, settings: SamplingSettings | None = None,
-                 until_correct: bool = False, on_progress: Callable[[Candidate], None] | None = None,
-                 source_name: str | None = None):
+    def __init__(self, module_code: str, k: int, *, engine: Engine, check: CheckOptions | None = None,
+                 settings: SamplingSettings | None = None, until_correct: bool = False,
+                 on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None,
+                 cancel: threading.Event | None = None):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
-        refuse_greedy_samples(settings or engine.settings, k)  # before the pool starts its judges
+        refuse_greedy_samples(settings or engine.settings, k)  # before any judge starts
         self.module_code = module_code
         self.k = k
         self.engine = engine
-        self._own_pool = pool is None
-        self.pool = pool or CheckPool(check)
+        self.check = check or CheckOptions()
+        engine.checks.reserve(self.check.device, self.check.jobs)  # ValueError now for a device it cannot use
         self.settings = settings
         self.until_correct = until_correct
         self.on_progress = on_progress or (lambda candidate: None)
@@ -278,8 +212,7 @@ class BestOfRun:
         self.candidates = [Candidate(index=number) for number in range(1, k + 1)]
         self.generated: Future = Future()  # generation has ended (checks may still run)
         self.finished: Future = Future()  # generation and every check have ended; its result is self.candidates
-        self._module = inspect_module_source(module_code)
-        self._cancelled = threading.Event()
+        self._cancelled = cancel or threading.Event()
         self._lock = threading.Lock()
         self._streams: list[ReplyStream] = []  # streams still generating, for cancel
         self._checks: list[Future] = []
@@ -300,11 +233,6 @@ class BestOfRun:
         return self.finished.done()
 
     def cancel(self) -> None:
-        self.pool.cancel.set()
-        self._stop()
-
-    def _stop(self) -> None:
-        """Stop this run's generation; its pool (shared with other runs by eval) goes on."""
         self._cancelled.set()
         with self._lock:
             streams = list(self._streams)
@@ -317,7 +245,7 @@ class BestOfRun:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set() or self.pool.cancel.is_set()
+        return self._cancelled.is_set()
 
     @property
     def complete(self) -> bool:
@@ -331,8 +259,12 @@ class BestOfRun:
     # -- the work ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            together = not self.until_correct and samples_together(self.engine, self.k)
-            streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together)
+            # The judges build, study and (on a GPU) time the reference while the candidates stream.
+            self.engine.submit_module(self.module_code, self.source_name, check_device=self.check.device,
+                                      wait_for_size=False)
+            together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
+            streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together,
+                                     source_name=self.source_name)
             readers = []
             for candidate, stream in zip(self.candidates, streams):
                 if self.cancelled:
@@ -365,15 +297,13 @@ class BestOfRun:
         self._end()
 
     def _end(self) -> None:
-        if self._own_pool:
-            self.pool.close()
         if not self.generated.done():
             self.generated.set_result(None)
         self.finished.set_result(self.candidates)
 
-    def _read(self, candidate: Candidate, stream: ReplyStream, retries: int = TRANSIENT_RETRIES) -> Future | None:
-        """Read the stream to its end, then send the candidate to the pool; returns its check, None if none."""
-        candidate.attempt = Attempt(module=self._module, reply=stream.reply, source_name=self.source_name)
+    def _read(self, candidate: Candidate, stream, retries: int = TRANSIENT_RETRIES) -> Future | None:
+        """Read the stream to its end, then send the candidate to the judges; returns its check, None if none."""
+        candidate.attempt = stream.attempt
         candidate.state = GENERATING
         with self._lock:
             self._streams.append(stream)
@@ -398,7 +328,11 @@ class BestOfRun:
         retried = self._retry_transient_failure(candidate, stream, retries)
         if retried is not None:
             return retried
-        check = self.pool.submit(self.module_code, candidate, self.on_progress)
+        try:
+            check = submit_candidate(self.engine, candidate, self.check, self._cancelled, self.on_progress)
+        except ValueError as error:  # a device the checker cannot use
+            self._fail(error)
+            return None
         with self._lock:
             self._checks.append(check)
         return check
@@ -408,7 +342,7 @@ class BestOfRun:
         if stream.reply.finish_reason != FAILED or not stream.reply.transient or retries <= 0 or self.cancelled:
             return None
         try:
-            retry = self.engine.stream_kernel(self.module_code, self.settings)
+            retry = self.engine.stream_kernel(self.module_code, self.settings, source_name=self.source_name)
         except Exception:  # the server is still away: keep the failed reply as the candidate's verdict
             return None
         return self._read(candidate, retry, retries - 1)
@@ -416,10 +350,7 @@ class BestOfRun:
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        if isinstance(error, PromptTooLong):  # this module's fault: the other runs of the pool go on
-            self._stop()
-        else:
-            self.cancel()
+        self.cancel()
 
 
 def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candidate]:
@@ -431,7 +362,7 @@ def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candida
     return run.ranked()
 
 
-def fix(engine: Engine, module_code: str, tries: int = 5, **options) -> list[Candidate]:
+def fix(engine: Engine, module_code: str, tries: int = DEFAULT_FIX_TRIES, **options) -> list[Candidate]:
     """Sample one try after another until one is correct, up to `tries`; returns the tries ranked (the correct one
     first, if any)."""
     return best_of(engine, module_code, tries, until_correct=True, **options)

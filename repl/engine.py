@@ -1,18 +1,24 @@
-"""The engine: model, prompt, extraction and checking behind one object, used by the REPL, the command line and the
-Python API alike. It knows nothing of the terminal."""
+"""The engine: model, prompt, extraction, checking and the session log behind one object, used by the REPL, the
+command line and the Python API alike. It owns what a session holds (the model, the judges, the log's writer) and
+knows nothing of the terminal: the contract a front end uses is docs/engine.md."""
 
 import gc
 import sys
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from repl.extract import extract_kernel_code
-from repl.generation import Backend, GenerationError, Reply, ReplyStream
+from repl.attempt import Attempt
+from repl.checker.pool import CheckPool
+from repl.checker.result import CheckResult
+from repl.generation import Backend, GenerationError, ReplyStream
 from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
-from repl.module_source import ModuleSource, inspect_module_source
+from repl.module_source import inspect_module_source
 from repl.prompt import build_prompt
+from repl.recorder import Recorder, RecordedStream
+from repl.session_log import SessionLog
 from repl.settings import SamplingSettings
 
 
@@ -26,25 +32,12 @@ class EngineOptions:
 
 
 @dataclass
-class Attempt:
-    """A module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict."""
-
-    module: ModuleSource
-    reply: Reply
-    source_name: str | None = None  # stem of the file the module came from, for the default save name
-    check: object | None = None  # repl.checker.CheckResult once :run has checked it
-    log_id: int | None = None  # row in the session log, when logging is on
-
-    @property
-    def kernel(self) -> str | None:
-        return extract_kernel_code(self.reply.text)
-
-
-@dataclass
 class Engine:
     options: EngineOptions = field(default_factory=EngineOptions)
     settings: SamplingSettings = field(default_factory=SamplingSettings)
     backend_override: Backend | None = None  # a ready backend (a server, a test double) instead of a local model
+    log: SessionLog | None = None  # where modules, replies and checks are recorded (None: nowhere)
+    checks: CheckPool | None = None  # the session's judges (None: a pool of its own, started on first use)
 
     def __post_init__(self):
         self._loader: ModelLoader | None = None
@@ -53,6 +46,23 @@ class Engine:
         self.switch_failure: str | None = None  # why the last switch failed while the working model was kept
         self._generations = 0
         self._lock = threading.Lock()
+        self.checks = self.checks if self.checks is not None else CheckPool()
+        self.record_to(self.log)
+
+    def record_to(self, log: SessionLog | None) -> None:
+        """Record this session's modules, replies and checks in `log` from now on (None: nowhere)."""
+        self._recorder = Recorder(log)
+        self.log = self._recorder.log
+
+    def start(self, check_device: str = "auto") -> None:
+        """Begin what a session needs before its first module: the model's load and the device's judge, both in the
+        background, so that neither a paste nor a first check waits for them to start."""
+        self.start_loading()
+        self.checks.warm(check_device)
+
+    def close(self) -> None:
+        """End the session's judges and their candidate processes (they also end when this process does)."""
+        self.checks.close()
 
     # -- the model ---------------------------------------------------------------------------------------------
     def start_loading(self) -> None:
@@ -188,11 +198,11 @@ class Engine:
         """For runs nobody reads token by token (one-shot, --samples, eval): wait while the local model's fast
         decoding warms up (seconds, on a GPU). An unseeded reply started before then decodes on the plain generate()
         path to its end, several times slower (docs/performance.md), and competes with the warm-up on the way."""
-        wait = getattr(self.backend_override or self.loaded_backend, "wait_until_serving", None)
-        if wait is None or wait(0):
+        backend = self.backend_override or self.loaded_backend
+        if backend is None or backend.wait_until_serving(0):
             return
         on_progress("fast decoding warming up")
-        wait()
+        backend.wait_until_serving()
 
     def wait_for_model(self, timeout: float | None = None) -> bool:
         if self._loader is None:
@@ -214,46 +224,62 @@ class Engine:
         """Stream the model's reply to a raw prompt, used verbatim."""
         return self.backend().stream(prompt, self.next_settings(settings))
 
-    def stream_kernel(self, module_code: str, settings: SamplingSettings | None = None) -> ReplyStream:
-        """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained."""
-        return self.stream_reply(build_prompt(module_code), settings)
+    def stream_kernel(self, module_code: str, settings: SamplingSettings | None = None, *,
+                      source_name: str | None = None) -> RecordedStream:
+        """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained; recorded in the
+        session log as it streams. The stream's ``attempt`` holds the module, this reply and, once checked, its
+        verdict."""
+        stream = self.stream_reply(build_prompt(module_code), settings)
+        return self._recorder.stream(stream, Attempt(inspect_module_source(module_code), stream.reply, source_name))
 
-    def stream_kernels(self, module_code: str, k: int, settings: SamplingSettings | None = None) -> list[ReplyStream]:
-        """k Triton rewrites of one module sampled together (the backend's stream_many), prompted as stream_kernel."""
-        return self.backend().stream_many(build_prompt(module_code), self.next_settings(settings), k)
+    def stream_kernels(self, module_code: str, k: int, settings: SamplingSettings | None = None, *,
+                       source_name: str | None = None) -> list[RecordedStream]:
+        """k Triton rewrites of one module sampled together (the backend's stream_many: one batched generation, one
+        request for k, or one after another), prompted and recorded as stream_kernel."""
+        streams = self.backend().stream_many(build_prompt(module_code), self.next_settings(settings), k)
+        module = inspect_module_source(module_code)
+        return [self._recorder.stream(stream, Attempt(module, stream.reply, source_name)) for stream in streams]
 
-    # -- checking ----------------------------------------------------------------------------------------------
-    def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None, **options):
-        """Check the attempt's kernel against its module; stores and returns the result. The session keeps one
-        Checker per device (a warm judge, a candidate process started ahead), so the next :run starts at once."""
-        attempt.check = self.checker(device).check(attempt.module.code, attempt.reply.text, cancel=cancel,
-                                                   **options)
-        return attempt.check
-
-    def checker(self, device: str = "auto"):
-        """The session's Checker for `device`, started on first use (ValueError for a device that cannot be used)."""
-        from repl.checker import Checker
-
-        with self._lock:
-            checkers = self.__dict__.setdefault("_checkers", {})
-            if device not in checkers:
-                checkers[device] = Checker(device)
-            return checkers[device]
-
-    def too_large(self, module_code: str, device: str = "auto") -> str | None:
-        """Why the module's problem is too large to check on `device` (one line), asked of the session's judge before
-        anything is generated; None when it fits, cannot be sized, or the device cannot be used."""
-        try:
-            return self.checker(device).too_large(module_code)
-        except ValueError:
+    # -- modules and checks ------------------------------------------------------------------------------------
+    def submit_module(self, module_code: str, source_name: str | None = None, *, check_device: str = "auto",
+                      wait_for_size: bool = True) -> str | None:
+        """A module the session now works on: recorded in the log, and sent to the judges, which prepare its checks
+        while the model streams (docs/checker.md). Returns why its problem is too large to check on check_device
+        (one line, said before generating), or None when it fits, cannot be sized, or the device cannot be used;
+        wait_for_size=False returns None at once."""
+        module = inspect_module_source(module_code)
+        self._recorder.module(module_code, source_name, module.model_class)
+        if not module.runnable:
             return None
+        return self.checks.prepare(module_code, check_device, size=wait_for_size)
 
-    def close_checkers(self) -> None:
-        """End the session's judges and their candidate processes (they also end when this process does)."""
-        with self._lock:
-            checkers = self.__dict__.pop("_checkers", {})
-        for checker in checkers.values():
-            checker.close()
+    def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None,
+              **options) -> CheckResult:
+        """Check the attempt's kernel against its module, on the session's warm judges; stores the result in the
+        attempt, records it, and returns it. ValueError for a device that cannot be used."""
+        return self.submit_check(attempt, device=device, cancel=cancel, **options).result()
+
+    def submit_check(self, attempt: Attempt, *, device: str = "auto", jobs: int = 1,
+                     cancel: threading.Event | None = None, on_start: Callable[[], None] = lambda: None,
+                     **options) -> Future:
+        """Queue a check of the attempt's kernel (CheckPool.submit: jobs, trials, atol, rtol, timeout); the future
+        ends once its result is stored in the attempt and recorded. ValueError at once for a device that cannot be
+        used."""
+        pending = self.checks.submit(attempt.module.code, attempt.reply.text, device=device, jobs=jobs,
+                                     cancel=cancel, on_start=on_start, **options)
+        done: Future = Future()
+
+        def store(future: Future) -> None:
+            try:
+                attempt.check = future.result()
+                self._recorder.check(attempt)
+            except BaseException as error:
+                done.set_exception(error)
+                return
+            done.set_result(attempt.check)
+
+        pending.add_done_callback(store)
+        return done
 
 
 def local_model_problem(model: str) -> str | None:
@@ -282,20 +308,6 @@ def local_model_problem(model: str) -> str | None:
         return (f"{model} is not a model directory: it has no {', no '.join(missing)}. Download one with "
                 f"`hf download {DEFAULT_MODEL} --local-dir DIR`, or give a hub id.")
     return None
-
-
-def attempt_from_log(entry) -> Attempt:
-    """A session-log entry (repl.session_log.LogEntry) as an Attempt, ready to be current again (:open, --continue);
-    a reply whose writer died counts as interrupted."""
-    from repl.checker.result import CheckResult
-
-    check = CheckResult.from_json_dict(entry.check) if entry.check else None
-    return Attempt(module=inspect_module_source(entry.module_code), reply=entry.to_reply(),
-                   source_name=entry.source_name, check=check, log_id=entry.id)
-
-
-def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
-    return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)
 
 
 def _release_gpu_memory() -> None:

@@ -120,7 +120,7 @@ class EvalArchive:
 
     def _log(self, problem, outputs: list[dict]) -> None:
         from repl.checker.result import CheckResult
-        from repl.engine import Attempt
+        from repl.attempt import Attempt
         from repl.module_source import inspect_module_source
 
         module = inspect_module_source(problem.code)

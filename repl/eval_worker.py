@@ -17,7 +17,8 @@ import threading
 from concurrent.futures import wait as wait_for_futures
 from pathlib import Path
 
-from repl.best_of import CheckOptions, CheckPool
+from repl.best_of import CheckOptions
+from repl.checker.pool import CheckPool
 from repl.errors import one_line
 from repl.evaluate import Problem, ProblemRun, start_problem
 
@@ -29,18 +30,24 @@ class WorkerStartError(RuntimeError):
 class EvalWorker:
     """check: CheckOptions' fields (jobs 1: a worker is one check slot). generation: None when the candidates are
     given; else where samples come from: {"server", "server_model", "api_key"} for an OpenAI-compatible server, or
-    {"model", "dtype"} for a model loaded here on `check["device"]`, with "settings" (SamplingSettings' fields)."""
+    {"model", "dtype"} for a model loaded here on `check["device"]`, with "settings" (SamplingSettings' fields).
+    checks: the judges to check with (a CheckPool; default: the worker's own, started now)."""
 
-    def __init__(self, check: dict, generation: dict | None = None):
+    def __init__(self, check: dict, generation: dict | None = None, checks: CheckPool | None = None):
         self._cancel = threading.Event()
         self._runs: set[ProblemRun] = set()
         self._lock = threading.Lock()
-        self._pool = self._engine = None
+        self._engine = None
+        self._generates = generation is not None
         self._start_error: str | None = None  # raised by ready(): an actor whose __init__ raises tells Ray's story
         try:
-            self._pool = CheckPool(CheckOptions(**check), self._cancel)  # its judge starts now
-            self._engine = _engine(generation, check.get("device", "auto")) if generation else None
-            if self._engine is not None:
+            check = dict(check)
+            spares = check.pop("spares", None)
+            pool = checks if checks is not None else CheckPool(spares=spares)
+            self._check = CheckOptions(**check)
+            pool.reserve(self._check.device, self._check.jobs)  # its judge starts now
+            self._engine = _engine(generation, self._check.device, pool)
+            if self._generates:
                 self._engine.start_loading()  # the one load of this worker's life; ready() waits for it
         except Exception as error:  # a device this host cannot use, a server URL that is not one, ...
             self._start_error = one_line(error, with_type=not isinstance(error, ValueError))
@@ -50,7 +57,7 @@ class EvalWorker:
         None outside Ray), host, pid. WorkerStartError when it cannot work."""
         if self._start_error is not None:
             raise WorkerStartError(f"a worker on {socket.gethostname()} cannot start: {self._start_error}")
-        if self._engine is not None:
+        if self._generates:
             state, message = self._engine.wait_until_loaded(lambda progress: None)
             if state == "failed":
                 raise WorkerStartError(f"the model did not load on {socket.gethostname()}: {message}")
@@ -62,8 +69,8 @@ class EvalWorker:
         {"result": the results file's record, "note": why it was too large or None, "outputs": each candidate's
         reply and whole check, for the driver's EvalArchive}; None when cancel() stopped it mid-problem. Raises the
         error that stopped it (a generation or check that could not run)."""
-        job = start_problem(Problem(problem["name"], Path(problem["name"] + ".py"), problem["code"]), self._pool,
-                            engine=self._engine, given=problem.get("given"), samples=problem.get("samples"))
+        job = start_problem(Problem(problem["name"], Path(problem["name"] + ".py"), problem["code"]), self._engine,
+                            self._check, self._cancel, given=problem.get("given"), samples=problem.get("samples"))
         with self._lock:
             self._runs.add(job)
             stopped = self._cancel.is_set()
@@ -90,18 +97,21 @@ class EvalWorker:
     def close(self) -> None:
         """End the judges and candidates, and the model or server client."""
         self.cancel()
-        if self._pool is not None:
-            self._pool.close()
         if self._engine is not None:
+            self._engine.close()
             backend = self._engine.backend_override or self._engine.loaded_backend
             if backend is not None:
                 backend.close()
 
 
-def _engine(generation: dict, device: str):
+def _engine(generation: dict | None, device: str, checks: CheckPool):
+    """The worker's engine: its judges, and the model or server client it samples with (none with given
+    candidates)."""
     from repl.engine import Engine, EngineOptions
     from repl.settings import SamplingSettings
 
+    if generation is None:
+        return Engine(checks=checks)
     settings = SamplingSettings(**generation.get("settings", {}))
     server = None
     if generation.get("server"):
@@ -111,7 +121,7 @@ def _engine(generation: dict, device: str):
     options = EngineOptions(device=device, dtype=generation.get("dtype") or "auto")
     if generation.get("model"):
         options.model = generation["model"]
-    return Engine(options, settings, backend_override=server)
+    return Engine(options, settings, backend_override=server, checks=checks)
 
 
 def _ray_node_id() -> str | None:

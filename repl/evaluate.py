@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from repl.best_of import BestOfRun, Candidate, CheckOptions, CheckPool, rank
+from repl.attempt import Attempt
+from repl.best_of import BestOfRun, Candidate, CheckOptions, rank, submit_candidate
 from repl.checker import Verdict
-from repl.engine import Attempt
+from repl.checker.pool import CheckPool
+from repl.engine import Engine
 from repl.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
 from repl.generation import FINISHED, PromptTooLong, Reply
 from repl.kernel_file import write_text_atomically
@@ -349,6 +351,7 @@ class EvalProgress:
     candidates_checked: int = 0
     current: str | None = None  # the problem being generated (or loaded)
     finished: ProblemResult | None = None  # set on the call that reports a problem just finished
+    event: str | None = None  # set on the call that reports a happening worth a line (on Ray: a worker lost, ...)
 
 
 @dataclass
@@ -358,6 +361,7 @@ class EvalReport:
     totals: dict
     interrupted: bool = False
     skipped: list[str] = field(default_factory=list)  # resumed from the file
+    unfinished: dict[str, str] = field(default_factory=dict)  # problems left for a rerun, and why (on Ray)
 
 
 @dataclass(eq=False)
@@ -379,7 +383,7 @@ class ProblemRun:
         return self.run.error if self.run is not None else self.finished.exception()
 
     def cancel(self) -> None:
-        """Stop its generation (its checks stop with the pool's cancel event)."""
+        """Stop its generation (its checks stop with the run's cancel event)."""
         if self.run is not None:
             self.run.cancel()
 
@@ -399,21 +403,21 @@ class ProblemRun:
         return [candidate_output(candidate) for candidate in self.finished.result()]
 
 
-def start_problem(problem: Problem, pool: CheckPool, *, engine=None, given: list[tuple[str, str]] | None = None,
-                  samples: int | None = None,
+def start_problem(problem: Problem, engine: Engine, check: CheckOptions, cancel: threading.Event, *,
+                  given: list[tuple[str, str]] | None = None, samples: int | None = None,
                   on_candidate: Callable[[Candidate], None] = lambda candidate: None) -> ProblemRun:
-    """Begin one problem: `samples` candidates generated with `engine`, each checked by `pool` as it completes, or
-    the `given` (file name, text) candidates sent straight to the pool. Returns at once. The one per-problem step,
+    """Begin one problem: `samples` candidates generated with `engine`, each checked on its judges as it completes,
+    or the `given` (file name, text) candidates sent straight to them. Returns at once. The one per-problem step,
     shared by the local loop (evaluate) and the Ray workers (repl/eval_worker.py)."""
     if given is None:
-        run = BestOfRun(problem.code, samples or 1, engine=engine, pool=pool, on_progress=on_candidate,
-                        source_name=problem.name).start()
+        run = BestOfRun(problem.code, samples or 1, engine=engine, check=check, on_progress=on_candidate,
+                        source_name=problem.name, cancel=cancel).start()
         return ProblemRun(problem, run.finished, run)
     module = inspect_module_source(problem.code)
     candidates = [Candidate(index=number, name=name,
                             attempt=Attempt(module=module, reply=_given_reply(name, text), source_name=problem.name))
                   for number, (name, text) in enumerate(given, 1)]
-    checks = [pool.submit(problem.code, candidate, on_candidate) for candidate in candidates]
+    checks = [submit_candidate(engine, candidate, check, cancel, on_candidate) for candidate in candidates]
     return ProblemRun(problem, _all_of(checks, candidates))
 
 
@@ -432,20 +436,23 @@ def final_report(problems: list[Problem], results: dict[str, ProblemResult], ski
                       interrupted=interrupted, skipped=skipped)
 
 
-def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.PathLike | None = None,
+def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidates_dir: str | os.PathLike | None = None,
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
-             on_progress: Callable[[EvalProgress], None] | None = None,
+             on_progress: Callable[[EvalProgress], None] | None = None, checks: CheckPool | None = None,
              archive: EvalArchive | None = None) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
-    DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the checker's pool. Checks of
-    different problems run at once up to check.jobs. `concurrency`: generation requests in flight at once (useful
-    with a server); problems are sampled concurrency // samples at a time (default: one at a time). `archive` keeps
-    each finished problem's kernels and checks (and logs its sampled replies) before the results file names them.
-    Raises ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that
-    stopped a run."""
+    DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the judges. Checks of different
+    problems run at once up to check.jobs, on the engine's judges (`checks` without an engine: a pool of the
+    caller's, else one of the run's own, closed at its end). `concurrency`: generation requests in flight at once
+    (useful with a server); problems are sampled concurrency // samples at a time (default: one at a time).
+    `archive` keeps each finished problem's kernels and checks before the results file names them. Raises
+    ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
+    run."""
     if (engine is None) == (candidates_dir is None):
         raise ValueError("evaluate needs either an engine or a candidates folder")
+    own_engine = engine is None
+    engine = engine or Engine(checks=checks)  # given candidates: judges, no model
     check = check or CheckOptions()
     cancel = cancel or threading.Event()
     report = on_progress or (lambda progress: None)
@@ -465,7 +472,7 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
 
     def start(problem: Problem) -> ProblemRun:
         given = read_candidates(candidates_dir, problem.name, samples) if candidates_dir is not None else None
-        return start_problem(problem, pool, engine=engine, given=given, samples=samples, on_candidate=on_candidate)
+        return start_problem(problem, engine, check, cancel, given=given, samples=samples, on_candidate=on_candidate)
 
     def harvest(block: bool) -> None:
         """Record the problems whose checks have all ended; block: wait for at least one."""
@@ -495,7 +502,7 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
             job.cancel()
 
     interrupted = False
-    pool = CheckPool(check, cancel)
+    engine.checks.reserve(check.device, check.jobs)  # ValueError now for a device the checker cannot use
     try:
         for problem in todo:
             if cancel.is_set():
@@ -521,7 +528,8 @@ def evaluate(problems: list[Problem], *, engine=None, candidates_dir: str | os.P
         wait_for_futures([job.finished for job in in_flight])
         raise
     finally:
-        pool.close()
+        if own_engine and checks is None:
+            engine.close()
     progress.current = None
     return final_report(problems, results, skipped, interrupted)
 

@@ -81,7 +81,7 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
                      report: Callable[[str], None]) -> dict:
     import torch
 
-    from repl import bench
+    from repl import decode_timing
     from repl.generation.fast_decode import FastLocalBackend
     from repl.generation.model_loading import LoadedModel, load_model, resolve_device, resolve_dtype
     from repl.generation.quantized_model import quantize_model
@@ -101,7 +101,7 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     else:
         loaded = load_model(options.model, device, options.dtype, quantize=mode)
         model, summary = loaded.model, None
-    bench._synchronize(device)
+    decode_timing.synchronize(device)
     figures: dict = {"build_and_quantize_s": time.perf_counter() - started,
                      "weights_gb": model_bytes(model) / 1e9, "read_per_token_gb": read_per_token_bytes(model) / 1e9,
                      "layers_quantized": summary["layers"] if summary else None,
@@ -129,17 +129,16 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
         report(f"quantized ({mode}): warm-up of the compiled tier")
         seconds = figures["warm_up_s"].setdefault(tier, {})
         for size in batch_sizes:
-            begun = time.monotonic()
-            fast.decoder.prepare(size, tier)
-            seconds[size] = time.monotonic() - begun
-    bench._fast_generate(fast, prompt_ids, sampling, 16, 1)  # each batch once
-    bench._fast_generate(fast, prompt_ids, sampling, 16, options.samples)
-    single = [bench._fast_generate(fast, prompt_ids, sampling, options.new_tokens, 1) for _ in range(options.runs)]
-    many = [bench._fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
+            seconds[size] = fast.warm_up_tier(tier, size)
+    decode_timing.fast_generate(fast, prompt_ids, sampling, 16, 1)  # each batch once
+    decode_timing.fast_generate(fast, prompt_ids, sampling, 16, options.samples)
+    single = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, 1)
+              for _ in range(options.runs)]
+    many = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
             for _ in range(options.runs)]
-    figures.update(bench._summary(single, many), tier=tier)
-    report(bench._brief(f"quantized ({mode}, {tier})", figures) + ", warm-up "
-           + "; ".join(f"{name} {bench.warm_up_text(seconds)}" for name, seconds in figures["warm_up_s"].items()))
+    figures.update(decode_timing.summary(single, many), tier=tier)
+    report(decode_timing.brief(f"quantized ({mode}, {tier})", figures) + ", warm-up "
+           + "; ".join(f"{name} {decode_timing.warm_up_text(seconds)}" for name, seconds in figures["warm_up_s"].items()))
     if cuda:
         figures["allocated_after_warm_up_gb"] = torch.cuda.memory_allocated(device) / 1e9
         figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
@@ -148,11 +147,11 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
         figures["kernel_configs"] = tuned_configs()
     # Always (seconds): the fast path's fused kernels against plain generate(), both on the quantized weights.
     report(f"quantized ({mode}): greedy tokens of plain generate() and the fast path compared")
-    figures["greedy"] = bench._greedy_agreement(model, fast, prompt_ids, greedy)
-    report(f"quantized ({mode}): greedy: {bench.greedy_text(figures['greedy'])}")
+    figures["greedy"] = decode_timing.greedy_agreement(model, fast, prompt_ids, greedy)
+    report(f"quantized ({mode}): greedy: {decode_timing.greedy_text(figures['greedy'])}")
     if options.profile_steps and cuda:
-        figures["profile"] = bench.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
-        for line in bench.profile_lines(figures["profile"]):
+        figures["profile"] = decode_timing.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
+        for line in decode_timing.profile_lines(figures["profile"]):
             report(line)
     del fast, loaded, model
     return figures

@@ -55,14 +55,12 @@ class ClusterProgress(EvalProgress):
     workers_wanted: int = 0
     by_node: dict[str, int] = field(default_factory=dict)  # problems finished by each node in this run
     running: dict[str, str] = field(default_factory=dict)  # problem -> node, in flight
-    event: str | None = None  # set on the call that reports a happening worth a line (a worker lost, ...)
 
 
 @dataclass
 class ClusterReport(EvalReport):
     by_node: dict[str, int] = field(default_factory=dict)
     retried: list[str] = field(default_factory=list)  # problems redone after their worker was lost
-    unfinished: dict[str, str] = field(default_factory=dict)  # problems left for a rerun: why
 
 
 @dataclass
@@ -234,8 +232,8 @@ class _ClusterRun:
         # Problems left unfinished after losing their workers are reported as such, not as an interruption.
         report = final_report([problem for problem in self.problems if problem.name not in self.unfinished],
                               self.results, self.skipped, interrupted)
-        return ClusterReport(**report.__dict__, by_node=dict(self.progress.by_node), retried=self.retried,
-                             unfinished=self.unfinished)
+        return ClusterReport(**{**report.__dict__, "unfinished": self.unfinished}, by_node=dict(self.progress.by_node),
+                             retried=self.retried)
 
     def _start_worker(self) -> None:
         if self.worker_class is None:

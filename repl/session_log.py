@@ -359,19 +359,6 @@ class SessionLog:
                                              data.get("speedup_vs_eager"), data.get("speedup_vs_compiled"),
                                              json.dumps(data))))
 
-    def record_attempts(self, attempts: list, source_name: str | None = None) -> None:
-        """Record finished generations of one module at once (best of k: each candidate's reply and check); each
-        attempt (module, reply, check, as repl.engine.Attempt) gets its log_id."""
-        if not attempts:
-            return
-        module = attempts[0].module
-        module_id = self.record_module(module.code, module.model_class, source_name)
-        for attempt in attempts:
-            attempt.log_id = self.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
-            self.finish_reply(attempt.log_id, attempt.reply)
-            if attempt.check is not None:
-                self.record_check(attempt.log_id, attempt.check)
-
     # -- reading -----------------------------------------------------------------------------------------------
     def recent(self, n: int | None = 10, *, session: str = "all") -> list[LogEntry]:
         """The last n entries (all with n=None), oldest first: of every session (session="all"), of this process's

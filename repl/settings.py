@@ -6,6 +6,13 @@ from dataclasses import dataclass, fields
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 0.97
 DEFAULT_MAX_NEW_TOKENS = 2048
+GREEDY_SAMPLES = "greedy decoding (temperature 0) gives the same kernel every time; sample with a temperature above 0"
+
+
+def greedy_samples_problem(temperature: float, samples: int) -> str | None:
+    """Why `samples` replies cannot be sampled at this temperature (the one rule: greedy decoding gives one reply
+    however often it is asked), or None."""
+    return GREEDY_SAMPLES if temperature <= 0 and samples > 1 else None
 
 
 @dataclass
@@ -18,6 +25,12 @@ class SamplingSettings:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0
+
+    def refuse_samples(self, k: int) -> None:
+        """ValueError for k > 1 replies under greedy decoding (greedy_samples_problem)."""
+        problem = greedy_samples_problem(self.temperature, k)
+        if problem:
+            raise ValueError(problem)
 
     def with_value(self, name: str, text: str) -> "SamplingSettings":
         """A copy with one setting parsed from text; ValueError with a one-line reason when it does not fit."""

@@ -48,3 +48,40 @@ def relu_module_source() -> str:
     import tiny_models
 
     return tiny_models.RELU_MODULE
+
+
+@pytest.fixture(scope="module")
+def random_model(tiny_model_dir):
+    """The tiny random-weight model loaded on the CPU (repl.generation.model_loading.LoadedModel), once per test
+    module."""
+    from repl.generation.model_loading import load_model
+
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def trained_model(trained_model_dir):
+    """The tiny trained model loaded on the CPU (a LoadedModel), once per test module."""
+    from repl.generation.model_loading import load_model
+
+    return load_model(str(trained_model_dir), device="cpu")
+
+
+# --- The checker stand-in (tests/stand_in_checker.py): injected, never patched into a module ---
+
+@pytest.fixture
+def stand_in_checks():
+    """stand_in_checks(decide) -> a CheckPool of stand-in checkers (no judge process), for Engine(checks=...) or
+    evaluate(checks=...); decide(reference, kernel, device=..., **options) gives each CheckResult. Closed after the
+    test."""
+    from stand_in_checker import stand_in_checks as make
+
+    pools = []
+
+    def checks(decide):
+        pools.append(make(decide))
+        return pools[-1]
+
+    yield checks
+    for pool in pools:
+        pool.close()

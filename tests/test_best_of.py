@@ -11,12 +11,12 @@ import time
 import pytest
 
 import repl.best_of as best_of_module
-from repl.best_of import DONE, BestOfRun, Candidate, CheckOptions, CheckPool, rank
+from repl.attempt import Attempt
+from repl.best_of import DONE, BestOfRun, Candidate, CheckOptions, rank
 from repl.checker import CheckResult
-from repl.engine import Attempt, Engine, EngineOptions
-from repl.generation import INTERRUPTED, GenerationError, Reply
+from repl.engine import Engine, EngineOptions
+from repl.generation import INTERRUPTED, Backend, GenerationError, Reply
 from repl.generation.local import LocalBackend
-from repl.generation.model_loading import load_model
 from repl.module_source import inspect_module_source
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
@@ -25,7 +25,6 @@ from repl.ui.best_view import progress_table
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
 from replay_backend import ReplayBackend, ReplayStream
-from stand_in_checker import use_stand_in_checker
 from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
 
 WRONG_KERNEL = PREPARED_KERNEL.replace("tl.where(x > 0, x, 0.0)", "x")  # an identity: fails on signed inputs
@@ -46,24 +45,28 @@ def fake_check(reference_code, reply_text, *, device, cancel, **options):
 
 
 @pytest.fixture
-def stand_in_checker(monkeypatch):
-    calls = []
+def checked_on(stand_in_checks):
+    """A stand-in CheckPool whose verdicts are fake_check's; .devices lists the device of each check."""
+    devices = []
 
     def check(*args, **kwargs):
-        calls.append(kwargs["device"])
+        devices.append(kwargs["device"])
         return fake_check(*args, **kwargs)
 
-    use_stand_in_checker(monkeypatch, check)
-    return calls
+    pool = stand_in_checks(check)
+    pool.devices = devices
+    return pool
 
 
 def start_run(k, engine, check=None, **options):
-    """A BestOfRun for RELU_MODULE with a pool of its own."""
-    return BestOfRun(RELU_MODULE, k, engine=engine, pool=CheckPool(check), **options).start()
+    """A BestOfRun for RELU_MODULE."""
+    return BestOfRun(RELU_MODULE, k, engine=engine, check=check, **options).start()
 
 
 class BatchReplayBackend(ReplayBackend):
     """A replaying backend that, like the local one, offers k samples in one batched call."""
+
+    samples_together = True
 
     def __init__(self, *replies):
         super().__init__(*replies)
@@ -95,7 +98,7 @@ class GatedStream(ReplayStream):
         yield from super().__iter__()
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """stream() returns the next prepared stream factory's product."""
 
     description = "scripted backend (test double)"
@@ -113,8 +116,21 @@ def replay(text):
     return lambda settings: ReplayStream([text[i:i + 7] for i in range(0, len(text), 7)], settings)
 
 
-def engine_for(backend, settings=SAMPLING):
-    return Engine(settings=settings, backend_override=backend)
+ENGINES: list[Engine] = []  # made by this module's tests: each ends its judges when its test ends
+
+
+def engine_for(backend, settings=SAMPLING, checks=None, options=None):
+    """An engine over the backend (None: the model in `options`); its checks on `checks` (a stand-in pool), else on
+    real judges."""
+    ENGINES.append(Engine(options or EngineOptions(), settings=settings, backend_override=backend, checks=checks))
+    return ENGINES[-1]
+
+
+@pytest.fixture(autouse=True)
+def judges_end_with_their_test():
+    yield
+    while ENGINES:
+        ENGINES.pop().close()
 
 
 # -- ranking -------------------------------------------------------------------------------------------------------
@@ -144,7 +160,7 @@ def test_every_candidate_is_checked_and_the_correct_one_ranks_first_with_the_rea
     assert best.index == 2 and best.kernel == PREPARED_KERNEL and best.check.device == "cpu-interpreter"
 
 
-def test_a_candidate_is_checked_while_the_next_one_is_still_generating(stand_in_checker):
+def test_a_candidate_is_checked_while_the_next_one_is_still_generating(checked_on):
     first_checked = threading.Event()
 
     def on_progress(c):
@@ -153,30 +169,33 @@ def test_a_candidate_is_checked_while_the_next_one_is_still_generating(stand_in_
 
     # The second generation only ends once the first candidate's check has ended.
     backend = ScriptedBackend(replay(WRONG_REPLY), lambda s: GatedStream(PREPARED_REPLY, s, first_checked))
-    run = start_run(2, engine_for(backend), on_progress=on_progress)
+    run = start_run(2, engine_for(backend, checks=checked_on), on_progress=on_progress)
     assert run.wait(20) and run.error is None
     assert [c.verdict for c in run.candidates] == ["mismatch", "correct"]
     assert run.candidates[0].check_finished_at < run.candidates[1].reply.finished_at
 
 
-def test_a_backend_with_stream_many_samples_all_candidates_in_one_batch(stand_in_checker):
+def test_a_backend_with_stream_many_samples_all_candidates_in_one_batch(checked_on):
     backend = BatchReplayBackend(PREPARED_REPLY, WRONG_REPLY)
-    run = start_run(3, engine_for(backend))
+    run = start_run(3, engine_for(backend, checks=checked_on))
     assert run.wait(20) and run.error is None
     assert backend.batches == [3] and backend.prompts == []
     assert [c.verdict for c in run.candidates] == ["correct", "mismatch", "correct"]
 
 
-def test_checks_spread_over_the_device_slots(stand_in_checker, monkeypatch):
-    monkeypatch.setattr(best_of_module, "_visible_gpus", lambda: 2)
-    assert best_of_module.check_devices("auto", 3) == ["cuda:0", "cuda:1", "cuda:0"]
-    assert best_of_module.check_devices("cpu", 2) == ["cpu", "cpu"]
-    run = start_run(4, engine_for(BatchReplayBackend(PREPARED_REPLY)), CheckOptions(device="cuda", jobs=2))
+def test_checks_spread_over_the_device_slots(checked_on, monkeypatch):
+    from repl.checker import devices
+
+    monkeypatch.setattr(devices, "visible_gpu_count", lambda: 2)  # as on a host with two GPUs
+    assert devices.lanes("auto", 3) == ["cuda:0", "cuda:1", "cuda:0"]
+    assert devices.lanes("cpu", 2) == ["cpu", "cpu"]
+    run = start_run(4, engine_for(BatchReplayBackend(PREPARED_REPLY), checks=checked_on),
+                    CheckOptions(device="cuda", jobs=2))
     assert run.wait(20)
-    assert sorted(stand_in_checker) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert sorted(checked_on.devices) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
 
 
-def test_cancel_stops_generation_and_checks_and_keeps_the_finished_candidates(monkeypatch):
+def test_cancel_stops_generation_and_checks_and_keeps_the_finished_candidates(stand_in_checks):
     checking_second, generating_third = threading.Event(), threading.Event()
 
     def check(reference, reply_text, *, cancel, **options):
@@ -186,10 +205,9 @@ def test_cancel_stops_generation_and_checks_and_keeps_the_finished_candidates(mo
             return CheckResult(verdict="cancelled", message="check cancelled")
         return fake_check(reference, reply_text, cancel=cancel, **options)
 
-    use_stand_in_checker(monkeypatch, check)
     backend = ScriptedBackend(replay(PREPARED_REPLY), replay(WRONG_REPLY),
                               lambda s: GatedStream(PREPARED_REPLY, s, threading.Event(), generating_third.set))
-    run = start_run(4, engine_for(backend), CheckOptions(jobs=2))
+    run = start_run(4, engine_for(backend, checks=stand_in_checks(check)), CheckOptions(jobs=2))
     assert checking_second.wait(10) and generating_third.wait(10)
     run.cancel()
     assert run.wait(10)
@@ -197,52 +215,49 @@ def test_cancel_stops_generation_and_checks_and_keeps_the_finished_candidates(mo
     assert len(backend.prompts) == 3 and not run.complete
 
 
-def test_fix_samples_one_try_at_a_time_and_stops_at_the_first_correct(stand_in_checker):
+def test_fix_samples_one_try_at_a_time_and_stops_at_the_first_correct(checked_on):
     backend = ReplayBackend(WRONG_REPLY, PROSE_REPLY, PREPARED_REPLY, WRONG_REPLY)
-    ranked = best_of_module.fix(engine_for(backend), RELU_MODULE, tries=5)
+    ranked = best_of_module.fix(engine_for(backend, checks=checked_on), RELU_MODULE, tries=5)
     assert len(backend.prompts) == 3
     assert [(c.index, c.verdict) for c in ranked] == [(3, "correct"), (1, "mismatch"), (2, "compile_error")]
 
 
-def test_fix_gives_up_after_n_tries(stand_in_checker):
+def test_fix_gives_up_after_n_tries(checked_on):
     backend = ReplayBackend(WRONG_REPLY)
-    ranked = best_of_module.fix(engine_for(backend), RELU_MODULE, tries=2)
+    ranked = best_of_module.fix(engine_for(backend, checks=checked_on), RELU_MODULE, tries=2)
     assert len(backend.prompts) == 2 and not any(c.correct for c in ranked)
 
 
-def test_each_sequential_sample_gets_its_own_seed(stand_in_checker):
+def test_each_sequential_sample_gets_its_own_seed(checked_on):
     backend = ReplayBackend(PREPARED_REPLY)
     seeds = []
     original = backend.stream
     backend.stream = lambda prompt, settings: seeds.append(settings.seed) or original(prompt, settings)
-    best_of_module.best_of(engine_for(backend, SamplingSettings(seed=7)), RELU_MODULE, 3)
+    best_of_module.best_of(engine_for(backend, SamplingSettings(seed=7), checks=checked_on), RELU_MODULE, 3)
     assert seeds == [7, 8, 9]
 
 
-def test_greedy_decoding_is_refused_for_several_candidates_before_any_checker_starts(monkeypatch):
-    monkeypatch.setattr(best_of_module, "Checker", lambda *arguments, **options: pytest.fail("a Checker started"))
+def test_greedy_decoding_is_refused_for_several_candidates_before_any_checker_starts():
+    from repl.checker.pool import CheckPool
+
+    no_checker = CheckPool(make_checker=lambda *arguments, **options: pytest.fail("a Checker started"))
     with pytest.raises(ValueError, match="greedy decoding"):
-        best_of_module.best_of(engine_for(ReplayBackend(PREPARED_REPLY), SamplingSettings(temperature=0)),
-                               RELU_MODULE, 2)
+        best_of_module.best_of(engine_for(ReplayBackend(PREPARED_REPLY), SamplingSettings(temperature=0),
+                                          checks=no_checker), RELU_MODULE, 2)
 
 
-def test_a_backend_failure_ends_the_run_with_its_reason(stand_in_checker):
-    class Failing:
+def test_a_backend_failure_ends_the_run_with_its_reason(checked_on):
+    class Failing(Backend):
         description = "failing"
 
         def stream(self, prompt, settings):
             raise GenerationError("the server is gone")
 
     with pytest.raises(GenerationError, match="the server is gone"):
-        best_of_module.best_of(engine_for(Failing()), RELU_MODULE, 2)
+        best_of_module.best_of(engine_for(Failing(), checks=checked_on), RELU_MODULE, 2)
 
 
 # -- the local backend's batched sampling --------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def random_model(tiny_model_dir):
-    return load_model(str(tiny_model_dir), device="cpu")
-
 
 def _consume_all(streams) -> list[list[str]]:
     pieces = [[] for _ in streams]
@@ -371,8 +386,8 @@ def test_fix_resamples_until_a_kernel_is_correct_with_the_real_checker(tmp_path,
 
 
 def test_best_and_fix_with_the_tiny_random_model_find_no_correct_kernel(tmp_path, monkeypatch, tiny_model_dir):
-    engine = Engine(EngineOptions(model=str(tiny_model_dir), device="cpu"),
-                    SamplingSettings(max_new_tokens=12, seed=0))
+    engine = engine_for(None, SamplingSettings(max_new_tokens=12, seed=0),
+                        options=EngineOptions(model=str(tiny_model_dir), device="cpu"))
     session, console = make_session(tmp_path, monkeypatch, engine)
     session.module = inspect_module_source(RELU_MODULE)
     session.handle(":best 3")
@@ -382,7 +397,7 @@ def test_best_and_fix_with_the_tiny_random_model_find_no_correct_kernel(tmp_path
     assert [c.index for c in session.candidates] == [1, 2] and session.attempt is session.candidates[0].attempt
 
 
-def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch):
+def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch, stand_in_checks):
     first_checked = threading.Event()
 
     def check(reference_code, reply_text, **options):
@@ -394,11 +409,10 @@ def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch)
         assert first_checked.wait(10)
         _thread.interrupt_main()  # as if the user pressed Ctrl-C while the view waits
 
-    use_stand_in_checker(monkeypatch, check)
     backend = ScriptedBackend(replay(PREPARED_REPLY),
                               lambda s: GatedStream(WRONG_REPLY, s, threading.Event(), press_ctrl_c),
                               replay(WRONG_REPLY))
-    session, console = make_session(tmp_path, monkeypatch, engine_for(backend))
+    session, console = make_session(tmp_path, monkeypatch, engine_for(backend, checks=stand_in_checks(check)))
     session.module = inspect_module_source(RELU_MODULE)
     session.handle(":best 3")
     assert [c.index for c in session.candidates] == [1] and session.attempt.check.correct
@@ -407,11 +421,12 @@ def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch)
     assert "stopped: kept the 1 finished" in console.export_text(clear=False)
 
 
-def test_finished_candidates_go_to_the_session_log_with_their_checks(tmp_path, monkeypatch, stand_in_checker):
+def test_finished_candidates_go_to_the_session_log_with_their_checks(tmp_path, monkeypatch, checked_on):
     from repl.session_log import SessionLog
 
-    session, _ = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY)))
-    session.log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on)
+    engine.record_to(SessionLog.open(tmp_path / "log.db", enabled=True))
+    session, _ = make_session(tmp_path, monkeypatch, engine)
     session.module = inspect_module_source(RELU_MODULE)
     session.handle(":best 2")
     entries = session.log.recent()
@@ -443,22 +458,28 @@ def test_the_live_view_stays_shorter_than_the_terminal():
 
 # -- --samples on the command line ---------------------------------------------------------------------------------
 
-def test_samples_on_the_command_line_writes_the_best_kernel_to_stdout(stand_in_checker, capsys):
+def samples_args(**given) -> argparse.Namespace:
+    """The arguments `--samples K` gets from the main command line, with its defaults."""
+    return argparse.Namespace(**{"out": None, "force": False, "file": None, "check_device": "auto", "trials": 5,
+                                 "jobs": 1, **given})
+
+
+def test_samples_on_the_command_line_writes_the_best_kernel_to_stdout(checked_on, capsys):
     from repl.cli.best_oneshot import run_best_oneshot
 
-    engine = engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY, PROSE_REPLY))
-    status = run_best_oneshot(engine, RELU_MODULE, argparse.Namespace(samples=3, out=None, force=False))
+    engine = engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY, PROSE_REPLY), checks=checked_on)
+    status = run_best_oneshot(engine, RELU_MODULE, samples_args(samples=3))
     captured = capsys.readouterr()
     assert status == 0 and captured.out == PREPARED_KERNEL
     assert "1 of 3 candidates correct" in captured.err and "best: candidate 2: correct" in captured.err
 
 
-def test_samples_with_no_correct_kernel_writes_the_best_ranked_and_exits_1(stand_in_checker, capsys, tmp_path):
+def test_samples_with_no_correct_kernel_writes_the_best_ranked_and_exits_1(checked_on, capsys, tmp_path):
     from repl.cli.best_oneshot import run_best_oneshot
 
-    engine = engine_for(ReplayBackend(PROSE_REPLY, WRONG_REPLY))
+    engine = engine_for(ReplayBackend(PROSE_REPLY, WRONG_REPLY), checks=checked_on)
     out = tmp_path / "k.py"
-    status = run_best_oneshot(engine, RELU_MODULE, argparse.Namespace(samples=2, out=str(out), force=False))
+    status = run_best_oneshot(engine, RELU_MODULE, samples_args(samples=2, out=str(out)))
     captured = capsys.readouterr()
     assert status == 1 and captured.out == "" and out.read_text() == WRONG_KERNEL
     assert "no candidate is correct; writing the best-ranked (candidate 2: mismatch" in captured.err
@@ -478,34 +499,35 @@ class FailingStream(ReplayStream):
         return iter(())
 
 
-def test_a_transient_backend_failure_is_sampled_again(stand_in_checker, monkeypatch):
+def test_a_transient_backend_failure_is_sampled_again(checked_on, monkeypatch):
     monkeypatch.setattr(best_of_module, "TRANSIENT_RETRIES", 1)  # one retry
     backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=True), replay(PREPARED_REPLY))
-    run = start_run(1, engine_for(backend))
+    run = start_run(1, engine_for(backend, checks=checked_on))
     assert run.wait(30)
     assert len(backend.prompts) == 2
     assert run.ranked()[0].verdict == "correct"
 
 
-def test_a_permanent_backend_failure_is_not_retried(stand_in_checker):
+def test_a_permanent_backend_failure_is_not_retried(checked_on):
     backend = ScriptedBackend(lambda settings: FailingStream(settings, transient=False), replay(PREPARED_REPLY))
-    run = start_run(1, engine_for(backend))
+    run = start_run(1, engine_for(backend, checks=checked_on))
     assert run.wait(30)
     assert len(backend.prompts) == 1
 
 
-def test_best_says_when_the_problem_is_too_large_to_check_here(tmp_path, monkeypatch):
+def test_best_says_when_the_problem_is_too_large_to_check_here(tmp_path, monkeypatch, stand_in_checks):
     reason = "too large for the CPU interpreter: input float32[4096, 393216] (6.4 GB); check it on a GPU"
-    use_stand_in_checker(monkeypatch, lambda *args, **kwargs: CheckResult(verdict="too_large", message=reason))
-    session, console = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY)))
+    checks = stand_in_checks(lambda *args, **kwargs: CheckResult(verdict="too_large", message=reason))
+    session, console = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY),
+                                                                      checks=checks))
     session.module = inspect_module_source(RELU_MODULE)
     session.handle(":best 2")
     text = " ".join(console.export_text(clear=False).split())
     assert f"No candidate could be checked: {reason}" in text and "too large" in text
 
 
-def test_a_run_cancelled_before_it_starts_ends_at_once(stand_in_checker):
+def test_a_run_cancelled_before_it_starts_ends_at_once(checked_on):
     backend = ReplayBackend(PREPARED_REPLY)
-    run = BestOfRun(RELU_MODULE, 2, engine=engine_for(backend))
+    run = BestOfRun(RELU_MODULE, 2, engine=engine_for(backend, checks=checked_on))
     run.cancel()
     assert run.start().wait(5) and run.candidates == [] and backend.prompts == [] and not run.complete

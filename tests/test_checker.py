@@ -266,9 +266,10 @@ def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_alloc
 def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists(checker):
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
     hangs = "import time\ntime.sleep(3600)\n" + RELU_REFERENCE
-    assert "too large" in checker.too_large(huge)
-    assert checker.too_large(RELU_REFERENCE) is None
-    assert checker.too_large(hangs, timeout=2) is None  # no answer in time: the judge is replaced
+    assert "too large" in checker.prepare(huge)
+    assert checker.prepare(RELU_REFERENCE) is None
+    assert checker.prepare("import sys\nsys.exit(3)\n") is None  # a module that does not import: nothing to say
+    assert checker.prepare(hangs, timeout=2) is None  # no answer in time: the judge is replaced
     assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
 
 

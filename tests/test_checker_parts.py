@@ -491,14 +491,14 @@ class _ScriptedJudge:
         from repl.checker import judge_process
         from repl.checker.wire import Channel
 
-        monkeypatch.setattr("repl.checker.GRACE_S", 0.3)
+        monkeypatch.setattr("repl.checker.judge_process.GRACE_S", 0.3)
         reply_read, reply_write = os.pipe()
         request_read, request_write = os.pipe()
         self.sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                         start_new_session=True)
         judge = judge_process.JudgeProcess.__new__(judge_process.JudgeProcess)
         judge.process, judge.channel = self.sleeper, Channel(reply_read, request_write)
-        judge.device_label, judge.ready = "cpu-interpreter", True
+        judge.device_label, judge.ready, judge._sending = "cpu-interpreter", True, threading.Lock()
         judge._output = judge_process.PipeCollector(os.open(os.devnull, os.O_RDONLY), limit_bytes=1024, keep="tail")
         self.judge, self.started = judge, time.monotonic()
         writer = Channel(None, reply_write)

@@ -135,11 +135,12 @@ def test_a_model_directory_without_a_model_fails_at_once_in_one_line(tmp_path):
 
 
 def test_a_missing_model_fails_before_the_module_is_sized_and_without_importing_torch():
-    """Sizing imports torch in a subprocess (seconds on a GPU host); a wrong --model is known without it."""
-    code = (f"import io, sys\nimport repl.cli.oneshot as oneshot\n"
-            f"oneshot.problem_too_large = lambda *arguments, **options: sys.exit('sized')\n"
+    """Sizing starts a judge (it imports torch: seconds on a GPU host); a wrong --model is known without it."""
+    code = (f"import io, sys\nfrom repl.checker.pool import CheckPool\n"
+            f"no_judge = CheckPool(make_checker=lambda *arguments, **options: sys.exit('sized'))\n"
             f"sys.stdin = io.StringIO({RELU_MODULE!r})\n"
-            f"from repl.cli.main import main\nassert main(['--model', '/nowhere/at/all', '--no-log']) == 1")
+            f"from repl.cli.main import main\n"
+            f"assert main(['--model', '/nowhere/at/all', '--no-log'], checks=no_judge) == 1")
     assert imported_heavy_modules(code) == []
 
 
@@ -171,11 +172,11 @@ def test_the_readme_test_command_keeps_the_installed_torch_and_ci_runs_exactly_i
                         "python3 -m pip install -q -r requirements-dev.txt", "python3 -m pytest -q"]
 
 
-def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp_path, monkeypatch, capsys):
+def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp_path, monkeypatch, capsys,
+                                                                            stand_in_checks):
     """--samples K in-process, on a replaying backend, with a stand-in for the checker's worker."""
     import argparse
 
-    import repl.best_of
     from replay_backend import ReplayBackend
     from repl.checker.result import CheckResult
     from repl.cli.best_oneshot import run_best_oneshot
@@ -185,24 +186,17 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
 
     checks = []
 
-    class StandInChecker:  # the checker's API without a worker process
-        def __init__(self, device="auto", jobs=1):
-            self.device = device
+    def check(reference, reply_text, *, device, cancel=None, **options):
+        checks.append({"device": device, **options})
+        correct = "tl.where" in reply_text
+        return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
 
-        def check(self, reference, reply_text, *, cancel=None, **options):
-            checks.append({"device": self.device, **options})
-            correct = "tl.where" in reply_text
-            return CheckResult(verdict="correct" if correct else "mismatch", device="cpu-interpreter", message="")
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(repl.best_of, "Checker", StandInChecker)
     monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path))
     log = SessionLog.open(enabled=True, kind="samples")
-    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"))
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"),
+                    log=log, checks=stand_in_checks(check))
     args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1)
-    assert run_best_oneshot(engine, RELU_MODULE, args, log) == 0
+    assert run_best_oneshot(engine, RELU_MODULE, args) == 0
     assert capsys.readouterr().out == PREPARED_KERNEL
     assert [(options["device"], options["trials"]) for options in checks] == [("cpu", 2), ("cpu", 2)]
     entries = log.recent(None)

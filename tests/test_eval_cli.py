@@ -12,7 +12,6 @@ import pytest
 
 from repl.checker import CheckResult
 from repl.cli import main as main_cli
-from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -57,38 +56,41 @@ def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path)
 
 
 @pytest.fixture
-def stand_in_checker(monkeypatch):
+def checked(stand_in_checks):
+    """A stand-in CheckPool (correct for tl.maximum); .devices lists where each check ran."""
     devices = []
 
     def check(reference_code, reply_text, *, device, **options):
         devices.append(device)
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
-    return devices
+    pool = stand_in_checks(check)
+    pool.devices = devices
+    return pool
 
 
-def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, monkeypatch, stand_in_checker, capsys):
+def test_under_the_main_command_line_options_before_eval_are_kept(relu_only, monkeypatch, checked, capsys):
     problems, candidates = relu_only
     monkeypatch.setattr(main_cli, "SUBCOMMANDS", ["repl.cli.eval"])
-    status = main_cli.main(["--device", "cpu", "eval", str(problems), "--candidates", str(candidates)])
-    assert status == 0 and stand_in_checker == ["cpu", "cpu"]
+    status = main_cli.main(["--device", "cpu", "eval", str(problems), "--candidates", str(candidates)],
+                           checks=checked)
+    assert status == 0 and checked.devices == ["cpu", "cpu"]
     assert "1_ReLU" in capsys.readouterr().out
 
 
-def test_problems_are_chosen_by_id_range_name_or_glob(stand_in_checker, tmp_path):
+def test_problems_are_chosen_by_id_range_name_or_glob(checked, tmp_path):
     out = tmp_path / "r.json"
     arguments = ["eval", str(TESTS / "eval_problems"), "--candidates", str(TESTS / "eval_candidates"), "--json",
                  str(out)]
-    assert main_cli.main([*arguments, "--problems", "2", "--problems", "*sigm*"]) == 0
+    assert main_cli.main([*arguments, "--problems", "2", "--problems", "*sigm*"], checks=checked) == 0
     assert [problem["name"] for problem in json.loads(out.read_text())["problems"]] == ["2_Add", "3_Sigmoid"]
 
 
-def test_samples_takes_the_first_k_candidate_files(relu_only, stand_in_checker, tmp_path):
+def test_samples_takes_the_first_k_candidate_files(relu_only, checked, tmp_path):
     problems, candidates = relu_only
     out = tmp_path / "r.json"
     arguments = ["eval", str(problems), "--candidates", str(candidates), "--samples", "1", "--json", str(out)]
-    assert main_cli.main(arguments) == 0
+    assert main_cli.main(arguments, checks=checked) == 0
     assert [c["file"] for c in json.loads(out.read_text())["problems"][0]["candidates"]] == ["good.py"]
 
 
@@ -119,7 +121,7 @@ def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     assert "no model directory" in capsys.readouterr().err
 
 
-def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeypatch, capsys, tmp_path):
+def test_problems_too_large_for_the_device_are_reported_apart(relu_only, stand_in_checks, capsys, tmp_path):
     problems, candidates = relu_only
     shutil.copy(TESTS / "eval_problems" / "2_Add.py", problems)
     (candidates / "2_Add").mkdir()
@@ -131,9 +133,9 @@ def test_problems_too_large_for_the_device_are_reported_apart(relu_only, monkeyp
             return CheckResult(verdict="too_large", message=reason)
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
     out = tmp_path / "r.json"
-    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)]) == 0
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)],
+                         checks=stand_in_checks(check)) == 0
     captured = capsys.readouterr()
     assert "skipped: too large for this device: 1 (2_Add); not in pass@k or fast_p" in captured.out
     assert "pass@1 0.500  pass@2 1.000" in captured.out  # ReLU alone: 2_Add is not counted unsolved
@@ -162,7 +164,8 @@ def test_a_kernelbench_size_problem_is_skipped_on_the_cpu_with_the_real_checker(
         in " ".join(captured.err.split())
 
 
-def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_model_dir, tmp_path, monkeypatch):
+def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_model_dir, tmp_path, monkeypatch,
+                                                                     stand_in_checks):
     """The tiny trained model answers with a ReLU kernel: both samples are kept beside the results (kernel with its
     header, whole check), named in the results file, logged with their checks; the kernels folder is a candidates
     folder for a later run (its check files are not candidates)."""
@@ -197,10 +200,10 @@ def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_mod
     assert entries[0].kernel in kernel
 
     checked = []
-    use_stand_in_checker(monkeypatch, lambda reference, reply, **options: checked.append(reply) or
-                         CheckResult(verdict="correct"))
+    pool = stand_in_checks(lambda reference, reply, **options: checked.append(reply) or CheckResult(verdict="correct"))
     kept_folder = str(tmp_path / "r_kernels")  # read back, and the new checks written there too
-    assert main_cli.main(["eval", str(problems), "--candidates", kept_folder, "--kernels", kept_folder]) == 0
+    assert main_cli.main(["eval", str(problems), "--candidates", kept_folder, "--kernels", kept_folder],
+                         checks=pool) == 0
     assert len(checked) == 2 and all("class ModelNew" in text for text in checked)
     assert sorted(path.name for path in kept.iterdir()) == [
         "sample_1.check.json", "sample_1.py", "sample_1.py.check.json", "sample_2.check.json", "sample_2.py",

@@ -14,7 +14,6 @@ from repl.engine import Engine, EngineOptions
 from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, compiled, evaluate, find_problems,
                            overall_totals, pass_at_k, read_results, select_problems, summarize)
 from repl.settings import SamplingSettings
-from stand_in_checker import use_stand_in_checker
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
@@ -134,7 +133,7 @@ def test_a_timeout_or_crash_once_the_kernel_had_loaded_counts_as_compiled():
     assert compiled(CheckResult(verdict="mismatch")) and not compiled(CheckResult(verdict="compile_error"))
 
 
-def test_a_results_file_of_an_earlier_version_is_resumed(tmp_path, stand_in_checker):
+def test_a_results_file_of_an_earlier_version_is_resumed(tmp_path, checked):
     """Written before messages, "too_large" and a too-large problem's null pass@k: read, kept, resumed."""
     out = tmp_path / "results.json"
     old = {"problems": [
@@ -147,7 +146,7 @@ def test_a_results_file_of_an_earlier_version_is_resumed(tmp_path, stand_in_chec
         "summary": {"problems": 1, "too_large": 1, "pass_at": {"1": 1.0}, "fast_p": None}}
     out.write_text(json.dumps(old))
     assert read_results(out)[1].pass_at is None  # too large: never measured
-    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=checked)
     assert report.skipped == ["1_ReLU"]  # 2_Add (too large then) and 3_Sigmoid are done now
     data = json.loads(out.read_text())
     assert data["problems"][0] == {**old["problems"][0], "too_large": None}  # kept as it was
@@ -208,12 +207,12 @@ def test_the_results_file_has_exactly_the_documented_keys(real_run):
     assert [p["name"] for p in data["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
 
 
-def test_a_rerun_with_the_same_file_checks_nothing_again(real_run, tmp_path, monkeypatch):
+def test_a_rerun_with_the_same_file_checks_nothing_again(real_run, tmp_path, stand_in_checks):
     _, out = real_run
     copy = tmp_path / "results.json"
     shutil.copy(out, copy)
-    use_stand_in_checker(monkeypatch, lambda *a, **k: pytest.fail("checked again"))
-    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=copy)
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=copy,
+                      checks=stand_in_checks(lambda *a, **k: pytest.fail("checked again")))
     assert report.skipped == ["1_ReLU", "2_Add", "3_Sigmoid"]
     assert json.loads(copy.read_text()) == json.loads(out.read_text())
 
@@ -221,21 +220,23 @@ def test_a_rerun_with_the_same_file_checks_nothing_again(real_run, tmp_path, mon
 # -- resuming and the model --------------------------------------------------------------------------------------
 
 @pytest.fixture
-def stand_in_checker(monkeypatch):
-    checked = []
+def checked(stand_in_checks):
+    """A stand-in CheckPool (verdicts by marker); .texts lists every kernel it checked."""
+    texts = []
 
     def check(reference_code, reply_text, **options):
-        checked.append(reply_text)
+        texts.append(reply_text)
         verdict = "correct" if "tl.maximum" in reply_text or "x + y" in reply_text else "mismatch"
         if "ModelNew" not in reply_text:
             verdict = "compile_error"
         return CheckResult(verdict=verdict)
 
-    use_stand_in_checker(monkeypatch, check)
-    return checked
+    pool = stand_in_checks(check)
+    pool.texts = texts
+    return pool
 
 
-def test_an_interrupted_run_keeps_finished_problems_and_a_rerun_does_the_rest(tmp_path, stand_in_checker):
+def test_an_interrupted_run_keeps_finished_problems_and_a_rerun_does_the_rest(tmp_path, checked):
     out = tmp_path / "results.json"
     cancel = threading.Event()
 
@@ -244,36 +245,41 @@ def test_an_interrupted_run_keeps_finished_problems_and_a_rerun_does_the_rest(tm
             cancel.set()
 
     first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, cancel=cancel,
-                     on_progress=stop_after_the_first_problem)
+                     on_progress=stop_after_the_first_problem, checks=checked)
     written = [p["name"] for p in json.loads(out.read_text())["problems"]]
     assert first.interrupted and 1 <= len(written) < 3  # the one that stopped it, and any that ended meanwhile
-    checks_before = len(stand_in_checker)
-    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    checks_before = len(checked.texts)
+    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=checked)
     assert second.skipped == written and not second.interrupted
     assert [r.name for r in second.results] == ["1_ReLU", "2_Add", "3_Sigmoid"]
     sizes = {"1_ReLU": 3, "2_Add": 2, "3_Sigmoid": 0}
-    assert len(stand_in_checker) - checks_before == 5 - sum(sizes[name] for name in written)
+    assert len(checked.texts) - checks_before == 5 - sum(sizes[name] for name in written)
 
 
-def test_a_too_large_problem_is_skipped_and_tried_again_on_a_rerun(tmp_path, monkeypatch):
-    devices = []
+def test_a_too_large_problem_is_skipped_and_tried_again_on_a_rerun(tmp_path, monkeypatch, stand_in_checks):
+    checked_on = []
 
     def check(reference_code, reply_text, *, device, **options):
-        devices.append(device)
+        checked_on.append(device)
         if "return a + b" in reference_code and device == "cpu":  # 2_Add stands for a problem beyond the CPU
             return CheckResult(verdict="too_large", message="too large for the CPU interpreter: ...")
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text or "x + y" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
+    from repl.checker import devices
+
+    monkeypatch.setattr(devices, "visible_gpu_count", lambda: 1)  # as on a host with a GPU
+    checks = stand_in_checks(check)
     out = tmp_path / "results.json"
-    first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cpu"))
+    first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cpu"),
+                     checks=checks)
     assert first.summary["too_large"] == 1 and first.summary["problems"] == 2
     assert first.totals["too_large"] == ["2_Add"] and first.totals["candidates"] == 3
     relu = first.results[0]
     assert set(first.summary["pass_at"]) == {"1", "2", "3"}  # up to ReLU's 3: 2_Add's 2 does not limit it
     assert first.summary["pass_at"]["1"] == pytest.approx((relu.pass_at["1"] + 0) / 2)  # nor counts as unsolved
-    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cuda"))
-    assert second.skipped == ["1_ReLU", "3_Sigmoid"] and devices[-2:] == ["cuda", "cuda"]
+    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, check=CheckOptions("cuda"),
+                      checks=checks)
+    assert second.skipped == ["1_ReLU", "3_Sigmoid"] and checked_on[-2:] == ["cuda:0", "cuda:0"]
     assert second.summary["too_large"] == 0 and second.summary["problems"] == 3
 
 
@@ -284,19 +290,20 @@ def test_a_file_that_is_not_an_eval_result_is_refused(tmp_path):
         read_results(out)
 
 
-def test_model_candidates_are_sampled_k_per_problem_with_the_tiny_random_model(tiny_model_dir, stand_in_checker):
+def test_model_candidates_are_sampled_k_per_problem_with_the_tiny_random_model(tiny_model_dir, checked):
     engine = Engine(EngineOptions(model=str(tiny_model_dir), device="cpu"),
-                    SamplingSettings(max_new_tokens=8, seed=0))
+                    SamplingSettings(max_new_tokens=8, seed=0), checks=checked)
     report = evaluate(find_problems(PROBLEMS), engine=engine, samples=2)
     assert [r.n for r in report.results] == [2, 2, 2]
     assert [c["file"] for c in report.results[0].candidates] == ["sample_1", "sample_2"]
     assert report.summary["pass_at"] == {"1": 0.0, "2": 0.0}  # noise is never a correct kernel
 
 
-def test_concurrency_samples_several_problems_at_once(stand_in_checker):
+def test_concurrency_samples_several_problems_at_once(checked):
     """With a server in mind: --concurrency 4 and 2 samples keep two problems generating together."""
     import time
 
+    from repl.generation import Backend
     from replay_backend import ReplayStream
 
     active, most_active = [0], [0]
@@ -312,14 +319,14 @@ def test_concurrency_samples_several_problems_at_once(stand_in_checker):
             with lock:
                 active[0] -= 1
 
-    class SlowBackend:
+    class SlowBackend(Backend):
         description = "slow replaying backend (test double)"
 
         def stream(self, prompt, settings):
             return SlowStream(["```python\nclass ModelNew: pass\n```"], settings)
 
     problems = find_problems(PROBLEMS)
-    engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0), backend_override=SlowBackend())
+    engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0), backend_override=SlowBackend(), checks=checked)
     evaluate(problems, engine=engine, samples=2, concurrency=4)
     assert most_active[0] == 2  # two problems, one stream each at a time (no stream_many): 2 in flight
     most_active[0] = 0
@@ -327,7 +334,7 @@ def test_concurrency_samples_several_problems_at_once(stand_in_checker):
     assert most_active[0] == 1
 
 
-def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, monkeypatch):
+def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, stand_in_checks):
     # Whatever one candidate does to the checking machinery (here: the check raises, as the caller's parser did on
     # a line of 100,000 '-'), every other candidate gets its verdict and the results file is written.
     def check(reference_code, reply_text, **options):
@@ -335,17 +342,15 @@ def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, monkeypatc
             raise MemoryError()
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
     out = tmp_path / "results.json"
-    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out)
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=stand_in_checks(check))
     assert not report.interrupted
     verdicts = {r.name: [c["verdict"] for c in r.candidates] for r in report.results}
     assert "crash" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
     assert [p["name"] for p in json.loads(out.read_text())["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
 
 
-def test_a_problem_whose_prompt_does_not_fit_the_models_context_is_too_large_and_the_run_goes_on(stand_in_checker,
-                                                                                                     tmp_path):
+def test_a_problem_whose_prompt_does_not_fit_the_models_context_is_too_large_and_the_run_goes_on(checked, tmp_path):
     from replay_backend import ReplayBackend
 
     from repl.generation import PromptTooLong
@@ -357,7 +362,7 @@ def test_a_problem_whose_prompt_does_not_fit_the_models_context_is_too_large_and
             return super().stream(prompt, settings)
 
     engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0),
-                    backend_override=ShortContext("```python\nclass ModelNew: pass\n```"))
+                    backend_override=ShortContext("```python\nclass ModelNew: pass\n```"), checks=checked)
     report = evaluate(find_problems(PROBLEMS), engine=engine, samples=2, out_path=tmp_path / "results.json")
     by_name = {result.name: result for result in report.results}
     assert sorted(by_name) == ["1_ReLU", "2_Add", "3_Sigmoid"]  # the other problems were sampled and checked

@@ -22,11 +22,6 @@ GREEDY = SamplingSettings(temperature=0, max_new_tokens=48)
 
 
 @pytest.fixture(scope="module")
-def random_model(tiny_model_dir):
-    return load_model(str(tiny_model_dir), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def eager_backend(random_model):
     backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024, batch_sizes=(1, 4))
     assert backend.wait_until_ready(30) and backend.state == "ready", backend.reason
@@ -366,12 +361,16 @@ def test_cuda_triton_attention_matches_torch_attention(dtype, tolerance):
 def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(capsys):
     """One-shot, --samples and eval wait while fast decoding warms up: an unseeded reply started before then would
     take the plain path to its end. Where the fast path is off (the CPU) or a server generates, nothing waits."""
-    from repl.cli.oneshot import wait_for_model
+    from repl.cli.kernel_output import wait_for_model
     from repl.engine import Engine
+    from repl.generation import Backend
 
-    class WarmingUp:  # stands in for FastLocalBackend.wait_until_serving
+    class WarmingUp(Backend):  # stands in for FastLocalBackend.wait_until_serving
         description = "warming up (test double)"
         serving = threading.Event()
+
+        def stream(self, prompt, settings):
+            raise AssertionError("nothing is generated here")
 
         def wait_until_serving(self, timeout=None):
             return self.serving.wait(timeout)
@@ -385,7 +384,10 @@ def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(caps
     waiter.join(30)
     assert not waiter.is_alive() and "model: fast decoding warming up" in capsys.readouterr().err
 
-    class Server:  # no fast path of its own
+    class Server(Backend):  # no fast path of its own: the contract's default
         description = "a server (test double)"
+
+        def stream(self, prompt, settings):
+            raise AssertionError("nothing is generated here")
 
     assert wait_for_model(Engine(backend_override=Server())) is True

@@ -13,16 +13,6 @@ from repl.settings import SamplingSettings
 from tiny_models import PREPARED_REPLY, RELU_MODULE
 
 
-@pytest.fixture(scope="module")
-def random_model(tiny_model_dir):
-    return load_model(str(tiny_model_dir), device="cpu")
-
-
-@pytest.fixture(scope="module")
-def trained_model(trained_model_dir):
-    return load_model(str(trained_model_dir), device="cpu")
-
-
 GREEDY = SamplingSettings(temperature=0, max_new_tokens=600)
 
 

@@ -27,7 +27,6 @@ from repl.cli import main as main_cli  # noqa: E402
 from repl.eval_worker import EvalWorker, WorkerStartError  # noqa: E402
 from repl.evaluate import evaluate, find_problems  # noqa: E402
 from repl.ray_eval import WorkerPlan, evaluate_on_ray, plan_workers  # noqa: E402
-from stand_in_checker import use_stand_in_checker  # noqa: E402
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -308,7 +307,7 @@ def test_a_device_the_cluster_cannot_give_is_refused(resources, device, message)
         plan_workers(resources, device, None)
 
 
-def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(monkeypatch):
+def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(stand_in_checks):
     """EvalWorker as plain Python (a stand-in checker): the record it returns is the results file's, and a problem
     stopped by cancel() comes back as None (not recorded)."""
     release, started = threading.Event(), threading.Event()
@@ -320,8 +319,7 @@ def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(monke
             return CheckResult(verdict="cancelled" if cancel.is_set() else "correct")
         return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
 
-    use_stand_in_checker(monkeypatch, check)
-    worker = EvalWorker({"device": "cpu", "trials": 1})
+    worker = EvalWorker({"device": "cpu", "trials": 1}, checks=stand_in_checks(check))
     assert worker.ready()["pid"] == os.getpid()
     code = (TESTS / "eval_problems" / "1_ReLU.py").read_text()
     given = [(name, (TESTS / "eval_candidates" / "1_ReLU" / name).read_text()) for name in ("good.py", "identity.py")]
@@ -357,17 +355,18 @@ def test_a_worker_that_cannot_work_says_why_in_one_line():
     assert "\n" not in str(error.value)
 
 
-def test_a_worker_samples_through_the_server_with_the_key_it_was_given(monkeypatch):
+def test_a_worker_samples_through_the_server_with_the_key_it_was_given(stand_in_checks):
     """--server on a cluster: every worker makes its own client from the spec the driver sends (URL, model, key,
     sampling settings) and samples each of its problems there; a real HTTP server here, the checker a stand-in."""
     from test_server_backend import ScriptedServer
 
-    use_stand_in_checker(monkeypatch, lambda reference_code, reply_text, **options: CheckResult(verdict="mismatch"))
+    checks = stand_in_checks(lambda reference_code, reply_text, **options: CheckResult(verdict="mismatch"))
     server = ScriptedServer()
     try:
         worker = EvalWorker({"device": "cpu", "trials": 1},
                             {"server": server.url, "server_model": None, "api_key": "secret-key",
-                             "settings": {"temperature": 1.0, "top_p": 0.97, "max_new_tokens": 64, "seed": 5}})
+                             "settings": {"temperature": 1.0, "top_p": 0.97, "max_new_tokens": 64, "seed": 5}},
+                            checks=checks)
         worker.ready()
         code = (TESTS / "eval_problems" / "2_Add.py").read_text()
         record = worker.run({"name": "2_Add", "code": code, "given": None, "samples": 2})

@@ -11,6 +11,7 @@ from repl.ui import commands
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
 from replay_backend import ReplayBackend
+from stand_in_checker import no_judges
 
 RELU = """import torch
 import torch.nn as nn
@@ -36,9 +37,8 @@ def make_session(tmp_path, monkeypatch, *replies, interrupt_after=None, sizing=F
     console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=20, record=True)
     backend = ReplayBackend(*(replies or (REPLY,)), interrupt_after=interrupt_after)
     # The prompt_toolkit input is not used by handle(); a placeholder object keeps it from being built.
-    session = ReplSession(Engine(backend_override=backend), console, module_input=object())
-    if not sizing:
-        monkeypatch.setattr(session.engine, "too_large", lambda module_code, device="auto": None)
+    engine = Engine(backend_override=backend, checks=None if sizing else no_judges())
+    session = ReplSession(engine, console, module_input=object())
     return session, backend, console
 
 
@@ -310,8 +310,8 @@ def test_a_model_directory_that_cannot_load_is_explained_once_and_the_module_is_
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     console = make_console(file=io.StringIO(), force_terminal=True, width=200, height=20, record=True)
-    session = ReplSession(Engine(EngineOptions(model=str(tmp_path / "empty"))), console, module_input=object())
-    monkeypatch.setattr(session.engine, "too_large", lambda code, device="auto": None)  # no judge to size it
+    session = ReplSession(Engine(EngineOptions(model=str(tmp_path / "empty")), checks=no_judges()), console,
+                          module_input=object())
     session.engine.start_loading()
     assert session.engine.model_state[0] == "failed"  # at once: nothing was imported or loaded
     session.report_model_failure()
@@ -367,7 +367,7 @@ def test_a_module_too_large_to_check_here_is_said_before_generating(tmp_path, mo
     try:
         assert session.handle(huge) is None
     finally:
-        session.engine.close_checkers()
+        session.engine.close()
     assert "too large for" in seen_when_generating[0]  # said by the judge before the model was asked
     assert session.attempt.kernel == KERNEL  # and the kernel is still generated
 
@@ -408,8 +408,7 @@ def test_ctrl_c_during_a_stream_is_acted_on_between_frames_and_the_console_keeps
     backend = EndlessBackend()
     monkeypatch.chdir(tmp_path)
     console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=20, record=True)
-    session = ReplSession(Engine(backend_override=backend), console, module_input=object())
-    monkeypatch.setattr(session.engine, "too_large", lambda *args: None)  # no judge needed here
+    session = ReplSession(Engine(backend_override=backend, checks=no_judges()), console, module_input=object())
 
     from repl.ui import stream_view
 

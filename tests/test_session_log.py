@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from repl.engine import attempt_from_log
+from repl.attempt import attempt_from_log
 from repl.generation import FINISHED, INTERRUPTED, Reply
 from repl.session_log import MIGRATIONS, SessionLog, default_log_path, migrate
 from repl.settings import SamplingSettings

@@ -21,7 +21,7 @@ from repl.checker.sharpen import study
 from repl.checker.speed import judged_ms, timer_flag
 from repl.checker.timing import (MIN_WINDOWS, Clock, MixedInputs, digest, digests_agree, plan_calls, time_calls)
 from repl.checker.work import (negligible_on_device, op_kind, redone_by_pytorch, reference_work, work_split)
-from repl.engine import Attempt
+from repl.attempt import Attempt
 from repl.evaluate import ProblemResult, overall_totals, summarize
 from repl.ui.check_view import render_check_result
 

@@ -177,17 +177,18 @@ def test_escape_sequences_in_a_reply_never_reach_the_terminal(tmp_path, monkeypa
     from repl.engine import Engine
     from repl.ui.session import ReplSession
     from replay_backend import ReplayBackend
+    from stand_in_checker import no_judges
 
     console = terminal_console()
     stream_through_view(console, HOSTILE)
     monkeypatch.chdir(tmp_path)
-    session = ReplSession(Engine(backend_override=ReplayBackend(HOSTILE)), console, module_input=object())
-    monkeypatch.setattr(session.engine, "too_large", lambda code, device="auto": None)  # no judge to size it
+    session = ReplSession(Engine(backend_override=ReplayBackend(HOSTILE), checks=no_judges()), console,
+                          module_input=object())
     session.handle("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
                    "        return x\n\ndef get_inputs():\n    return [torch.randn(2)]\n\n"
                    "def get_init_inputs():\n    return []\n")
     session.handle(":raw")
-    session.engine.close_checkers()
+    session.engine.close()
     written = console.file.getvalue()
     for sequence in ("\x1b]52", "\x1b[2J", "\x1b[H", "\x9b", "\x85", "\x0b", "\x07"):
         assert sequence not in written, repr(sequence)

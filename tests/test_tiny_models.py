@@ -43,12 +43,12 @@ def load(directory):
 
 
 @pytest.fixture(scope="module")
-def random_model(tiny_model_dir):
+def random_auto_model(tiny_model_dir):
     return load(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
-def trained_model(trained_model_dir):
+def trained_auto_model(trained_model_dir):
     return load(trained_model_dir)
 
 
@@ -61,7 +61,7 @@ def generate(tokenizer, model, module_source, **settings):
     return reply_ids, tokenizer.decode(reply_ids, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("which", ["random_model", "trained_model"])
+@pytest.mark.parametrize("which", ["random_auto_model", "trained_auto_model"])
 def test_model_directory_loads_as_a_llama_with_llama3_special_tokens(which, request):
     tokenizer, model = request.getfixturevalue(which)
     assert model.config.model_type == "llama"
@@ -72,8 +72,8 @@ def test_model_directory_loads_as_a_llama_with_llama3_special_tokens(which, requ
     assert model.config.max_position_embeddings >= 4096
 
 
-def test_prompt_encodes_with_exactly_one_bos_first(random_model, relu_module_source):
-    tokenizer, _ = random_model
+def test_prompt_encodes_with_exactly_one_bos_first(random_auto_model, relu_module_source):
+    tokenizer, _ = random_auto_model
     ids = tokenizer(build_prompt(relu_module_source))["input_ids"]
     assert ids[0] == tokenizer.bos_token_id
     assert ids.count(tokenizer.bos_token_id) == 1
@@ -86,14 +86,14 @@ def test_prompt_encodes_with_exactly_one_bos_first(random_model, relu_module_sou
     "def f(x):\n\tif x :\n\t\treturn x , 'don''t'  \n\n\n    \r\n# ünïcödé → 中文 🙂\n",
     "  leading spaces, trailing spaces   \n\n\t \n",
 ])
-def test_decoding_round_trips_python_source_exactly(random_model, source):
-    tokenizer, _ = random_model
+def test_decoding_round_trips_python_source_exactly(random_auto_model, source):
+    tokenizer, _ = random_auto_model
     assert tokenizer.decode(tokenizer(source, add_special_tokens=False)["input_ids"]) == source
     assert tokenizer.decode(tokenizer(source)["input_ids"], skip_special_tokens=True) == source
 
 
-def test_random_model_generates_and_stops_within_max_new_tokens(random_model, relu_module_source):
-    tokenizer, model = random_model
+def test_random_model_generates_and_stops_within_max_new_tokens(random_auto_model, relu_module_source):
+    tokenizer, model = random_auto_model
     torch.manual_seed(0)
     reply_ids, _ = generate(tokenizer, model, relu_module_source, max_new_tokens=24, do_sample=True,
                             temperature=1.0, top_p=0.97)
@@ -101,17 +101,17 @@ def test_random_model_generates_and_stops_within_max_new_tokens(random_model, re
 
 
 @pytest.mark.parametrize("module_source", [RELU_MODULE, SOFTMAX_MODULE], ids=["relu", "kernelbook-softmax"])
-def test_trained_model_greedily_writes_the_prepared_reply_then_stops_at_eos(trained_model, module_source):
-    tokenizer, model = trained_model
+def test_trained_model_greedily_writes_the_prepared_reply_then_stops_at_eos(trained_auto_model, module_source):
+    tokenizer, model = trained_auto_model
     reply_ids, text = generate(tokenizer, model, module_source, max_new_tokens=512, do_sample=False)
     assert text == PREPARED_REPLY
     assert reply_ids[-1] == tokenizer.convert_tokens_to_ids(END_OF_TEXT)
     assert len(reply_ids) < 512
 
 
-def test_trained_model_samples_the_prepared_reply_at_the_model_card_settings(trained_model, relu_module_source):
+def test_trained_model_samples_the_prepared_reply_at_the_model_card_settings(trained_auto_model, relu_module_source):
     # Training stops only once every reply token has probability > 0.995, so top_p 0.97 keeps that token alone.
-    tokenizer, model = trained_model
+    tokenizer, model = trained_auto_model
     for seed in range(3):
         torch.manual_seed(seed)
         _, text = generate(tokenizer, model, relu_module_source, max_new_tokens=512, do_sample=True,

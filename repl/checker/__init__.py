@@ -11,32 +11,19 @@ alone in a confined process (candidate.py) and answers in plain data (wire.py).
 """
 
 import itertools
-import os
 import threading
 import time
 
+from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, default_spares
+from repl.checker.devices import placement
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.extract import kernel_source
 
-__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "kernel_source"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
+           "kernel_source"]
 
-# The kernel's time limit: loading it and running every trial (its timing too, on a GPU). The checker's own work is
-# not counted: preparing the problem, waiting for a candidate process, running the reference, moving data. Generous:
-# the interpreter is slow on the CPU, and on a GPU the first Triton compile can take tens of seconds.
-DEFAULT_TIMEOUT_S = 120.0
-JUDGE_START_S = 180.0  # importing torch on a loaded machine; the check's own clock starts when the judge has it
-GRACE_S = 3.0  # the judge enforces the timeout itself; past this, the caller stops waiting and kills it
 NO_MODEL_NEW = "no Python code defining ModelNew found in the kernel"
-
-
-
-def default_spares(jobs: int) -> int:
-    """Candidate processes each of `jobs` judges keeps starting ahead of need. Starting one (importing torch and
-    triton, the CUDA context, Triton's warm-up) takes about 10 s on a GPU host, a check of a small kernel one or two:
-    a stream of checks (eval) is only as fast as spares are started, so a machine with cores to spare keeps several
-    in flight: one per two cores, up to 8, shared among the judges (on a GPU also at most one per 10 GB of its
-    memory: judge.GPU_MEMORY_PER_SPARE)."""
-    return max(1, min(8, (os.cpu_count() or 1) // 2) // jobs)
+SIZING_WAIT_S = 20.0  # how long prepare() waits for a judge's too_large line
 
 
 class Checker:
@@ -55,28 +42,46 @@ class Checker:
             raise ValueError("jobs must be at least 1")
         self.device = device
         self.jobs = jobs
-        self._device, self._cuda_visible = _placement(device)
-        self._options = (memory_limit_bytes, default_spares(jobs) if spares is None else spares)
-        self._idle: list = []  # judge_process.JudgeProcess, ready for a check
+        self._device, self._cuda_visible = placement(device)
+        self._memory_limit, self._spares = memory_limit_bytes, spares
+        self._judges: list = []  # judge_process.JudgeProcess, every live one
+        self._idle: list = []  # those ready for a check
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(jobs)
+        self._slots = threading.Semaphore(jobs)
         self._closed = False
         self._ids = itertools.count(1)
+        self.judges_started = 0
         self._idle.append(self._new_judge())  # starts now: a check finds it warm
 
     def _new_judge(self):
         from repl.checker.judge_process import JudgeProcess
 
-        return JudgeProcess(self._device, self._cuda_visible, *self._options)
+        spares = default_spares(self.jobs) if self._spares is None else self._spares
+        judge = JudgeProcess(self._device, self._cuda_visible, self._memory_limit, spares)
+        with self._lock:
+            self._judges.append(judge)
+            self.judges_started += 1
+        return judge
 
-    def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = 5, atol: float = 1e-2,
-              rtol: float = 1e-2, timeout: float | None = None,
-              cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
+    def grow(self, jobs: int) -> None:
+        """Allow up to `jobs` checks at once from now on (never fewer than before); the judges for the new slots
+        start at once, so that they are warm when needed."""
+        with self._lock:
+            added, self.jobs = max(0, jobs - self.jobs), max(jobs, self.jobs)
+        for _ in range(added):
+            judge = self._new_judge()
+            self._give_back(judge)
+            self._slots.release()
+
+    def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
+              atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, timeout: float | None = None,
+              cancel: threading.Event | None = None, interpreter_timing: bool = False,
+              on_start=None) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
         against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
         it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
         the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
-        judge's clock): figures that test the checker, not speed."""
+        judge's clock): figures that test the checker, not speed. on_start(): called once a judge has the check."""
         if trials < 1:
             raise ValueError("trials must be at least 1")
         if self._closed:
@@ -95,9 +100,15 @@ class Checker:
             request["interpreter_timing"] = True
         started = time.monotonic()
         with self._slots:
+            if on_start is not None:
+                on_start()
             judge = self._take_judge()
             try:
                 result = judge.check(request, cancel)
+                if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
+                    self._forget(judge)
+                    judge = self._take_judge()
+                    result = judge.check(request, cancel)
             except BaseException:
                 # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
                 # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
@@ -109,39 +120,76 @@ class Checker:
         result.elapsed_s = round(time.monotonic() - started, 3)
         return result
 
-    def too_large(self, reference_code: str, timeout: float = 20.0) -> str | None:
-        """Whether this reference is too large to check on this Checker's device, asked before anything is
-        generated for it: the too_large line (size, and what to do), or None when it fits or cannot be sized in
-        `timeout` seconds. Answered by a warm judge at once; the first call waits for the judge to start."""
+    def prepare(self, reference_code: str, *, timeout: float = SIZING_WAIT_S, size: bool = True) -> str | None:
+        """Have every judge prepare this reference for the checks to come (preparation.py: built, studied, the next
+        check's trials made, on a GPU compiled and timed), while the caller does something else (the model streams).
+        A later request stops a judge's preparation between its steps; what it finished is kept for the check.
+
+        size: wait for a judge's too_large line and return it: why the problem is too large for this device (size,
+        and what to do), or None when it fits or cannot be sized within `timeout` seconds (the first call waits for
+        the judge to start). size=False returns at once (None), never waiting for a judge busy with a check."""
         if self._closed:
             raise RuntimeError("this Checker is closed")
+        prepare_id = next(self._ids)
+        with self._lock:
+            judges = list(self._judges)
+        if not size:
+            for judge in judges:
+                if judge.alive() and judge.ready:
+                    judge.start_preparing(prepare_id, reference_code)
+            return None
         with self._slots:
-            judge = self._take_judge()
+            answering = self._take_judge()
             try:
-                return judge.size(reference_code, timeout)
+                for judge in judges:
+                    if judge is not answering and judge.alive() and judge.ready:
+                        judge.start_preparing(prepare_id, reference_code)
+                return answering.prepare(prepare_id, reference_code, timeout)
             finally:
+                self._give_back(answering)
+
+    def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
+        """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
+        it was stopped). For tests and benchmarks; a check never needs to wait for this."""
+        for _ in range(self.jobs):  # no check meanwhile: it would start another judge
+            self._slots.acquire()
+        with self._lock:
+            judges, self._idle = self._idle, []
+        try:
+            return [said for judge in judges if (said := judge.wait_until_prepared(timeout)) is not None]
+        finally:
+            for judge in judges:
                 self._give_back(judge)
+            for _ in range(self.jobs):
+                self._slots.release()
 
     def _take_judge(self):
         with self._lock:
             judge = self._idle.pop() if self._idle else None
         if judge is None or not judge.alive():
             if judge is not None:
-                judge.close()
+                self._forget(judge)
             judge = self._new_judge()
         return judge
 
     def _give_back(self, judge) -> None:
         with self._lock:
-            if self._closed or not judge.alive():
-                judge.close()
-            else:
+            keep = not self._closed and judge.alive()
+            if keep:
                 self._idle.append(judge)
+        if not keep:
+            self._forget(judge)
+
+    def _forget(self, judge) -> None:
+        judge.close()
+        with self._lock:
+            if judge in self._judges:
+                self._judges.remove(judge)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            judges, self._idle = self._idle, []
+            judges, self._idle, self._judges = self._judges, [], []
         for judge in judges:
             judge.close()
 
@@ -163,9 +211,9 @@ def check_kernel(
     kernel_code_or_reply: str,
     *,
     device: str = "auto",
-    trials: int = 5,
-    atol: float = 1e-2,
-    rtol: float = 1e-2,
+    trials: int = DEFAULT_TRIALS,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
     timeout: float | None = None,
     cancel: threading.Event | None = None,
     memory_limit_bytes: int | None = None,
@@ -174,7 +222,7 @@ def check_kernel(
     whose judge and candidate processes are warm. Raises ValueError for arguments that cannot be checked."""
     if trials < 1:
         raise ValueError("trials must be at least 1")
-    _placement(device)
+    placement(device)
     if cancel is not None and cancel.is_set():
         return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started", elapsed_s=0.0)
     if not _may_define_model_new(kernel_code_or_reply):
@@ -188,44 +236,3 @@ def _may_define_model_new(text: str) -> bool:
     """Whether a check could find ModelNew in this text, without parsing it (a substring test): one that cannot is
     a compile_error at once, with no candidate process started."""
     return isinstance(text, str) and "ModelNew" in text
-
-
-def _placement(device: str) -> tuple[str, str | None]:
-    """The judge's device ("cuda" or "cpu") and the CUDA_VISIBLE_DEVICES it gets (None: the caller's).
-
-    cuda:N runs the judge and its candidates with only GPU N visible, as their cuda:0: the model's Inductor-style
-    code hard-codes device 0 (torch.cuda.set_device(0), _DeviceGuard(0), get_raw_stream(0)).
-    """
-    if device == "cpu":
-        return "cpu", ""
-    if device in ("auto", "cuda"):
-        count = _visible_gpu_count()
-        if device == "cuda" and count == 0:
-            raise ValueError("device cuda: no CUDA GPU is visible on this machine")
-        return ("cuda" if count else "cpu"), (None if count else "")
-    index = device.removeprefix("cuda:")
-    if device.startswith("cuda:") and index.isdigit():
-        count = _visible_gpu_count()
-        if int(index) >= count:
-            raise ValueError(f"device {device}: {count} CUDA GPU(s) visible")
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        entries = [entry.strip() for entry in visible.split(",")] if visible else [str(n) for n in range(count)]
-        return "cuda", entries[int(index)]
-    raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {device!r}")
-
-
-def _visible_gpu_count() -> int:
-    """GPUs this process could use, without importing torch (4 s on some hosts): the NVIDIA driver's device files
-    (/dev/nvidiaN), narrowed by CUDA_VISIBLE_DEVICES."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
-    try:
-        nodes = [name for name in os.listdir("/dev") if name.startswith("nvidia") and name[6:].isdigit()]
-    except OSError:
-        nodes = []
-    if not nodes:
-        return 0
-    if visible:
-        return len([entry for entry in visible.split(",") if entry.strip()])
-    return len(nodes)

@@ -77,7 +77,8 @@ def sized(reference: str, device: str) -> str:
 
 
 def main(argv=None) -> int:
-    from repl.checker import Checker, _placement, check_kernel
+    from repl.checker import Checker, check_kernel
+    from repl.checker.devices import placement
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-cold", action="store_true", help="leave out the cold one-off check (a new judge)")
     options = parser.parse_args(argv)
 
-    device = "cuda" if _placement(options.device)[0] == "cuda" else "cpu-interpreter"
+    device = "cuda" if placement(options.device)[0] == "cuda" else "cpu-interpreter"
     goals = {key: table.get(device) for key, table in GOALS.items() if table.get(device) is not None}
     figures = {"device": device}
 

@@ -39,9 +39,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from repl.checker import default_spares
+from repl.checker.defaults import default_spares
 from repl.checker.candidate_replies import clean_reply
-from repl.checker.loading import describe, import_source, init_arguments, to_device, traceback_text
+from repl.checker.loading import (describe, import_source, init_arguments, tensor_bytes, to_device,
+                                  traceback_text)
 from repl.checker.result import CheckResult, Verdict, bounded_json_dict
 from repl.checker.sandbox.processes import (become_subreaper, children, continue_processes, kill_orphans, kill_tree,
                                             stop_tree)
@@ -76,6 +77,13 @@ class Problem:
     timing_notes: list[str] = field(default_factory=list)
     timed: bool = False
     facts: object = None  # problem_facts.ProblemFacts: learnt at its first check
+    # Trials made ahead (preparation.py): each one's inputs, drawn from a fresh secret seed and never sent yet, and
+    # the reference's outputs for them; a trial takes one and it is gone, so none is ever used twice.
+    ready_trials: list = field(default_factory=list)
+
+
+def problem_key(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
 
 
 class Judge:
@@ -113,24 +121,31 @@ class Judge:
 
     # ---- 1: the problem ------------------------------------------------------------------------------------------
 
-    def problem(self, code: str) -> Problem:
-        key = hashlib.sha256(code.encode()).hexdigest()
+    def problem(self, code: str, module=None) -> Problem:
+        """The problem of this reference, from the cache or loaded (module: the reference already imported)."""
+        key = problem_key(code)
         if key in self.problems:
             self.problems.move_to_end(key)
             return self.problems[key]
-        problem = self.load_problem(code)
+        problem = self.load_problem(code, module)
         self.problems[key] = problem
         while len(self.problems) > CACHED_PROBLEMS:
             self.problems.popitem(last=False)
         return problem
 
-    def load_problem(self, code: str) -> Problem:
-        import torch
+    def cached_problem(self, code: str) -> Problem | None:
+        return self.problems.get(problem_key(code))
 
+    def import_reference(self, code: str):
         try:
-            module = import_source(code, REFERENCE_PATH, write_file=False)
+            return import_source(code, REFERENCE_PATH, write_file=False)
         except BaseException as error:
             raise self.reference_failed("reference does not import", error)
+
+    def load_problem(self, code: str, module=None) -> Problem:
+        import torch
+
+        module = module if module is not None else self.import_reference(code)
         missing = [name for name in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, name)]
         if missing:
             raise Ended(Verdict.INVALID_REFERENCE, f"reference lacks {', '.join(missing)}")
@@ -153,7 +168,7 @@ class Judge:
             inputs = self.make_inputs(problem)
             again = to_device(inputs, self.device, clone=True)  # the reference may change its inputs in place
             output = self.run_reference(problem, inputs)
-            problem.output_bytes = _tensor_bytes(output)
+            problem.output_bytes = tensor_bytes(output)
             del inputs
             output_again = self.run_reference(problem, again)
         except Ended:
@@ -201,17 +216,30 @@ class Judge:
 
         return available_memory_bytes(self.on_cuda, self.memory_limit)
 
-    def size_reason(self, code: str) -> str | None:
-        """The too_large line for a reference, asked before anything is generated for it; None when it fits or
-        cannot be sized (the check will say more). Sizing allocates nothing; nothing is cached."""
+    def size_reason(self, module) -> str | None:
+        """The too_large line for an imported reference, asked before anything is generated for it; None when it fits
+        or cannot be sized (the check will say more). Sizing allocates nothing."""
         try:
             from repl.checker.sizing import measure_problem, too_large_reason
 
-            module = import_source(code, REFERENCE_PATH, write_file=False)
             return too_large_reason(measure_problem(module, compiles_later=self.on_cuda), on_cuda=self.on_cuda,
                                     memory_bytes=self.memory_bytes())
         except BaseException:
             return None
+
+    def learn(self, problem: Problem, atol: float, rtol: float) -> None:
+        """What the judge learns about a problem at its first check or preparation (problem_facts.py): the reference's
+        work, whether trials can tell kernels apart, its size."""
+        if problem.facts is not None:
+            return
+        from repl.checker.problem_facts import study_problem
+
+        try:
+            problem.facts = study_problem(self, problem, atol, rtol)
+        except Ended:
+            raise
+        except BaseException as error:
+            raise self.reference_failed("reference Model fails to run", error)
 
     def reference_failed(self, what: str, error: BaseException) -> Ended:
         return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
@@ -331,17 +359,7 @@ class CheckRun:
         return result
 
     def learn(self, problem: Problem) -> None:
-        """What the judge learns about a problem at its first check (problem_facts.py): the reference's work, whether
-        trials can tell kernels apart, its size."""
-        if problem.facts is None:
-            from repl.checker.problem_facts import study_problem
-
-            try:
-                problem.facts = study_problem(self.judge, problem, self.request["atol"], self.request["rtol"])
-            except Ended:
-                raise
-            except BaseException as error:
-                raise self.judge.reference_failed("reference Model fails to run", error)
+        self.judge.learn(problem, self.request["atol"], self.request["rtol"])
         if problem.facts.weak_note:
             self.notes.append(problem.facts.weak_note)
 
@@ -417,20 +435,24 @@ class CheckRun:
         return reply, data
 
     def trial(self, problem: Problem, *, skip_launches: bool, label: str):
-        inputs = self.judge.make_inputs(problem)
+        ready = problem.ready_trials.pop(0) if problem.ready_trials else None  # prepared while no candidate lived
+        inputs = ready.inputs if ready is not None else self.judge.make_inputs(problem)
         self.inputs_all_non_negative &= _all_non_negative(inputs)
         tree, blob = encode_at(inputs, "input")
-        expected = []
+        expected = [ready.expected] if ready is not None else []
+        if ready is not None:
+            problem.output_bytes = max(problem.output_bytes, tensor_bytes(ready.expected))
 
         def reference():  # once the inputs are copied for the candidate: the reference may change them in place
             expected.append(self.reference_alone(problem, inputs, label))
 
         # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
         reply, data = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
-                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES, before_sending=reference)
+                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES,
+                                    before_sending=reference if ready is None else None)
         expected = expected[0]
-        if _tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
-            problem.output_bytes = _tensor_bytes(expected)
+        if tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
+            problem.output_bytes = tensor_bytes(expected)
         try:
             got = decode(reply.get("outputs"), data, device=self.judge.device)  # compared where the reference is
         except WireError as error:
@@ -731,6 +753,14 @@ class CandidatePool:
                 if attempt == 2:
                     raise Ended(Verdict.CRASH, message, output_tail=tail)
 
+    def top_up(self) -> None:
+        """Start spares until `spares` are starting or ready (take() does after each check; a preparation before the
+        first), unless the first is still being forked in the background."""
+        if self._filling is not None and self._filling.is_alive():
+            return
+        while len(self.waiting) < self.spares:
+            self.waiting.append(CandidateProcess(*self.arguments))
+
     def kill_orphans(self) -> None:
         """Nothing a candidate started outlives its check: where it had no PID namespace to die with, what it left
         was re-parented to this process (a child subreaper); processes of the pool are kept."""
@@ -765,18 +795,6 @@ def trial_without_launches_place(trials: int) -> int:
     """Where the trial without launches falls among the trials+1 forwards: anywhere after the first (which compiles
     and autotunes), by lottery, so that a kernel counting its calls cannot tell which one it is."""
     return secrets.SystemRandom().randint(2, trials + 1)
-
-
-def _tensor_bytes(value) -> int:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(item) for item in value)
-    return 0
 
 
 BFLOAT16_UNDER_THE_INTERPRETER = (
@@ -838,6 +856,15 @@ def main() -> None:
     checks: queue.Queue = queue.Queue()
     current_cancel = threading.Event()
     current_id, cancelled_ids = [None], set()
+    preparing = [threading.Event()]  # the preparation under way stops (between its steps) once this is set
+    in_preparation = threading.Event()  # the main thread is preparing: it reads no request before its step ends
+
+    def end_now() -> None:
+        """The caller closes while a preparation's step (a torch.compile: seconds) holds the main thread: the spares
+        and their directories go first, then everything below, without waiting for the step."""
+        for candidate in list(judge.pool.waiting):
+            candidate.kill()
+        end_with_the_caller()
 
     def read_requests():
         while True:
@@ -849,19 +876,37 @@ def main() -> None:
                 cancelled_ids.add(request.get("id"))
                 if request.get("id") == current_id[0]:
                     current_cancel.set()
-            elif request.get("op") in ("check", "size"):
+                continue
+            preparing[0].set()  # any other request comes first: a preparation is only for the time in between
+            if request.get("op") in ("check", "prepare"):
                 checks.put(request)
             else:
+                if in_preparation.is_set():
+                    end_now()
                 checks.put(None)
                 return
 
+    def new_preparation() -> threading.Event:
+        preparing[0] = stop = threading.Event()
+        if not checks.empty():  # a request that came before this event was made
+            stop.set()
+        return stop
+
     threading.Thread(target=read_requests, daemon=True).start()
     while (request := checks.get()) is not None:
-        if request["op"] == "size":
+        if request["op"] == "prepare":
+            from repl.checker.preparation import prepare
+
+            stop = new_preparation()
+            in_preparation.set()
             try:
-                channel.send({"size": judge.size_reason(str(request.get("reference_code", "")))})
+                sized = lambda reason: channel.send({"sized": request.get("id"), "too_large": reason})  # noqa: E731
+                steps = prepare(judge, str(request.get("reference_code", "")), stop, sized)
+                channel.send({"prepared": request.get("id"), "steps": steps, "stopped": stop.is_set()})
             except PeerGone:
                 break
+            finally:
+                in_preparation.clear()
             continue
         current_cancel.clear()
         current_id[0] = request.get("id")
@@ -877,6 +922,16 @@ def main() -> None:
             channel.send({"result": bounded_json_dict(result)})
         except PeerGone:
             break
+        if checks.empty():
+            # Idle until the next request: make the next check's trials of the same problem ahead (:best checks one
+            # module again and again; so does :run after :regen). Only a problem in the cache: nothing is imported.
+            from repl.checker.preparation import prepare_again
+
+            in_preparation.set()
+            try:
+                prepare_again(judge, str(request.get("reference_code", "")), new_preparation())
+            finally:
+                in_preparation.clear()
     judge.pool.close()
     os._exit(0)
 

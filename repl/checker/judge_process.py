@@ -7,6 +7,7 @@ that hangs) or dying (a reference that crashes it), and turns either into `inval
 running the reference at the time.
 """
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from repl.checker.defaults import GRACE_S, JUDGE_START_S, PREPARE_TIMEOUT_S
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.sandbox import PipeCollector, is_secret_name
 from repl.checker.sandbox.processes import children, kill_tree
@@ -26,6 +28,9 @@ CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is 
 
 
 class JudgeProcess:
+    preparing = None  # Preparing: the last preparation sent, until the judge says it has ended
+    stuck_on_another_reference = False  # stopped while stuck preparing another reference than its check's
+
     def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
                  spares: int | None):
         request_read, request_write = os.pipe()
@@ -52,6 +57,7 @@ class JudgeProcess:
         self.device_label = "cuda" if device == "cuda" else "cpu-interpreter"
         self.ready = False
         self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
+        self._sending = threading.Lock()  # a preparation may be sent while another thread checks
 
     def alive(self) -> bool:
         return self.channel.read_fd is not None and self.process.poll() is None
@@ -59,9 +65,11 @@ class JudgeProcess:
     def output_tail(self) -> str | None:
         return self._output.data().decode("utf-8", errors="replace") or None
 
-    def _wait_ready(self, cancel, deadline: float | None = None) -> CheckResult | None:
-        from repl.checker import JUDGE_START_S
+    def send(self, message: dict, deadline: float | None = None) -> None:
+        with self._sending:
+            self.channel.send(message, deadline=deadline)
 
+    def _wait_ready(self, cancel, deadline: float | None = None) -> CheckResult | None:
         if self.ready:
             return None
         try:
@@ -83,13 +91,11 @@ class JudgeProcess:
         return None
 
     def check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
-        from repl.checker import GRACE_S
-
         failed = self._wait_ready(cancel)
         if failed is not None:
             return failed
         try:
-            self.channel.send(request)
+            self.send(request)
         except PeerGone:
             self.close()
             return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
@@ -100,10 +106,11 @@ class JudgeProcess:
             if cancel is not None and cancel.is_set() and cancel_sent is None:
                 cancel_sent = now
                 try:
-                    self.channel.send({"op": "cancel", "id": request["id"]})
+                    self.send({"op": "cancel", "id": request["id"]})
                 except PeerGone:
                     pass
-            waits = [t for t in (deadline, cancel_sent and cancel_sent + CANCEL_GRACE_S) if t]
+            preparing = self.preparing.deadline if self.preparing is not None and stage == "queued" else None
+            waits = [t for t in (deadline, preparing, cancel_sent and cancel_sent + CANCEL_GRACE_S) if t]
             try:
                 # Short slices: a cancel set from another thread is passed on within 0.1 s.
                 message, _ = self.channel.receive(max_blob=0, deadline=min([*waits, now + 0.1]))
@@ -114,10 +121,15 @@ class JudgeProcess:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.close(grace_s=0)
                     return self._stuck(stage, alone, limit)
+                if preparing is not None and time.monotonic() >= preparing:
+                    return self._stuck_preparing(request)
                 continue
             except (PeerGone, WireError):
                 self.close()
                 return self._died(stage, alone)
+            if "prepared" in message:
+                self._prepared(message)
+                continue
             if "stage" in message:
                 stage = str(message["stage"])
                 alone = message.get("alone") is not False  # whether no candidate of the check lives (reference)
@@ -135,24 +147,67 @@ class JudgeProcess:
                     return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
                                        message=f"the judge's answer could not be read ({error})")
 
-    def size(self, reference_code: str, timeout: float) -> str | None:
-        """The judge's too_large line for this reference (None: it fits, or no answer within `timeout`, after which
-        the judge is stopped: a module whose import hangs)."""
+    def start_preparing(self, prepare_id: int, reference_code: str) -> None:
+        """Ask the judge to prepare this reference (preparation.py) once it has nothing else to do; returns at once.
+        Thread-safe: the judge may be checking meanwhile (the preparation waits for the check)."""
+        self.send({"op": "prepare", "id": prepare_id, "reference_code": reference_code})
+        self.preparing = Preparing(prepare_id, reference_key(reference_code), time.monotonic() + PREPARE_TIMEOUT_S)
+
+    def prepare(self, prepare_id: int, reference_code: str, timeout: float) -> str | None:
+        """Start preparing the reference and wait for its size: the judge's too_large line (None: it fits, or no
+        answer within `timeout`, after which the judge is stopped: a module whose import hangs). The caller holds
+        this judge; the preparation goes on after the answer."""
         deadline = time.monotonic() + timeout
         if self._wait_ready(None, deadline) is not None:
             return None
         try:
-            self.channel.send({"op": "size", "reference_code": reference_code})
+            self.start_preparing(prepare_id, reference_code)
             while True:
                 message, _ = self.channel.receive(max_blob=0, deadline=deadline)
-                if "size" in message:
-                    return message["size"]
+                if "prepared" in message:
+                    self._prepared(message)
+                if message.get("sized") == prepare_id:
+                    return message.get("too_large")
         except Stopped:
             self.close(grace_s=0)  # stuck in the module's import
             return None
         except (PeerGone, WireError):
             self.close()
             return None
+
+    def wait_until_prepared(self, timeout: float) -> dict | None:
+        """Wait (holding this judge) until its last preparation has ended: what the judge said of it ("steps",
+        "stopped"), or None when none was under way or no answer came within `timeout`."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self.preparing is not None:
+                message, _ = self.channel.receive(max_blob=0, deadline=deadline)
+                if "prepared" in message and self._prepared(message):
+                    return message
+        except (Stopped, PeerGone, WireError):
+            return None
+        return None
+
+    def _prepared(self, message: dict) -> bool:
+        """The judge has ended a preparation; True when it was the last one sent."""
+        if self.preparing is not None and message.get("prepared") == self.preparing.id:
+            self.preparing = None
+            return True
+        return False
+
+    def _stuck_preparing(self, request: dict) -> CheckResult:
+        """The judge has not ended a preparation in PREPARE_TIMEOUT_S: stuck in that reference (it hangs in Model()
+        or forward). The judge is stopped; the check is the reference's fault only when it is the same one."""
+        same = self.preparing is not None and self.preparing.key == reference_key(request.get("reference_code", ""))
+        self.stuck_on_another_reference = not same
+        self.close(grace_s=0)
+        if same:
+            return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
+                               message=f"the reference did not finish within {PREPARE_TIMEOUT_S:g} s while it was "
+                                       "prepared; the judge was stopped", output_tail=self.output_tail())
+        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, output_tail=self.output_tail(),
+                           message=f"the judge was stuck preparing another module for {PREPARE_TIMEOUT_S:g} s (its "
+                                   "reference hangs) and was stopped; check again")
 
     def _stuck(self, stage: str, alone: bool, limit: float) -> CheckResult:
         if stage == "reference" and not alone:  # the judge always answers itself, unless it is stuck
@@ -184,7 +239,7 @@ class JudgeProcess:
             return
         if grace_s:
             try:
-                self.channel.send({"op": "close"}, deadline=time.monotonic() + 0.5)
+                self.send({"op": "close"}, deadline=time.monotonic() + 0.5)
             except Exception:
                 pass
         self.channel.close()
@@ -204,3 +259,14 @@ class JudgeProcess:
         except subprocess.TimeoutExpired:
             pass
 
+
+
+class Preparing:
+    """A preparation sent to a judge and not yet ended: its id, its reference's key, when the caller gives up on it."""
+
+    def __init__(self, prepare_id: int, key: str, deadline: float):
+        self.id, self.key, self.deadline = prepare_id, key, deadline
+
+
+def reference_key(code: str) -> str:
+    return hashlib.sha256(str(code).encode()).hexdigest()

@@ -53,6 +53,19 @@ def to_device(value, device, *, clone: bool = False):
     return value
 
 
+def tensor_bytes(value) -> int:
+    """Bytes of the tensors in a value (in lists, tuples and dicts too)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(item) for item in value)
+    return 0
+
+
 def compilation_error_class() -> type:
     """Triton's CompilationError, without importing triton."""
     errors = sys.modules.get("triton.compiler.errors")

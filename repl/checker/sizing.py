@@ -21,26 +21,19 @@ runs. Code that needs real values (``.item()``, ``.numpy()``, ``nonzero``) canno
   (``python -m repl.checker.sizing --interpreter-rate`` measures it again). The bound takes 50 M/s: 2.5x the best
   measured, for a faster machine.
 
-Before anything is generated, the REPL asks its warm judge (``Checker.too_large``); one-shot runs, which have no
-judge, ask ``problem_too_large(module_code, device)``, a short subprocess (``python -m repl.checker.sizing``). Either
-way the process that holds the model never imports the user's module.
+Before anything is generated, every front end asks the session's warm judge (``Checker.prepare``: the module is
+sized first, then its checks are prepared), so the process that holds the model never imports the user's module.
 """
 
 import contextlib
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from repl.checker.loading import init_arguments
 from repl.errors import one_line
 
 INTERPRETER_ELEMENTS_PER_S = 50e6  # an upper bound on the Triton interpreter's rate; see the module docstring
-DEFAULT_TRIALS = 5  # the checker's default number of trials
-SIZING_TIMEOUT_S = 20.0  # for problem_too_large's subprocess (importing torch takes seconds on a busy machine)
 WHAT_TO_DO_CPU = "check it on a GPU (--device cuda) or lower the sizes in get_inputs()"
 WHAT_TO_DO_GPU = "check it on a GPU with more free memory or lower the sizes in get_inputs()"
 
@@ -113,7 +106,7 @@ def format_bytes(count: int | float) -> str:
 def measure_problem(reference_module, *, compiles_later: bool = True) -> ProblemSize:
     """Size the problem defined by an imported module (Model, get_inputs, get_init_inputs) without allocating it.
 
-    compiles_later=False: this process never runs torch.compile (the CPU judge, the sizing subprocess), so the
+    compiles_later=False: this process never runs torch.compile (the CPU judge), so the
     forward on meta may skip the import of torch._dynamo that PyTorch's Python meta kernels make the first time
     (`_dynamo_stand_in`: 1.5 s on this project's machine, most of a first check's sizing), in building the model
     and in its forward."""
@@ -239,7 +232,7 @@ def too_large_reason(size: ProblemSize, *, on_cuda: bool, memory_bytes: int) -> 
         return (f"too large for {where}: {size.describe()}; a check holds at least {format_bytes(needed)} (inputs, "
                 f"outputs and the candidate's copies), {format_bytes(memory_bytes)} {free}; {what_to_do}")
     if not on_cuda:
-        from repl.checker import DEFAULT_TIMEOUT_S
+        from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 
         budget = interpreter_element_budget()
         elements = size.elements_per_call()
@@ -253,7 +246,7 @@ def too_large_reason(size: ProblemSize, *, on_cuda: bool, memory_bytes: int) -> 
 def interpreter_element_budget() -> float:
     """Elements one forward may read and write for the interpreter to finish the default trials in the default time
     limit, at its best rate."""
-    from repl.checker import DEFAULT_TIMEOUT_S
+    from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 
     return INTERPRETER_ELEMENTS_PER_S * DEFAULT_TIMEOUT_S / DEFAULT_TRIALS
 
@@ -288,29 +281,6 @@ def _memory_available_bytes() -> int | None:
 
 # -- asking before generating ------------------------------------------------------------------------------------------
 
-def problem_too_large(module_code: str, device: str = "auto", timeout: float = SIZING_TIMEOUT_S) -> str | None:
-    """The too_large line for a module about to be sampled for (None when it fits, or when sizing fails or takes
-    longer than `timeout`): sized in a subprocess, since importing the module runs its code."""
-    from repl.checker.sandbox import is_secret_name
-
-    root = str(Path(__file__).resolve().parents[2])
-    env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    with tempfile.TemporaryDirectory(prefix="kernelllm-sizing-") as work:
-        try:
-            process = subprocess.run([sys.executable, "-m", "repl.checker.sizing", "--device", device],
-                                     input=module_code, capture_output=True, text=True, timeout=timeout,
-                                     cwd=work, env=env, start_new_session=True)
-        except (subprocess.TimeoutExpired, OSError):
-            return None
-    try:
-        return json.loads(process.stdout.strip().splitlines()[-1])["reason"]
-    except (IndexError, ValueError, KeyError, TypeError):
-        return None
-
-
 def measure_interpreter_rate(elements: int = 1 << 22, blocks: tuple[int, ...] = (1024, 4096, 65536)) -> dict:
     """Elements per second the Triton interpreter runs an elementwise ReLU kernel at, per BLOCK_SIZE (how
     INTERPRETER_ELEMENTS_PER_S was chosen; `python -m repl.checker.sizing --interpreter-rate` prints it)."""
@@ -341,42 +311,14 @@ def measure_interpreter_rate(elements: int = 1 << 22, blocks: tuple[int, ...] = 
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m repl.checker.sizing [--device D]`: the module on stdin; one JSON line {"reason", "size"} out.
-    With --interpreter-rate: the interpreter's measured rate per BLOCK_SIZE instead."""
+    """`python -m repl.checker.sizing --interpreter-rate`: the interpreter's measured rate per BLOCK_SIZE."""
     import argparse
-    import types
 
     parser = argparse.ArgumentParser(prog="python -m repl.checker.sizing")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--interpreter-rate", action="store_true")
-    args = parser.parse_args(argv)
-    if args.interpreter_rate:
-        for block, rate in measure_interpreter_rate().items():
-            print(f"BLOCK_SIZE {block:>6}: {rate / 1e6:6.1f} M elements/s")
-        return 0
-    code = sys.stdin.read()
-    module = types.ModuleType("kernelllm_sizing_reference")
-    sys.modules[module.__name__] = module
-    result: dict = {"reason": None, "size": None}
-    try:
-        exec(compile(code, "reference.py", "exec"), module.__dict__)
-    except BaseException as error:
-        result["size"] = asdict(ProblemSize(unsized=f"the module does not import: {one_line(error)}"))
-        print(json.dumps(result), flush=True)
-        return 0
-    size = measure_problem(module, compiles_later=False)
-    result["size"] = size.to_json_dict()
-    if size.sized:
-        import torch
-
-        on_cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
-        gpu = int(args.device.split(":")[1]) if args.device.startswith("cuda:") else 0
-        try:
-            result["reason"] = too_large_reason(size, on_cuda=on_cuda,
-                                                memory_bytes=available_memory_bytes(on_cuda, gpu_index=gpu))
-        except Exception as error:  # no such GPU, ...: the check itself will say so
-            result["size"]["unsized"] = one_line(error)
-    print(json.dumps(result), flush=True)
+    parser.add_argument("--interpreter-rate", action="store_true", required=True)
+    parser.parse_args(argv)
+    for block, rate in measure_interpreter_rate().items():
+        print(f"BLOCK_SIZE {block:>6}: {rate / 1e6:6.1f} M elements/s")
     return 0
 
 

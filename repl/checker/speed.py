@@ -256,20 +256,24 @@ def reference_template(judge, problem, bases: list):
     return judge.run_reference(problem, to_device(bases[0], judge.device, clone=True))
 
 
-def gpu_quiet(judge) -> bool:
-    """Wait (up to QUIET_WAIT_S) for the L2 flush to run at its usual speed; False if it never does."""
+def gpu_quiet(judge, wait_s: float = QUIET_WAIT_S, stop=None, poll_s: float = 0.05) -> bool:
+    """Wait (up to wait_s, or until `stop` is set) for the L2 flush to run at its usual speed; False if it never
+    does."""
     clock = judge.clock
     if not clock.on_cuda:
         return True
-    deadline = time.monotonic() + QUIET_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         now = clock.flush_ms()
         judge.quiet_flush_ms = min(judge.quiet_flush_ms or now, now)
         if now <= QUIET_FACTOR * judge.quiet_flush_ms:
             return True
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (stop is not None and stop.is_set()):
             return False
-        time.sleep(0.05)
+        if stop is not None:
+            stop.wait(poll_s)
+        else:
+            time.sleep(poll_s)
 
 
 def time_reference(judge, problem) -> None:

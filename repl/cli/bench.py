@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from repl.cli.options import model_options, positive_int
+from repl.cli.options import model_options
+from repl.option_values import positive_int
 
 DESCRIPTION = """\
 Benchmark generation: tokens/s of one stream and of K samples at once, for model.generate() (the plain path) and the
@@ -69,6 +70,7 @@ def _architecture(name: str) -> str:
 def run(args) -> int:
     from repl.bench import BenchOptions, run_benchmark
     from repl.ui.console import report_console
+    from repl.ui.render_bench import measure_render
 
     console = report_console(sys.stderr)
     options = BenchOptions(
@@ -85,7 +87,8 @@ def run(args) -> int:
     started = time.monotonic()
     save = lambda results: Path(args.json).expanduser().write_text(json.dumps(results, indent=2) + "\n")
     results = run_benchmark(options, report=lambda message: console.print(
-        f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None)
+        f"{time.monotonic() - started:6.1f}s · {message}", style="dim"), save=save if args.json else lambda r: None,
+        measure_render=measure_render)
     output = report_console(sys.stdout)
     if output.is_terminal:
         output.width = max(output.width, 110)

@@ -9,16 +9,14 @@ finished candidates is written); 2 for a module that cannot be checked.
 from pathlib import Path
 
 from repl.best_of import BestOfRun, CheckOptions
-from repl.cli.options import DEFAULT_TRIALS
-from repl.cli.oneshot import say, wait_for_model, write_kernel_output
+from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.errors import one_line
 from repl.module_source import inspect_module_source
-from repl.session_log import SessionLog
 
 
-def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> int:
+def run_best_oneshot(engine, code: str, args) -> int:
     """args: samples (K), out, force, file; check_device, trials, jobs (the main command line's check options).
-    Every finished candidate and its check go into the log."""
+    The engine records every candidate and its check."""
     module = inspect_module_source(code)
     if module.problem():
         say(f"error: {module.problem()}")
@@ -27,8 +25,7 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
         say("error: --samples checks every candidate, so the module needs get_inputs() and get_init_inputs()")
         return 2
     k = args.samples
-    check = CheckOptions(device=getattr(args, "check_device", "auto"), trials=getattr(args, "trials", DEFAULT_TRIALS),
-                         jobs=getattr(args, "jobs", 1))
+    check = CheckOptions(device=args.check_device, trials=args.trials, jobs=args.jobs)
     if not wait_for_model(engine):
         return 1
     say(f"sampling {k} candidates with {engine.model_state[1]}, checking each as it completes…")
@@ -41,7 +38,8 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
             verdict = candidate.verdict or (candidate.reply.finish_reason if candidate.reply else "not started")
             say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
 
-    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress)
+    source_name = Path(args.file).stem if args.file else None
+    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name)
     interrupted = False
     try:
         run.start()
@@ -57,9 +55,6 @@ def run_best_oneshot(engine, code: str, args, log: SessionLog | None = None) -> 
                 break
             except KeyboardInterrupt:
                 continue
-    source_name = Path(args.file).stem if getattr(args, "file", None) else None
-    if log is not None:
-        log.record_attempts([c.attempt for c in run.candidates if c.attempt is not None], source_name)
     if run.error is not None:
         say(f"error: {one_line(run.error)}")
         return 1

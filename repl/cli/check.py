@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from repl.cli.options import TIMEOUT_HELP, check_options, non_negative_float, positive_float
+from repl.cli.options import TIMEOUT_HELP, check_options
+from repl.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
 

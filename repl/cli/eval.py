@@ -19,8 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import (GREEDY_SAMPLES, TIMEOUT_HELP, check_options, debug_option, model_options, positive_float,
-                              positive_int, sampling_options)
+from repl.cli.options import TIMEOUT_HELP, check_options, debug_option, engine_from, model_options, sampling_options
+from repl.option_values import positive_float, positive_int
+from repl.settings import greedy_samples_problem
 from repl.wording import counted
 
 DESCRIPTION = """\
@@ -79,8 +80,9 @@ def _argument_problem(args) -> str | None:
     kernels = _kernels_dir(args)
     if kernels is not None and kernels.exists() and not kernels.is_dir():
         return f"{kernels} is a file; the kernels are kept in a folder (--kernels DIR chooses another)"
-    if not args.candidates and (args.samples or 1) > 1 and args.temperature <= 0:
-        return GREEDY_SAMPLES
+    greedy = None if args.candidates else greedy_samples_problem(args.temperature, args.samples or 1)
+    if greedy:
+        return f"--samples above 1 needs sampling: {greedy}"
     return eval_ray.argument_problem(args)
 
 
@@ -145,12 +147,15 @@ def _evaluate(args, problems, err, out, log) -> int:
         engine = None if args.candidates else _load_engine(args, err)
         if engine is None and not args.candidates:
             return 1
+        if engine is not None:  # the engine logs what it samples and checks, as in the session
+            engine.record_to(log if log.enabled else None)
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
-                         concurrency=args.concurrency)
+                         concurrency=args.concurrency, checks=None if engine else args.checks)
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     kernels = _kernels_dir(args)
-    archive = EvalArchive(kernels, log if log.enabled else None,
+    # On a cluster the replies were sampled on the workers: the driver logs them as they come back.
+    archive = EvalArchive(kernels, log if log.enabled and args.ray is not None else None,
                           results_dir=Path(args.json_out).expanduser().parent if args.json_out else None)
     cancel = threading.Event()
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -166,7 +171,7 @@ def _evaluate(args, problems, err, out, log) -> int:
                             description=current)
             if state.finished is not None:
                 progress.console.print(_problem_line(state.finished))
-            if getattr(state, "event", None):  # on a cluster: a worker lost, a problem tried again
+            if state.event:  # on a cluster: a worker lost, a problem tried again
                 progress.console.print(Text(state.event, style="warn"))
 
         try:
@@ -197,12 +202,10 @@ def _evaluate(args, problems, err, out, log) -> int:
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
-    return 1 if getattr(report, "unfinished", None) else 0
+    return 1 if report.unfinished else 0
 
 
 def _load_engine(args, err):
-    from repl.cli.main import engine_from
-
     try:
         engine = engine_from(args)
     except ValueError as error:

@@ -8,7 +8,7 @@ from functools import partial
 
 from rich.text import Text
 
-from repl.cli.options import positive_int
+from repl.option_values import positive_int
 
 RAY_HELP = ("run on a Ray cluster: ADDRESS is its head (HOST:PORT), auto (the cluster this machine belongs to) or "
             "ray://HOST:PORT (Ray Client); without one, $RAY_ADDRESS or else a new local cluster. Workers: one per "
@@ -53,7 +53,7 @@ def cluster_errors() -> tuple[type, ...]:
 def generation_spec(args) -> dict:
     """Where the workers sample from: the server (its URL checked here) or the model each worker loads once. The API
     key travels with the spec: the workers need it, and their hosts may not have $OPENAI_API_KEY."""
-    from repl.cli.main import settings_from
+    from repl.cli.options import settings_from
 
     settings = settings_from(args).__dict__
     server = args.server or os.environ.get("KERNELLLM_SERVER")

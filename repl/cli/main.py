@@ -6,9 +6,10 @@ import importlib
 import os
 import sys
 
-from repl.cli.options import (GREEDY_SAMPLES, Parser, check_options, debug_option, model_options, positive_int,
-                              sampling_options)
+from repl.cli.options import Parser, check_options, debug_option, engine_from, model_options, sampling_options
+from repl.option_values import positive_int
 from repl.errors import one_line
+from repl.settings import greedy_samples_problem
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
 SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log", "repl.cli.bench"]
@@ -27,6 +28,7 @@ def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
         prog=prog, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[model_options(), sampling_options(), check_options(), debug_option()])
     parser.add_argument("--version", action="version", version=version_text(prog))
+    parser.set_defaults(checks=None)  # the judges: main()'s `checks`, else the engine's own
     parser.add_argument("--file", metavar="MODULE.py", help="generate for this module, without the interactive session")
     parser.add_argument("--out", metavar="KERNEL.py", help="with --file or piped input: write the kernel here")
     parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
@@ -63,43 +65,16 @@ def version_text(prog: str = "kernelllm.py") -> str:
     return f"{prog} {__version__} (Python {sys.version.split()[0]}; {', '.join(installed)})"
 
 
-def settings_from(args):
-    from repl.settings import SamplingSettings
-
-    return SamplingSettings(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed)  # each checked by its argparse type
-
-
-def engine_from(args):
-    from repl.engine import Engine, EngineOptions
-
-    server = None
-    if args.server or os.environ.get("KERNELLLM_SERVER"):  # imported only then: the local path needs no HTTP client
-        from repl.generation.server import server_backend_from
-
-        server = server_backend_from(args)
-    from repl.generation.model_loading import options_problem
-
-    quantize = getattr(args, "quantize", "none")
-    options = EngineOptions(model=args.model, device=args.device, dtype=args.dtype,
-                            quantize=None if quantize == "none" else quantize,
-                            device_map=getattr(args, "device_map", None))
-    problem = options_problem(options.quantize, options.device_map)
-    if server is not None and (options.quantize or options.device_map):
-        problem = "--quantize and --device-map apply to a model loaded here, not to one behind --server"
-    if problem:
-        raise ValueError(problem)
-    return Engine(options, settings_from(args), backend_override=server)
-
-
 # A closed pipe (`kernelllm.py log --json | head -1`) ends the command quietly with this status, as a process that
 # SIGPIPE killed reports in the shell (128 + 13): the Unix convention, without the interpreter's traceback.
 EXIT_CLOSED_PIPE = 141
 
 
-def main(argv: list[str] | None = None, prog: str = "kernelllm.py") -> int:
+def main(argv: list[str] | None = None, prog: str = "kernelllm.py", *, checks=None) -> int:
+    """The command line, called as `prog`; `checks`: the judges to check with (a repl.checker.pool.CheckPool;
+    default: the run's own), for a caller (a test) that brings its own."""
     try:
-        return _main(argv, prog)
+        return _main(argv, prog, checks)
     except BrokenPipeError:
         _silence_closed_pipes()
         return EXIT_CLOSED_PIPE
@@ -117,17 +92,19 @@ def _silence_closed_pipes() -> None:
     os.close(devnull)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(argv: list[str] | None, prog: str, checks) -> int:
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit:  # --help, --version, or a one-line argument error (exit status 2)
         return exit.code
+    args.checks = checks
     try:
         if args.command:
             return args.run(args)
-        if (args.samples or 1) > 1 and args.temperature <= 0:  # refused before any model or checker starts
-            parser.error(GREEDY_SAMPLES)
+        greedy = greedy_samples_problem(args.temperature, args.samples or 1)
+        if greedy:  # refused before any model or checker starts
+            parser.error(f"--samples above 1 needs sampling: {greedy}")
         try:
             engine = engine_from(args)
         except ValueError as error:
@@ -159,12 +136,14 @@ def run_interactive(engine, args) -> int:
     console = make_console()
     log = SessionLog.open(enabled=False if args.no_log else None,
                           on_warning=lambda message: console.print(message, style="warn"))
-    session = ReplSession(engine, console, debug=args.debug, check_device=args.check_device, log=log)
+    engine.record_to(log)
+    session = ReplSession(engine, console, debug=args.debug, check_device=args.check_device)
     if args.continue_last:
         history_commands.continue_last(session)
     try:
         session.run()
     finally:
+        engine.close()
         log.close()
     return 0
 

@@ -1,25 +1,21 @@
 """One generation without the interactive session: module from --file or stdin, kernel to stdout or --out.
 
 Only the kernel goes to stdout, so `python kernelllm.py < model.py > kernel.py` leaves a clean file; everything else
-(loading, progress, warnings, errors) goes to stderr. The module, the reply and (with --samples) every candidate and
-its check go into the session log, as in the REPL.
+(loading, progress, warnings, errors) goes to stderr. The engine records the module, the reply and (with --samples)
+every candidate and its check in the session log, as in the REPL.
 """
 
 import sys
 import time
 from pathlib import Path
 
+from repl.cli.best_oneshot import run_best_oneshot
+from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.errors import one_line
 from repl.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
-from repl.kernel_file import write_kernel_file
-from repl.checker.sizing import problem_too_large
 from repl.module_source import inspect_module_source
 from repl.session_log import SessionLog
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_oneshot(engine, args) -> int:
@@ -42,18 +38,20 @@ def run_oneshot(engine, args) -> int:
     if engine.model_state[0] == "failed":
         say(f"error: {engine.model_state[1]}")
         return 1
-    too_large = problem_too_large(code, getattr(args, "check_device", None) or "auto") if module.runnable else None
-    if too_large:
-        say(f"warning: {too_large}")
     log = SessionLog.open(enabled=False if args.no_log else None, kind="samples" if args.samples else "oneshot",
                           on_warning=lambda message: say(f"warning: {message}"))
+    engine.record_to(log)
+    source_name = Path(args.file).stem if args.file else None
     try:
+        # The session's judge sizes the module (and prepares its checks while the model streams).
+        too_large = engine.submit_module(code, source_name, check_device=args.check_device)
+        if too_large:
+            say(f"warning: {too_large}")
         if args.samples is not None:
-            from repl.cli.best_oneshot import run_best_oneshot
-
-            return run_best_oneshot(engine, code, args, log)
-        return _generate(engine, module, args, log)
+            return run_best_oneshot(engine, code, args)
+        return _generate(engine, module, args, source_name)
     finally:
+        engine.close()
         log.close()
 
 
@@ -84,45 +82,27 @@ def out_problem(args) -> str | None:
     return None
 
 
-def wait_for_model(engine) -> bool:
-    """Wait for the model and its fast decoding, reporting progress on stderr; False, with the reason, when the model
-    cannot be loaded."""
-    state, message = engine.wait_until_loaded(lambda progress: say(f"model: {progress}"))
-    if state == "failed":
-        say(f"error: {message}")
-        return False
-    engine.wait_for_fast_decoding(lambda progress: say(f"model: {progress}"))
-    return True
-
-
-def _generate(engine, module, args, log: SessionLog) -> int:
+def _generate(engine, module, args, source_name: str | None) -> int:
     if not wait_for_model(engine):
         return 1
     try:
-        stream = engine.stream_kernel(module.code)
+        stream = engine.stream_kernel(module.code, source_name=source_name)
     except GenerationError as error:
         say(f"error: {one_line(error)}")
         return 1
-    source_name = Path(args.file).stem if args.file else None
-    reply_id = log.start_reply(log.record_module(module.code, module.model_class, source_name), stream.reply.model,
-                               stream.reply.settings)
     last_report = time.monotonic()
     try:
-        try:
-            say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
-            if stream.reply.note:
-                say(f"note: {stream.reply.note}")
-            for _ in stream:
-                log.append_reply_text(reply_id, stream.reply.text, stream.reply.tokens)
-                if time.monotonic() - last_report > 5:
-                    say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
-                    last_report = time.monotonic()
-        except KeyboardInterrupt:
-            stream.cancel()
-            for _ in stream:
-                pass
-    finally:
-        log.finish_reply(reply_id, stream.reply)
+        say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
+        if stream.reply.note:
+            say(f"note: {stream.reply.note}")
+        for _ in stream:
+            if time.monotonic() - last_report > 5:
+                say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
+                last_report = time.monotonic()
+    except KeyboardInterrupt:
+        stream.cancel()
+        for _ in stream:  # to its end: the reply is final
+            pass
     reply = stream.reply
     rate = f", {reply.tokens_per_second:.1f} tok/s" if reply.tokens_per_second else ""
     say(f"{reply.tokens} tokens in {reply.elapsed_s:.1f} s{rate} ({reply.finish_reason})")
@@ -143,20 +123,3 @@ def _generate(engine, module, args, log: SessionLog) -> int:
     return 0 if reply.finish_reason != INTERRUPTED else 130
 
 
-def write_kernel_output(kernel: str, args) -> bool:
-    """The kernel to --out (never over an existing file without --force) or to stdout; False, with a message, when
-    it could not be written."""
-    if not args.out:
-        sys.stdout.write(kernel)
-        sys.stdout.flush()
-        return True
-    try:
-        written = write_kernel_file(args.out, kernel, force=args.force)
-    except FileExistsError:
-        say(f"error: {args.out} exists; add --force to overwrite it")
-        return False
-    except OSError as error:
-        say(f"error: could not write {args.out}: {error.strerror or one_line(error)}")
-        return False
-    say(f"wrote {written}")
-    return True

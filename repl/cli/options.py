@@ -9,18 +9,18 @@ Nothing here imports more than argparse: `--help` must not wait for torch.
 """
 
 import argparse
+import os
 import re
 
+from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from repl.generation.model_loading import DEFAULT_MODEL
+from repl.option_values import (QUANTIZE_CHOICES, device_name, non_negative_float, positive_int, probability,
+                                quantize_list)
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-QUANTIZE_CHOICES = ("none", "int8", "int4")
-DEFAULT_TRIALS = 5
-TIMEOUT_HELP = ("seconds the kernel may take: loading it and running every trial (default: 120). The checker's own "
-                "work (preparing the problem, starting the sandbox, running the reference) is not counted, so a whole "
-                "check can take longer")
-GREEDY_SAMPLES = "--samples above 1 needs sampling: greedy decoding (--temperature 0) gives the same kernel every time"
+TIMEOUT_HELP = (f"seconds the kernel may take: loading it and running every trial (default: {DEFAULT_TIMEOUT_S:g}). "
+                "The checker's own work (preparing the problem, starting the sandbox, running the reference) is not "
+                "counted, so a whole check can take longer")
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,62 +32,6 @@ class Parser(argparse.ArgumentParser):
         if option:
             message = f"{option.group(1).split('/')[0]} {option.group(2)}"
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (--help for usage)\n")
-
-
-# -- value types: argparse turns their ArgumentTypeError into "argument --x: <message>" and exit status 2 -----------
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    value = _float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {text}")
-    return value
-
-
-def device_name(text: str) -> str:
-    if not DEVICE_PATTERN.match(text):
-        raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, not {text!r}")
-    return text
-
-
-def quantize_list(text: str) -> list[str]:
-    """Comma-separated --quantize settings (bench compares several): "int8,int4" -> ["int8", "int4"]."""
-    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
-    wrong = [mode for mode in modes if mode not in QUANTIZE_CHOICES]
-    if not modes or wrong:
-        raise argparse.ArgumentTypeError(f"takes {', '.join(QUANTIZE_CHOICES)} or a comma-separated list of them, "
-                                         f"not {text!r}")
-    return list(dict.fromkeys(modes))
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
 
 
 # -- parents --------------------------------------------------------------------------------------------------------
@@ -170,3 +114,37 @@ def debug_option(*, defaults: bool = True) -> argparse.ArgumentParser:
     parent.add_argument("--debug", action="store_true", default=_default(defaults, False),
                         help="show tracebacks instead of one-line errors")
     return parent
+
+
+# -- what the options describe ---------------------------------------------------------------------------------
+
+def settings_from(args):
+    """The sampling options as SamplingSettings."""
+    from repl.settings import SamplingSettings
+
+    return SamplingSettings(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                            seed=args.seed)  # each checked by its argparse type
+
+
+def engine_from(args):
+    """The engine the model and sampling options describe (its judges: args.checks, or a pool of its own);
+    ValueError (one line) for options that cannot work together. Imports the engine only when called."""
+    from repl.engine import Engine, EngineOptions
+
+    server = None
+    if args.server or os.environ.get("KERNELLLM_SERVER"):  # imported only then: the local path needs no HTTP client
+        from repl.generation.server import server_backend_from
+
+        server = server_backend_from(args)
+    from repl.generation.model_loading import options_problem
+
+    quantize = getattr(args, "quantize", "none")
+    options = EngineOptions(model=args.model, device=args.device, dtype=args.dtype,
+                            quantize=None if quantize == "none" else quantize,
+                            device_map=getattr(args, "device_map", None))
+    problem = options_problem(options.quantize, options.device_map)
+    if server is not None and (options.quantize or options.device_map):
+        problem = "--quantize and --device-map apply to a model loaded here, not to one behind --server"
+    if problem:
+        raise ValueError(problem)
+    return Engine(options, settings_from(args), backend_override=server, checks=args.checks)

@@ -9,7 +9,7 @@ A backend that knows its model's context (``context_tokens``) refuses a prompt t
 ``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in ``reply.note``.
 
 To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
-(``stream_many`` samples one reply after another, ``close`` does nothing). The local transformers backend, its fast
+(``stream_many`` samples one reply after another, ``wait_until_serving`` is ready at once, ``close`` does nothing). The local transformers backend, its fast
 decode path and the OpenAI-compatible server backend are all written this way, so the REPL, the one-shot command line,
 best-of-k, ``eval`` and the Python API use any of them alike and never ask a backend what else it happens to have.
 """
@@ -104,6 +104,7 @@ class Backend(ABC):
     device: str | None = None  # where this process runs the model ("cuda:0", "cpu"); None when it runs elsewhere
     context_tokens: int | None = None  # the most tokens a prompt and its reply may hold together; None: unknown
     reason: str | None = None  # why the backend runs below its best (e.g. fast decoding off), shown once; or None
+    samples_together: bool = False  # whether stream_many shares the work of k replies (one batch, one request)
 
     @abstractmethod
     def stream(self, prompt: str, settings: SamplingSettings) -> ReplyStream:
@@ -116,6 +117,12 @@ class Backend(ABC):
         a backend that can share the work (one batched generate, one n=K request) overrides it."""
         check_many(settings, k)
         return SequentialStreams(self, prompt, settings, k).streams
+
+    def wait_until_serving(self, timeout: float | None = None) -> bool:
+        """Wait (up to timeout seconds; None: as long as it takes) until the backend serves at its full speed, for
+        runs nobody reads token by token; True once it does. The default serves at full speed from the start; the
+        local model's fast decoding warms up for seconds after loading."""
+        return True
 
     def close(self) -> None:
         """Stop what is in flight and free what the backend holds (connections, threads); the default holds none."""
@@ -131,8 +138,7 @@ def check_many(settings: SamplingSettings, k: int) -> None:
     """ValueError for a ``stream_many`` that cannot give k different replies."""
     if k < 1:
         raise ValueError("k must be at least 1")
-    if settings.greedy and k > 1:
-        raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+    settings.refuse_samples(k)
 
 
 def fit_to_context(prompt_tokens: int, settings: SamplingSettings,

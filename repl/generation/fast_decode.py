@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from repl.errors import one_line
-from repl.generation import Backend, Reply, fit_to_context
+from repl.generation import Backend, Reply, check_many, fit_to_context
 from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
@@ -109,6 +109,8 @@ class FastLocalBackend(Backend):
     ``state``: warming up -> ready (a tier serves) ; or off / failed with a ``reason``.
     """
 
+    samples_together = True  # stream_many: k rows of one batch
+
     def __init__(self, loaded: LoadedModel, *, compile: bool = True, max_seq_len: int = MAX_SEQ_LEN,
                  batch_sizes: tuple[int, ...] = BATCH_SIZES, tiers: tuple[str, ...] | None = None,
                  attention: str | None = None, drafting: bool = True):
@@ -153,6 +155,31 @@ class FastLocalBackend(Backend):
     def tier(self) -> dict[int, str]:
         """Batch size -> the tier it serves at now."""
         return {size: batch.tier for size, batch in (self.decoder.batches if self.decoder else {}).items()}
+
+    # -- for measurements (kernelllm.py bench): the warm fast path without streams or text ---------------------
+    @property
+    def attention(self) -> str | None:
+        """The decoder's attention ("triton" or "torch"); None where the fast path is off."""
+        return self.decoder.attention if self.decoder is not None else None
+
+    @property
+    def matvec(self) -> str | None:
+        """The compiled tier's matrix-vector products ("triton": decode_matvec's, "inductor"); None where off."""
+        return self.decoder.matvec if self.decoder is not None else None
+
+    def warm_up_tier(self, tier: str, size: int, matvec: str | None = None) -> float:
+        """Prepare `tier` for batches of `size` now (bench measures the tiers one after another), its compiled tier
+        with `matvec`'s products (None: as it is); the seconds it took."""
+        if matvec is not None:
+            self.decoder.matvec = matvec
+        started = time.monotonic()
+        self.decoder.prepare(size, tier)
+        return time.monotonic() - started
+
+    def decode_tokens(self, prompt_ids, settings: SamplingSettings, rows: int, new_tokens: int, on_tokens) -> None:
+        """Decode `rows` samples of prompt_ids at the tier that serves them, handing each step's token ids (one per
+        row) to on_tokens(ids), which returns False to stop: a reply's cost without its stream or text."""
+        self.decoder.decode(prompt_ids, settings, rows, new_tokens, on_tokens)
 
     def _warm_up(self) -> None:
         try:
@@ -219,8 +246,7 @@ class FastLocalBackend(Backend):
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list:
         """k samples of one prompt decoded as one batch (the prompt is prefilled once), as LocalBackend.stream_many."""
-        if settings.greedy and k > 1:
-            raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+        check_many(settings, k)
         return self._stream(prompt, settings, k) or self.plain.stream_many(prompt, settings, k)
 
     def _stream(self, prompt: str, settings: SamplingSettings, k: int) -> list | None:

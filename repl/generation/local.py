@@ -16,7 +16,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from repl.errors import one_line
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, fit_to_context
+from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, check_many, fit_to_context
 from repl.generation.model_loading import LoadedModel
 from repl.settings import SamplingSettings
 
@@ -110,6 +110,8 @@ def _describe_generation_failure(error: BaseException) -> str:
 class LocalBackend(Backend):
     """The transformers backend: a loaded model and tokenizer in this process. One reply is a batch of one."""
 
+    samples_together = True  # stream_many: one generate() for k, the prompt prefilled once
+
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
         self.description = loaded.description
@@ -195,8 +197,7 @@ class LocalBatchGeneration:
     """One generate(num_return_sequences=k) in a worker thread, fanned out to k streams (``streams``)."""
 
     def __init__(self, loaded: LoadedModel, prompt: str, settings: SamplingSettings, k: int):
-        if settings.greedy and k > 1:
-            raise ValueError("greedy decoding (temperature 0) gives the same reply k times; use a temperature > 0")
+        check_many(settings, k)
         self._loaded = loaded
         self.error: BaseException | None = None
         prompt_ids = encode_prompt(loaded.tokenizer, prompt)

@@ -144,6 +144,8 @@ class ServerBackend(Backend):
     Nothing is sent until the first use. A ``model`` the user names is used as given; without one, ``connect()``
     picks the only model the server lists at /v1/models. ``close()`` cancels what is in flight and ends the loop."""
 
+    samples_together = True  # stream_many: one request for k (or k requests at once)
+
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = MAX_RETRIES):
         parts = urlsplit(base_url)

@@ -8,17 +8,14 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 
 from rich.text import Text
 
-from repl.best_of import BestOfRun, Candidate, CheckOptions
-from repl.checker import Verdict
+from repl.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions
+from repl.checker import DEFAULT_TRIALS, Verdict
 from repl.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event
 from repl.ui.stream_view import print_kernel, status_line
-
-DEFAULT_FIX_TRIES = 5
-
 
 def best_command(session, arguments):
     """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current."""
@@ -83,7 +80,7 @@ def _count_and_options(arguments: list[str], usage: str, default: int | None) ->
 
 
 def _candidate(session, word) -> Candidate:
-    candidates = getattr(session, "candidates", None) or []
+    candidates = session.candidates
     if not candidates:
         raise CommandError("no candidates yet: :best K samples some")
     try:
@@ -107,8 +104,8 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
         raise CommandError("--jobs and --trials need a value of at least 1")
     if not session.wait_for_model():
         return
-    check = CheckOptions(device=options.get("device") or session.check_device, trials=options.get("trials", 5),
-                         jobs=options.get("jobs", 1))
+    check = CheckOptions(device=options.get("device") or session.check_device,
+                         trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1))
     try:
         run = BestOfRun(session.module.code, k, engine=session.engine, check=check, until_correct=until_correct,
                         source_name=session.source_name)
@@ -135,7 +132,6 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
         session.console.print("No candidate finished." if interrupted else "No candidate was produced.",
                               style="warn")
         return
-    _log_candidates(session, run.candidates)
     session.candidates = ranked
     best = ranked[0]
     session.attempt = best.attempt
@@ -157,12 +153,3 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
         session.console.print(
             f"No candidate is correct{kept}. Candidate {best.index} (best-ranked) is current; :show N for the "
             f"others, :fix to keep sampling.", style="warn")
-
-
-def _log_candidates(session, candidates: list[Candidate]) -> None:
-    """Record the finished candidates in the session log, as :regen and :run record theirs (from this thread: the
-    run is over)."""
-    log = getattr(session, "log", None)
-    if log is None or not candidates:
-        return
-    log.record_attempts([candidate.attempt for candidate in candidates], session.source_name)

@@ -143,7 +143,13 @@ class InputOptions:
 
 
 class ModuleInput:
-    """One prompt_toolkit session for the REPL; ``read()`` returns a submitted text, raises EOFError to exit."""
+    """One prompt_toolkit session for the REPL; ``read()`` returns a submitted text, raises EOFError to exit.
+
+    What the session asks of an input (this and PlainInput): ``read(default)``, ``HINT`` (a line to show at the
+    start, or None), ``keeps_typeahead`` and ``keep_typeahead(presses)`` (keys typed between prompts, for the next)."""
+
+    HINT: str | None = None
+    keeps_typeahead = True
 
     def __init__(self, options: InputOptions, input=None, output=None):
         self.options = options
@@ -244,9 +250,13 @@ class PlainInput:
     with its line."""
 
     HINT = "End a module with a line holding only '.', or Ctrl-D."
+    keeps_typeahead = False  # input() reads the keys itself
 
     def __init__(self, options: InputOptions):
         self.options = options
+
+    def keep_typeahead(self, presses) -> None:
+        """Nothing to keep: keys typed between prompts reach input() as they are."""
 
     def read(self, default: str = "") -> str:
         lines = default.split("\n") if default else []

@@ -5,6 +5,7 @@ import dataclasses
 import sys
 import threading
 import time
+from concurrent.futures import wait as wait_for_futures
 from pathlib import Path
 
 from rich.console import Console
@@ -13,14 +14,14 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from repl.engine import Attempt, Engine, attempt_from_log, new_attempt
+from repl.attempt import Attempt, attempt_from_log, new_attempt
+from repl.engine import Engine
 from repl.errors import one_line
 from repl.extract import defines_model_new, extract_kernel_code
 from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
-from repl.session_log import SessionLog
 from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
@@ -39,9 +40,9 @@ WELCOME = ("KernelLLM: paste a PyTorch module (class Model(nn.Module) with get_i
 
 class ReplSession:
     def __init__(self, engine: Engine, console: Console, module_input: ModuleInput | None = None,
-                 debug: bool = False, check_device: str = "auto", log: SessionLog | None = None):
+                 debug: bool = False, check_device: str = "auto"):
         self.engine = engine
-        self.log = log or SessionLog.open(enabled=False)
+        self.log = engine.log  # the engine writes it; the session reads it (:history, :open)
         self.console = console
         self.debug = debug
         self.check_device = check_device
@@ -60,9 +61,9 @@ class ReplSession:
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def run(self) -> None:
-        self.engine.start_loading()
+        self.engine.start(self.check_device)  # the model and the judge start while the user types
         self.console.print(WELCOME, style="hint")
-        if hasattr(self.input, "HINT"):
+        if self.input.HINT:
             self.console.print(self.input.HINT, style="hint")
         keep = ""  # text put back into the buffer after a rejected submission
         while True:
@@ -90,15 +91,15 @@ class ReplSession:
         """While a submission is handled (the judge sizing a module, the wait for the model, the stream, a check),
         keys typed or pasted go to the next prompt whole instead of being echoed over the screen and re-indented
         into a staircase (typeahead.py)."""
-        keep_keys = getattr(self.input, "keep_typeahead", None)
-        keys = KeyCapture(sys.stdin.fileno() if keep_keys and self.console.is_terminal else -1,
+        keep = self.input.keeps_typeahead
+        keys = KeyCapture(sys.stdin.fileno() if keep and self.console.is_terminal else -1,
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         try:
             with keys:
                 yield
         finally:
-            if keep_keys:
-                keep_keys(keys.presses())
+            if keep:
+                self.input.keep_typeahead(keys.presses())
 
     def handle(self, text: str) -> str | None:
         """Act on one submission; returns text to put back into the input buffer (a rejected module)."""
@@ -160,19 +161,19 @@ class ReplSession:
         if warning:
             missing_inputs = not module.runnable
             self.console.print(warning + (" :run will need them." if missing_inputs else ""), style="warn")
-        too_large = self._too_large(module) if module.runnable else None
+        too_large = self._submit(module, source_name)
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
         self.module, self.source_name = module, source_name
-        self.log.record_module(module.code, module.model_class, source_name)
         self.generate()
         return None
 
-    def _too_large(self, module) -> str | None:
-        """Asked of the session's judge, which :run uses next; the first question waits for it to start."""
+    def _submit(self, module, source_name: str | None) -> str | None:
+        """The engine records the module and its judges size it (which :run uses next; the first module may wait
+        for the judge to start), then prepare its checks while the model streams."""
         try:
             with self.console.status("sizing the problem…", spinner="dots"):
-                return self.engine.too_large(module.code, self.check_device)
+                return self.engine.submit_module(module.code, source_name, check_device=self.check_device)
         except KeyboardInterrupt:
             return None
 
@@ -188,11 +189,13 @@ class ReplSession:
         try:
             with messages:
                 try:
-                    stream = self.engine.stream_kernel(self.module.code)
+                    stream = self.engine.stream_kernel(self.module.code, source_name=self.source_name)
                 except GenerationError as error:
                     stream, failure = None, str(error)
                 if stream is not None:
-                    reply, reply_id = self._stream_logged(stream)
+                    if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
+                        self.console.print(f"note: {stream.reply.note}", style="hint")
+                    reply = self._show_stream(stream)
         finally:
             self._print_notes(messages)
         if stream is None:
@@ -203,40 +206,23 @@ class ReplSession:
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
             return
-        self.attempt = new_attempt(self.module.code, reply, self.source_name)
-        self.attempt.log_id = reply_id
+        self.attempt = dataclasses.replace(stream.attempt, reply=reply)
 
     def _print_notes(self, messages: LibraryMessages) -> None:
         for line in messages.lines:
             self.console.print(f"note: {line}", style="hint", overflow="ellipsis", no_wrap=True)
 
-    def _stream_logged(self, stream) -> tuple[Reply, int | None]:
-        """Show the stream, written to the session log as it goes; the final reply and its log id."""
-        if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
-            self.console.print(f"note: {stream.reply.note}", style="hint")
-        module_id = self.log.record_module(self.module.code, self.module.model_class, self.source_name)
-        reply_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
-        reply = stream.reply
-        try:
-            reply = self._show_stream(stream, reply_id)
-        finally:
-            self.log.finish_reply(reply_id, reply)
-        return reply, reply_id
-
-    def _show_stream(self, stream, reply_id) -> Reply:
+    def _show_stream(self, stream) -> Reply:
         """The live view while a thread reads the stream (keys typed meanwhile are kept by run()'s capture). Ctrl-C
         cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
         reader = _StreamReader(stream)
-        reply, logged = stream.reply, 0
+        reply = stream.reply
         with interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
                 while not reader.finished.wait(0.05):
                     if interrupted.is_set():
                         raise KeyboardInterrupt  # here, between frames
                     view.update()
-                    if len(reply.text) != logged:
-                        logged = len(reply.text)
-                        self.log.append_reply_text(reply_id, reply.text, reply.tokens)
             except KeyboardInterrupt:
                 stream.cancel()
                 if not wait_through_interrupts(reader.finished, STOP_WAIT_S):
@@ -332,7 +318,7 @@ class ReplSession:
     def _check_summary(self, attempt: Attempt) -> str:
         if attempt.check is None:
             return " not checked yet (:run) "
-        device = f" on {attempt.check.device}" if getattr(attempt.check, "device", None) else ""
+        device = f" on {attempt.check.device}" if attempt.check.device else ""
         return f" checked: {attempt.check.verdict}{device} "
 
     def check_current(self, device: str | None = None, trials: int | None = None) -> None:
@@ -345,37 +331,25 @@ class ReplSession:
 
         options = {"trials": trials} if trials is not None else {}
         cancel = threading.Event()
-        outcome: dict = {}
         previous = attempt.check  # a cancelled check leaves the last real verdict in place
-
-        def work():
-            try:
-                outcome["result"] = self.engine.check(attempt, device=device or self.check_device, cancel=cancel,
-                                                      **options)
-            except Exception as error:  # reported below, in the main thread
-                outcome["error"] = error
-
-        worker = threading.Thread(target=work, name="check", daemon=True)
+        try:
+            checked = self.engine.submit_check(attempt, device=device or self.check_device, cancel=cancel, **options)
+        except ValueError as error:  # arguments the checker refuses (e.g. cuda without a GPU)
+            raise commands.CommandError(one_line(error)) from None
         started = time.monotonic()
-        worker.start()
         try:
             with Live(console=self.console, transient=True, refresh_per_second=8) as live:
-                while worker.is_alive():
+                while not checked.done():
                     live.update(Spinner("dots", Text(f" checking… {time.monotonic() - started:.1f} s "
                                                      "(Ctrl-C cancels)", style="hint")))
-                    worker.join(0.1)
+                    wait_for_futures([checked], 0.1)
         except KeyboardInterrupt:
             cancel.set()
-            worker.join()
+            wait_for_futures([checked])
             attempt.check = previous
             self.console.print("Check cancelled.", style="warn")
             return
-        if isinstance(outcome.get("error"), ValueError):  # arguments the checker refuses (e.g. cuda without a GPU)
-            raise commands.CommandError(one_line(outcome["error"]))
-        if "error" in outcome:
-            raise outcome["error"]
-        self.log.record_check(attempt.log_id, outcome["result"])
-        self.console.print(render_check_result(outcome["result"]))
+        self.console.print(render_check_result(checked.result()))
 
     def save_current(self, path: str | None, force: bool = False) -> None:
         """Write the current kernel. One that does not parse is refused (--force writes it anyway); one from a reply

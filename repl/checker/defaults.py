@@ -1,0 +1,28 @@
+"""The checker's defaults, in one place: every front end (`:run`, `:best`, `--samples`, `check`, `eval`), the judge and
+sizing take them from here.
+
+Nothing here imports more than os: the command line's `--help` reads DEFAULT_TRIALS.
+"""
+
+import os
+
+DEFAULT_TRIALS = 5  # random input sets a kernel is compared on
+DEFAULT_ATOL = DEFAULT_RTOL = 1e-2  # KernelBench's tolerances
+# The kernel's time limit: loading it and running every trial (its timing too, on a GPU). The checker's own work is
+# not counted: preparing the problem, waiting for a candidate process, running the reference, moving data. Generous:
+# the interpreter is slow on the CPU, and on a GPU the first Triton compile can take tens of seconds.
+DEFAULT_TIMEOUT_S = 120.0
+JUDGE_START_S = 180.0  # importing torch on a loaded machine; the check's own clock starts when the judge has it
+GRACE_S = 3.0  # the judge enforces the timeout itself; past this, the caller stops waiting and kills it
+# A judge preparing a reference (built, studied, its outputs computed, on a GPU compiled and timed) answers the next
+# request only after it; the caller stops waiting for one stuck in the reference after this long.
+PREPARE_TIMEOUT_S = DEFAULT_TIMEOUT_S
+
+
+def default_spares(jobs: int) -> int:
+    """Candidate processes each of `jobs` judges keeps starting ahead of need. Starting one (importing torch and
+    triton, the CUDA context, Triton's warm-up) takes about 10 s on a GPU host, a check of a small kernel one or two:
+    a stream of checks (eval) is only as fast as spares are started, so a machine with cores to spare keeps several
+    in flight: one per two cores, up to 8, shared among the judges (on a GPU also at most one per 10 GB of its
+    memory: judge.GPU_MEMORY_PER_SPARE)."""
+    return max(1, min(8, (os.cpu_count() or 1) // 2) // jobs)

@@ -1,0 +1,204 @@
+"""How fast a model decodes, token by token: the plain generate() path and the fast path (through FastLocalBackend's
+public measuring calls), forced to a number of tokens, timed where the ids reach the host; greedy agreement between
+the two; the GPU's copy bandwidth and the ceiling it sets; a profile of the fast decode step. Shared by
+``kernelllm.py bench`` (repl/bench.py) and its quantized settings (repl/quant_bench.py).
+"""
+
+import statistics
+import time
+
+
+def brief(name: str, figures: dict) -> str:
+    return (f"{name}: {figures['tokens_per_s']:.1f} tokens/s, first token {figures['ttft_ms']:.1f} ms, "
+            f"K-way {figures['k_tokens_per_s']:.1f} tokens/s")
+
+
+# Progress lines say their figures in words: the whole record is in --json.
+
+def warm_up_text(seconds_by_size: dict) -> str:
+    """{1: 2.31, 8: 4.02} -> 'K=1 2.3 s, K=8 4.0 s'."""
+    return ", ".join(f"K={size} {seconds:.1f} s" for size, seconds in seconds_by_size.items()) or "none"
+
+
+def greedy_text(greedy: dict) -> str:
+    return f"{greedy['identical_prefix']} of {greedy['tokens']} tokens identical to plain generate()"
+
+
+def rates_text(rates: dict) -> str:
+    """{'first reply': 238.2, ...} -> 'first reply 238 tokens/s, ...'."""
+    return ", ".join(f"{name} {rate:.0f} tokens/s" for name, rate in rates.items())
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def plain_generate(model, prompt_ids, settings, new_tokens: int, k: int) -> dict:
+    """model.generate() as the plain path calls it, forced to ``new_tokens``, timed by a streamer that copies each
+    step's tokens to the host (as the plain path's streamer does)."""
+    import torch
+    from transformers.generation.streamers import BaseStreamer
+
+    from repl.generation.local import sampling_arguments
+
+    class TimingStreamer(BaseStreamer):
+        def __init__(self):
+            self.times, self.prompt_seen = [], False
+
+        def put(self, value):
+            value.tolist()
+            if self.prompt_seen:
+                self.times.append(time.perf_counter())
+            self.prompt_seen = True
+
+        def end(self):
+            pass
+
+    streamer = TimingStreamer()
+    eos = model.generation_config.eos_token_id
+    eos = eos if isinstance(eos, list) else [eos]
+    started = time.perf_counter()
+    with torch.no_grad():
+        model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos[0], streamer=streamer,
+                       num_return_sequences=k, **sampling_arguments(settings))
+    return _timings(started, streamer.times, k)
+
+
+def fast_generate(fast, prompt_ids, settings, new_tokens: int, k: int) -> dict:
+    times = []
+    started = time.perf_counter()
+    fast.decode_tokens(prompt_ids, settings, k, new_tokens, lambda tokens: times.append(time.perf_counter()) or True)
+    return _timings(started, times, k)
+
+
+def _timings(started: float, times: list[float], k: int) -> dict:
+    decode = times[-1] - times[0]
+    return {"ttft_ms": (times[0] - started) * 1e3, "tokens": len(times),
+            "tokens_per_s": k * (len(times) - 1) / decode if decode > 0 else None}
+
+
+def summary(single: list[dict], many: list[dict]) -> dict:
+    median = lambda runs, key: statistics.median(run[key] for run in runs)
+    return {"tokens_per_s": median(single, "tokens_per_s"), "ttft_ms": median(single, "ttft_ms"),
+            "k_tokens_per_s": median(many, "tokens_per_s"), "k_ttft_ms": median(many, "ttft_ms"),
+            "runs": {"single": single, "k": many}}
+
+
+def greedy_agreement(model, fast, prompt_ids, settings) -> dict:
+    import torch
+
+    with torch.no_grad():
+        plain = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=False,
+                               max_new_tokens=settings.max_new_tokens, min_new_tokens=settings.max_new_tokens,
+                               temperature=None, top_p=None, top_k=None)[0, prompt_ids.shape[1]:].tolist()
+    tokens = []
+    fast.decode_tokens(prompt_ids, settings, 1, settings.max_new_tokens, lambda step: tokens.append(step[0]) or True)
+    same = next((i for i, (a, b) in enumerate(zip(plain, tokens)) if a != b), len(tokens))
+    result = {"tokens": len(tokens), "identical_prefix": same}
+    if same < len(tokens):  # how close the two candidates were, in the plain path's own logits
+        with torch.no_grad():
+            ids = torch.cat([prompt_ids, torch.tensor([plain[:same]], device=prompt_ids.device)], dim=1)
+            logits = model(input_ids=ids).logits[0, -1].float()
+        result["divergence"] = {"plain_token": plain[same], "fast_token": tokens[same],
+                                "logit_gap": (logits[plain[same]] - logits[tokens[same]]).item(),
+                                "top_logit": logits.max().item()}
+    return result
+
+
+def copy_bandwidth(device: str) -> float:
+    """Device-to-device copy, bytes read + written per second, in GB/s (median of 20 copies of 1 GiB)."""
+    import torch
+
+    source = torch.empty(2 ** 29, dtype=torch.float16, device=device).normal_()
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(23):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * source.numel() * source.element_size() / statistics.median(times[3:]) / 1e9
+
+
+def ceiling(model, options, bandwidth_gb_s: float) -> float:
+    """Tokens/s if a step only read the weights (not the embedding table) and the used KV cache at copy bandwidth."""
+    config = model.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes -= model.model.embed_tokens.weight.numel() * model.model.embed_tokens.weight.element_size()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_bytes = (2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * model.dtype.itemsize
+                * (options.prompt_tokens + options.new_tokens // 2))
+    return bandwidth_gb_s * 1e9 / (weight_bytes + kv_bytes)
+
+
+def profile_decode(fast, prompt_ids, settings, steps: int) -> dict:
+    """Where a decode step's time goes: the GPU kernels of ``steps`` steps of a fast-path generation, profiled from
+    its 4th token on (torch.profiler), grouped by kind. Milliseconds per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    profiler = profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU])
+    marks = {}
+    first = 4
+
+    def emit(tokens) -> bool:
+        marks["count"] = count = marks.get("count", 0) + 1
+        if count == first:
+            torch.cuda.synchronize()
+            profiler.__enter__()
+            marks["started"] = time.perf_counter()
+        elif count == first + steps:
+            torch.cuda.synchronize()
+            marks["wall"] = time.perf_counter() - marks["started"]
+            profiler.__exit__(None, None, None)
+        return True
+
+    fast.decode_tokens(prompt_ids, settings, 1, first + steps + 1, emit)
+    per_kind: dict[str, float] = {}
+    rows = []
+    for event in profiler.key_averages():  # kernel events only (CPU ops would count their kernels twice)
+        gpu_us = event.self_device_time_total
+        if event.device_type != torch.autograd.DeviceType.CUDA or gpu_us <= 0:
+            continue
+        kind = _kernel_kind(event.key)
+        per_kind[kind] = per_kind.get(kind, 0.0) + gpu_us / 1e3 / steps
+        rows.append((gpu_us / 1e3 / steps, event.count / steps, event.key[:90]))
+    rows.sort(reverse=True)
+    return {"graph": {"wall_ms_per_step": marks["wall"] * 1e3 / steps, "gpu_ms_per_step": sum(per_kind.values()),
+                      "by_kind_ms": per_kind,
+                      "top_kernels": [{"ms": ms, "per_step": count, "name": key} for ms, count, key in rows[:20]]}}
+
+
+def profile_lines(profile: dict, top: int = 12) -> list[str]:
+    lines = []
+    for name, part in profile.items():
+        kinds = ", ".join(f"{kind} {ms:.3f}" for kind, ms in sorted(part["by_kind_ms"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"{name}: wall {part['wall_ms_per_step']:.3f} ms/step, GPU kernels {part['gpu_ms_per_step']:.3f}"
+                     f" ms/step ({kinds})")
+        lines += [f"    {row['ms']:.3f} ms x{row['per_step']:.0f} {row['name']}" for row in part["top_kernels"][:top]]
+    return lines
+
+
+def _kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
+        return "q/k/v, o, down products (decode_matvec)"
+    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_matmul_small", "_dequantize")):
+        return "quantized products (quant_kernels)"
+    if lowered.startswith(("_attend_slices", "_combine_slices")):
+        return "attention (decode_attention)"
+    if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
+        return "matmul (cuBLAS)"
+    if "sort" in lowered or "scan" in lowered:
+        return "sort / scan (top-p)"
+    if lowered.startswith("triton"):
+        return "fused (Triton)"
+    if "memcpy" in lowered or "memset" in lowered:
+        return "copies"
+    return "other"

@@ -1,0 +1,147 @@
+"""A module's checks are prepared while the model streams (repl/checker/preparation.py): the judge builds and studies
+the reference and computes the next check's trials before any kernel exists, a later request stops it between its
+steps, each prepared trial serves one trial only, and a preparation stuck in the reference costs a check nothing.
+
+The references here write a line to a file on every forward on real tensors (the judge is this project's process:
+it may), and refuse to run once a `forbid` file exists, so that a test can tell when the reference ran."""
+
+from pathlib import Path
+
+import pytest
+
+from repl.checker import Checker
+
+CASES_DIR = Path(__file__).parent / "checker_cases"
+RELU_KERNEL = (CASES_DIR / "relu_triton.py").read_text()
+
+WATCHED_REFERENCE = '''import os
+import time
+import torch
+import torch.nn as nn
+
+CALLS, FORBID, RELEASE = {calls!r}, {forbid!r}, {release!r}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if x.device.type == "meta":  # sizing: shapes only
+            return torch.relu(x)
+        with open(CALLS, "a") as calls:
+            calls.write("forward\\n")
+        if os.path.exists(FORBID):
+            raise RuntimeError("the reference ran after it was forbidden")
+        while RELEASE and not os.path.exists(RELEASE):  # held until the test releases it
+            time.sleep(0.01)
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+class Watched:
+    """A reference whose forwards the test counts, forbids and (with held=True) holds at the first one."""
+
+    def __init__(self, folder: Path, name: str, held: bool = False):
+        self.calls, self.forbid = folder / f"{name}.calls", folder / f"{name}.forbid"
+        self.release = folder / f"{name}.release" if held else None
+        self.code = WATCHED_REFERENCE.format(calls=str(self.calls), forbid=str(self.forbid),
+                                             release=str(self.release) if held else "")
+
+    @property
+    def forwards(self) -> int:
+        return len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
+
+
+def wait_for(condition, timeout: float = 60.0) -> bool:
+    """Until condition() holds (a file another process writes), at most `timeout` seconds."""
+    import threading
+    import time
+
+    deadline, tick = time.monotonic() + timeout, threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.02)
+    return True
+
+
+@pytest.fixture(scope="module")
+def one_judge():
+    """A Checker with one judge on the CPU, shared by the module's tests."""
+    with Checker(device="cpu", spares=1) as checker:
+        yield checker
+
+
+def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(one_judge, tmp_path):
+    checker = one_judge
+    reference = Watched(tmp_path, "relu")
+    assert checker.prepare(reference.code) is None
+    said = checker.wait_until_prepared()
+    assert said and said[-1]["steps"] == ["sized", "built", "studied", "trials"] and not said[-1]["stopped"]
+    reference.forbid.touch()  # from here on, a reference forward fails the check
+    result = checker.check(reference.code, RELU_KERNEL, trials=5)
+    assert result.verdict == "correct", result.message  # its 5 trials and the one without launches were ready
+    # A prepared trial is gone once used: the next check has none left (the reference, forbidden, cannot make more).
+    again = checker.check(reference.code, RELU_KERNEL, trials=5)
+    assert again.verdict == "invalid_reference" and "ran after it was forbidden" in again.message
+
+
+def test_a_new_request_stops_a_preparation_between_its_steps(one_judge, tmp_path):
+    checker = one_judge
+    held, other = Watched(tmp_path, "held", held=True), Watched(tmp_path, "other")
+    assert checker.prepare(held.code) is None  # sized; the judge goes on to build it, held at its first forward
+    assert wait_for(lambda: held.forwards == 1)
+    checker.prepare(other.code, size=False)  # the next module: the held one's preparation is to stop
+    held.release.touch()
+    said = checker.wait_until_prepared()
+    assert said and said[-1]["steps"] == ["sized", "built", "studied", "trials"]  # the other module, whole
+    assert held.forwards == 2  # built (run twice, one step), then stopped: not studied, no trials made
+
+
+def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_path, monkeypatch):
+    from repl.checker import judge_process
+
+    monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
+    stuck, fine = Watched(tmp_path, "stuck", held=True), Watched(tmp_path, "fine")
+    with Checker(device="cpu", spares=1) as checker:
+        assert checker.prepare(stuck.code) is None
+        assert wait_for(lambda: stuck.forwards == 1)  # never released
+        result = checker.check(fine.code, RELU_KERNEL, trials=1)
+        assert result.verdict == "correct", result.message  # on a fresh judge
+        assert checker.judges_started == 2
+
+
+def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path):
+    """A preparation's step can take seconds (a torch.compile; here a reference held forever): the judge ends on
+    its caller's close without waiting for it, its spares and their directories first, instead of being killed."""
+    held = Watched(tmp_path, "held_at_close", held=True)
+    checker = Checker(device="cpu", spares=1)
+    judge = checker._judges[0]  # the caller's side of its one judge
+    assert checker.prepare(held.code) is None
+    assert wait_for(lambda: held.forwards == 1)
+    checker.close()
+    assert judge.process.returncode == 0  # it ended itself (a judge killed after the grace period has -9)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_prepared_module_is_compiled_and_timed_before_its_check(tmp_path):
+    """On CUDA the preparation also compiles torch.compile(reference) and, the GPU being quiet here, times eager and
+    compiled: the check that follows reports both without timing the reference itself."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    reference = Watched(tmp_path, "relu_cuda")
+    with Checker(device="cuda", spares=1) as checker:
+        assert checker.prepare(reference.code) is None
+        said = checker.wait_until_prepared()
+        assert said and {"compiled", "timed"} <= set(said[-1]["steps"]), said
+        result = checker.check(reference.code, RELU_KERNEL, trials=5)
+    assert result.verdict == "correct", result.message
+    assert result.eager_ms and result.compiled_ms
+    print(f"\nphases {result.phases_s}, elapsed {result.elapsed_s} s")

@@ -1,0 +1,108 @@
+"""The engine writes the session log (repl/recorder.py): the module as it is submitted, each reply as it streams and
+each verdict, whichever front end asked; front ends only read it."""
+
+import threading
+
+from repl.best_of import DONE, BestOfRun
+from repl.checker import CheckResult
+from repl.engine import Engine
+from repl.generation import Backend
+from repl.session_log import SessionLog
+from repl.settings import SamplingSettings
+from replay_backend import ReplayBackend, ReplayStream
+from tiny_models import PREPARED_REPLY, RELU_MODULE
+
+
+def verdict_of_kernel(reference, kernel, **options):
+    return CheckResult(verdict="correct" if "tl.where" in kernel else "mismatch", device="cpu-interpreter")
+
+
+def test_the_engine_records_a_module_its_reply_and_its_check(tmp_path, stand_in_checks):
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY), log=log, checks=stand_in_checks(verdict_of_kernel))
+    assert engine.submit_module(RELU_MODULE, "19_ReLU", check_device="cpu") is None
+    stream = engine.stream_kernel(RELU_MODULE, source_name="19_ReLU")
+    assert "".join(stream) == PREPARED_REPLY
+    engine.check(stream.attempt, device="cpu")
+    [entry] = log.recent()
+    assert (entry.id, entry.source_name, entry.text, entry.finish_reason, entry.verdict) == (
+        stream.attempt.log_id, "19_ReLU", PREPARED_REPLY, "stop", "correct")
+
+
+def test_best_of_candidates_are_recorded_as_they_come_not_when_the_run_ends(tmp_path, stand_in_checks):
+    first_checked, gate = threading.Event(), threading.Event()
+
+    class SecondWaits(Backend):
+        """The first reply at once; the second once the test lets it go."""
+        description = "gated replay backend (test double)"
+
+        def __init__(self):
+            self.streams = 0
+
+        def stream(self, prompt, settings):
+            self.streams += 1
+            stream = ReplayStream([PREPARED_REPLY], settings)
+            return _Gated(stream, gate) if self.streams == 2 else stream
+
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = Engine(settings=SamplingSettings(temperature=1.0), backend_override=SecondWaits(), log=log,
+                    checks=stand_in_checks(verdict_of_kernel))
+    run = BestOfRun(RELU_MODULE, 2, engine=engine,
+                    on_progress=lambda c: c.index == 1 and c.state == DONE and first_checked.set()).start()
+    try:
+        assert first_checked.wait(30)
+        first = log.recent()[0]  # the second candidate's reply has not come yet
+        assert (first.text, first.verdict) == (PREPARED_REPLY, "correct")
+    finally:
+        gate.set()
+    assert run.wait(30)
+    assert [entry.verdict for entry in log.recent()] == ["correct", "correct"]
+
+
+class _Gated:
+    """A stream that starts only once `gate` is set (a reply in prefill), or is cancelled."""
+
+    def __init__(self, stream, gate: threading.Event):
+        self._stream, self._gate = stream, gate
+        self.reply = stream.reply
+
+    def cancel(self):
+        self._stream.cancel()
+
+    def __iter__(self):
+        assert self._gate.wait(30), "the gate was never opened"
+        yield from self._stream
+
+
+def test_a_cancelled_stream_is_recorded_as_interrupted_before_the_backend_stops(tmp_path, stand_in_checks):
+    gate = threading.Event()
+
+    class InPrefill(Backend):
+        description = "a backend stuck in prefill (test double)"
+
+        def stream(self, prompt, settings):
+            return _Gated(ReplayStream(["x = 1\n"], settings), gate)
+
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = Engine(backend_override=InPrefill(), log=log, checks=stand_in_checks(verdict_of_kernel))
+    stream = engine.stream_kernel(RELU_MODULE)
+    reader = threading.Thread(target=lambda: list(stream))
+    reader.start()
+    stream.cancel()
+    try:
+        assert [entry.finish_reason for entry in log.recent()] == ["interrupted"]  # the backend has not stopped
+    finally:
+        gate.set()
+        reader.join(30)
+
+
+def test_a_cancelled_check_leaves_the_entry_its_last_verdict(tmp_path, stand_in_checks):
+    verdicts = iter(["correct", "cancelled"])
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY), log=log,
+                    checks=stand_in_checks(lambda *arguments, **options: CheckResult(verdict=next(verdicts))))
+    stream = engine.stream_kernel(RELU_MODULE)
+    list(stream)
+    engine.check(stream.attempt, device="cpu")
+    engine.check(stream.attempt, device="cpu")
+    assert [entry.verdict for entry in log.recent()] == ["correct"]
