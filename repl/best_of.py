@@ -30,7 +30,7 @@ from repl.attempt import Attempt
 from repl.checker import CheckResult, Verdict
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TRIALS
 from repl.engine import Engine
-from repl.generation import FAILED, INTERRUPTED, ReplyStream
+from repl.generation import FAILED, INTERRUPTED, PromptTooLong, ReplyStream
 from repl.settings import SamplingSettings
 
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
@@ -350,7 +350,14 @@ class BestOfRun:
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        self.cancel()
+        if not isinstance(error, PromptTooLong):
+            self.cancel()  # also the caller's event, which eval shares between its problems
+            return
+        # The module's own problem: no stream of it could start, and the other runs of an eval go on.
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
 
 
 def best_of(engine: Engine, module_code: str, k: int, **options) -> list[Candidate]:
