@@ -58,13 +58,14 @@ def reply_from_record(data: dict) -> Reply:
 
 
 class EvalArchive:
-    """kernels_dir: where kernels and checks go (None: nowhere); log: a SessionLog for the sampled replies and their
-    checks (None: not logged). Paths in the results file are relative to `results_dir` (the results file's folder)."""
+    """kernels_dir: where kernels and checks go (None: nowhere); recorder: a repl.recorder.Recorder for replies sampled
+    elsewhere (the workers of `eval --ray`) and their checks (None: not logged here; a local run's engine records its
+    own). Paths in the results file are relative to `results_dir` (the results file's folder)."""
 
-    def __init__(self, kernels_dir: str | os.PathLike | None = None, log=None,
+    def __init__(self, kernels_dir: str | os.PathLike | None = None, recorder=None,
                  results_dir: str | os.PathLike | None = None):
         self.kernels_dir = Path(kernels_dir).expanduser() if kernels_dir is not None else None
-        self.log = log
+        self.recorder = recorder
         self.results_dir = Path(results_dir).expanduser() if results_dir is not None else None
 
     def keep(self, problem, result, outputs: list[dict]) -> None:
@@ -78,7 +79,7 @@ class EvalArchive:
                 self._remove_earlier_samples(folder)                    # candidates (--candidates into --kernels)
             for output in outputs:
                 self._save(folder, output, lines.get(output["file"]))
-        if self.log is not None:
+        if self.recorder is not None:
             self._log(problem, outputs)
 
     def _save(self, folder: Path, output: dict, line: dict | None) -> None:
@@ -124,7 +125,8 @@ class EvalArchive:
         from repl.module_source import inspect_module_source
 
         module = inspect_module_source(problem.code)
-        attempts = [Attempt(module=module, reply=reply_from_record(output["reply"]), source_name=problem.name,
-                            check=CheckResult.from_json_dict(output["check"]) if output["check"] else None)
-                    for output in outputs if output["reply"] is not None]
-        self.log.record_attempts(attempts, problem.name)
+        for output in outputs:
+            if output["reply"] is not None:
+                self.recorder.finished(Attempt(module=module, reply=reply_from_record(output["reply"]),
+                                               source_name=problem.name, check=CheckResult.from_json_dict(
+                                                   output["check"]) if output["check"] else None))

@@ -42,6 +42,13 @@ class Recorder:
         attempt.log_id = self.log.start_reply(module_id, stream.reply.model, stream.reply.settings)
         return RecordedStream(stream, attempt, self.log)
 
+    def finished(self, attempt: Attempt) -> None:
+        """A reply made elsewhere and its check (a worker of `eval --ray`, on another host), recorded whole."""
+        module_id = self.module(attempt.module.code, attempt.source_name, attempt.module.model_class)
+        attempt.log_id = self.log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
+        self.log.finish_reply(attempt.log_id, attempt.reply)
+        self.check(attempt)
+
     def check(self, attempt: Attempt) -> None:
         """The attempt's latest check (attempt.check), appended to its reply's checks; a cancelled check is no
         verdict and is not recorded (the entry keeps its last one)."""

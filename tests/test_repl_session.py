@@ -30,14 +30,15 @@ KERNEL = "import triton\n\nclass ModelNew(nn.Module):\n    def forward(self, x):
 REPLY = f"Here is the kernel:\n```python\n{KERNEL}```\nIt fuses nothing."
 
 
-def make_session(tmp_path, monkeypatch, *replies, interrupt_after=None, sizing=False):
+def make_session(tmp_path, monkeypatch, *replies, interrupt_after=None, sizing=False, checks=None):
     """A session over a replayed backend. Unless `sizing`, a pasted module is not sized by a real judge (that starts
-    a judge and a candidate process, seconds a test): the sizing test and the end-to-end tests use the real one."""
+    a judge and a candidate process, seconds a test): the sizing test and the end-to-end tests use the real one.
+    checks: the judges (a stand-in CheckPool) for a test that checks."""
     monkeypatch.chdir(tmp_path)
     console = make_console(file=io.StringIO(), force_terminal=True, width=100, height=20, record=True)
     backend = ReplayBackend(*(replies or (REPLY,)), interrupt_after=interrupt_after)
     # The prompt_toolkit input is not used by handle(); a placeholder object keeps it from being built.
-    engine = Engine(backend_override=backend, checks=None if sizing else no_judges())
+    engine = Engine(backend_override=backend, checks=checks or (None if sizing else no_judges()))
     session = ReplSession(engine, console, module_input=object())
     return session, backend, console
 
@@ -204,10 +205,14 @@ def test_load_reads_a_module_file_and_names_the_kernel_after_it(tmp_path, monkey
     session.handle(":load missing.py")
 
 
-def test_load_of_a_kernel_file_makes_it_the_current_kernel_of_the_current_module(tmp_path, monkeypatch):
+def test_load_of_a_kernel_file_makes_it_the_current_kernel_of_the_current_module(tmp_path, monkeypatch,
+                                                                                   stand_in_checks):
     from repl.checker import CheckResult
 
-    session, backend, console = make_session(tmp_path, monkeypatch)
+    checked = []
+    judges = stand_in_checks(lambda reference, kernel, **options: checked.append((reference, kernel)) or CheckResult(
+        verdict="correct", message="matches the reference on 5 trials"))
+    session, backend, console = make_session(tmp_path, monkeypatch, checks=judges)
     mine = KERNEL.replace("clamp(min=0)", "relu()")
     (tmp_path / "mine.py").write_text(mine)
     session.handle(":load mine.py")  # no module yet: nothing to check it against
@@ -218,11 +223,8 @@ def test_load_of_a_kernel_file_makes_it_the_current_kernel_of_the_current_module
     assert len(backend.prompts) == 1  # a kernel is not sent to the model
     said = " ".join(output(console).split())
     assert session.attempt.kernel == mine and "as the kernel of the current module (19_ReLU)" in said
-    checked = []
-    monkeypatch.setattr(session.engine, "check", lambda attempt, **options: checked.append(attempt) or CheckResult(
-        verdict="correct", message="matches the reference on 5 trials"))
     session.handle(":run")
-    assert [(attempt.module.code, attempt.kernel) for attempt in checked] == [(RELU, mine)]
+    assert checked == [(RELU, mine)]
     session.handle(":save")
     saved = (tmp_path / "19_ReLU_triton.py").read_text()
     assert saved.startswith("# Triton kernel loaded from mine.py.\n") and saved.endswith(mine)
@@ -341,9 +343,9 @@ def test_a_switch_that_fails_in_the_background_keeps_the_working_model(tiny_mode
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     console = make_console(file=io.StringIO(), force_terminal=True, width=400, height=20, record=True)
-    engine = Engine(EngineOptions(model=str(tiny_model_dir)), SamplingSettings(max_new_tokens=4))
+    engine = Engine(EngineOptions(model=str(tiny_model_dir)), SamplingSettings(max_new_tokens=4),
+                    checks=no_judges())  # no judge to size it
     session = ReplSession(engine, console, module_input=object())
-    monkeypatch.setattr(engine, "too_large", lambda code, device="auto": None)  # no judge to size it
     session.handle(RELU)  # waits for the model, then generates
     working = engine.loaded_backend
     session.handle(":model kernelllm-tests/not-cached")

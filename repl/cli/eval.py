@@ -129,6 +129,7 @@ def _evaluate(args, problems, err, out, log) -> int:
     from repl.best_of import CheckOptions
     from repl.eval_archive import EvalArchive
     from repl.evaluate import ResultsFileError, evaluate
+    from repl.recorder import Recorder
 
     if args.candidates:
         missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
@@ -155,7 +156,7 @@ def _evaluate(args, problems, err, out, log) -> int:
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     kernels = _kernels_dir(args)
     # On a cluster the replies were sampled on the workers: the driver logs them as they come back.
-    archive = EvalArchive(kernels, log if log.enabled and args.ray is not None else None,
+    archive = EvalArchive(kernels, Recorder(log) if log.enabled and args.ray is not None else None,
                           results_dir=Path(args.json_out).expanduser().parent if args.json_out else None)
     cancel = threading.Event()
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
