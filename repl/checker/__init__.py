@@ -146,7 +146,23 @@ class Checker:
                         judge.start_preparing(prepare_id, reference_code)
                 return answering.prepare(prepare_id, reference_code, timeout)
             finally:
+                if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
+                    self._stop_idle_preparing(reference_code)
                 self._give_back(answering)
+
+    def _stop_idle_preparing(self, reference_code: str) -> None:
+        """Stop the idle judges still preparing this reference: what stopped the answering judge (an import that
+        hangs) holds them too, and the next check would wait PREPARE_TIMEOUT_S for one of them. A judge that is
+        checking prepares only afterwards, and is left to its check."""
+        from repl.checker.judge_process import reference_key
+
+        key = reference_key(reference_code)
+        with self._lock:
+            stuck = [judge for judge in self._idle if judge.preparing is not None and judge.preparing.key == key]
+            self._idle = [judge for judge in self._idle if judge not in stuck]
+        for judge in stuck:
+            judge.close(grace_s=0)
+            self._forget(judge)
 
     def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
         """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
