@@ -136,6 +136,18 @@ def test_under_the_interpreter_one_window_that_caught_the_scheduler_is_no_flag()
     assert "the window where they agreed best" in timer_flag(judged_ms(patched, {2: 0.5}, 0.1)[2], on_cuda=False)
 
 
+def test_a_gap_within_what_the_judge_can_tell_of_its_harness_is_no_flag():
+    # Figures of the H100 run of 2026-11-27: an honest 8-microsecond ReLU, launch-bound (its harness 0.255 ms a call,
+    # 334 calls a window) was flagged; a clock patched to report 55% of a 1.7 ms matmul (64 calls a window, harness
+    # 0.648 ms a call) must still be.
+    relu = {"claimed_ms": 6.006, "seen_ms": 10.555, "calls": 1002, "windows": 3, "harness_ms_per_call": 0.255}
+    assert timer_flag(relu) is None
+    patched = {"claimed_ms": 49.331, "seen_ms": 92.919, "calls": 640, "windows": 10, "harness_ms_per_call": 0.648}
+    assert "reported 49.331 ms" in timer_flag(patched)
+    side_stream = {"claimed_ms": 0.297, "seen_ms": 97.916, "calls": 640, "windows": 10, "harness_ms_per_call": 0.648}
+    assert timer_flag(side_stream) is not None
+
+
 def test_small_disagreements_are_not_flags():
     # 85% of what the judge saw, or 0.4 ms short in all: noise of a loaded machine, not evidence.
     assert timer_flag({"claimed_ms": 85.0, "seen_ms": 100.0}) is None
