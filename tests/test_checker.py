@@ -295,6 +295,29 @@ def _processes_with(marker: str) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path, monkeypatch):
+    """A judge killed (stuck, or its caller gone) cannot remove its candidates' folders: its caller does (687 empty
+    folders had piled up in /tmp in a day of tests)."""
+    import signal
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    checker = Checker(device="cpu")
+    try:
+        assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
+        assert list(tmp_path.rglob("kernelllm-check-*"))  # the next candidate's, started ahead
+        judges = [pid for pid in _processes_with("repl.checker.judge")
+                  if f"TMPDIR={tmp_path}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+        assert judges
+        for pid in judges:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        checker.close()
+    assert not list(tmp_path.glob("kernelllm-*"))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
 def test_a_timeout_kills_everything_the_kernel_started(checked, hang_marker):
     assert checked["infinite loop"].verdict == "timeout"
     assert "started child" in checked["infinite loop"].output_tail  # it hung in forward, after its import ran

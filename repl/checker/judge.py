@@ -25,13 +25,14 @@ updates and one ``result`` per check. A reference that hangs or kills this proce
 """
 
 import argparse
+import atexit
 import contextlib
 import hashlib
 import importlib
 import os
 import queue
 import secrets
-import statistics
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,6 +45,7 @@ from repl.checker.candidate_replies import clean_reply
 from repl.checker.loading import (describe, import_source, init_arguments, tensor_bytes, to_device,
                                   traceback_text)
 from repl.checker.result import CheckResult, Verdict, bounded_json_dict
+from repl.checker.sandbox.launch import SANDBOX_ROOT_VARIABLE
 from repl.checker.sandbox.processes import (become_subreaper, children, continue_processes, kill_orphans, kill_tree,
                                             stop_tree)
 from repl.checker.ended import Ended
@@ -825,10 +827,18 @@ def _all_non_negative(inputs: list) -> bool:
 
 def end_with_the_caller() -> None:
     """The caller is gone (it exited or was killed): every process below this one is killed and this one exits at
-    once, even while the main thread is stuck in a reference."""
+    once, even while the main thread is stuck in a reference; the candidates' folders go too (the caller would
+    have removed them)."""
     for child in children(os.getpid()):
         kill_tree(child)
+    remove_sandbox_root()
     os._exit(0)
+
+
+def remove_sandbox_root() -> None:
+    root = os.environ.get(SANDBOX_ROOT_VARIABLE)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 
@@ -843,6 +853,7 @@ def main() -> None:
     for fd in (options.requests, options.replies):
         os.set_inheritable(fd, False)
     become_subreaper()  # orphans of candidates come here, where kill_orphans finds them
+    atexit.register(remove_sandbox_root)  # however this process ends, but os._exit (end_with_the_caller's own)
     channel = Channel(options.requests, options.replies)
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     spares = default_spares(jobs=1) if options.spares is None else options.spares

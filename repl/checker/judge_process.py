@@ -9,16 +9,18 @@ running the reference at the time.
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 from repl.checker.defaults import GRACE_S, JUDGE_START_S, PREPARE_TIMEOUT_S
 from repl.checker.result import CheckResult, Verdict
-from repl.checker.sandbox import PipeCollector, is_secret_name
+from repl.checker.sandbox import SANDBOX_ROOT_VARIABLE, PipeCollector, is_secret_name
 from repl.checker.sandbox.processes import children, kill_tree
 from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 
@@ -36,6 +38,10 @@ class JudgeProcess:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
+        # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
+        # (stuck, or its caller gone) cannot remove them itself.
+        self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")
+        env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
         env.pop("TRITON_INTERPRET", None)
         if cuda_visible_devices is not None:
@@ -234,7 +240,14 @@ class JudgeProcess:
 
     def close(self, grace_s: float = 3.0) -> None:
         """Ask the judge to end (its candidates and fork server go with it), and kill it after grace_s; 0 for a judge
-        known to be stuck (a reference that hangs), which would not read the request."""
+        known to be stuck (a reference that hangs), which would not read the request. Its sandbox folders go with it."""
+        try:
+            self._end(grace_s)
+        finally:
+            if self.process.poll() is not None:
+                shutil.rmtree(self.sandbox_root, ignore_errors=True)
+
+    def _end(self, grace_s: float) -> None:
         if self.channel.read_fd is None and self.process.poll() is not None:
             return
         if grace_s:

@@ -38,12 +38,13 @@ kill, the caller's side), `confine.py` (what the program applies to itself).
 
 from repl.checker.sandbox.confine import confine_self
 from repl.checker.sandbox.environment import is_allowed_env_name, is_secret_name, worker_environment
-from repl.checker.sandbox.launch import (DISK_LIMIT_BYTES, kill_process_tree, make_sandbox_dir, remove_sandbox_dir,
-                                         start_confined)
+from repl.checker.sandbox.launch import (DISK_LIMIT_BYTES, SANDBOX_ROOT_VARIABLE, kill_process_tree, make_sandbox_dir,
+                                         remove_sandbox_dir, start_confined)
 from repl.checker.sandbox.limits import default_memory_limit_bytes, memory_exceeded
 from repl.checker.sandbox.pipes import PipeCollector
 from repl.checker.sandbox.view import MINIMAL_DEV, namespace_prefix, network_cut_prefix
 
-__all__ = ["DISK_LIMIT_BYTES", "MINIMAL_DEV", "PipeCollector", "confine_self", "default_memory_limit_bytes",
-           "is_allowed_env_name", "is_secret_name", "kill_process_tree", "make_sandbox_dir", "memory_exceeded",
-           "namespace_prefix", "network_cut_prefix", "remove_sandbox_dir", "start_confined", "worker_environment"]
+__all__ = ["DISK_LIMIT_BYTES", "MINIMAL_DEV", "PipeCollector", "SANDBOX_ROOT_VARIABLE", "confine_self",
+           "default_memory_limit_bytes", "is_allowed_env_name", "is_secret_name", "kill_process_tree",
+           "make_sandbox_dir", "memory_exceeded", "namespace_prefix", "network_cut_prefix", "remove_sandbox_dir",
+           "start_confined", "worker_environment"]

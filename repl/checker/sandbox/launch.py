@@ -20,10 +20,15 @@ DISK_LIMIT_BYTES = 2 * 1024**3  # the sandbox's tmpfs: work dir, /tmp, /dev/shm 
 INIT_STAGE = Path(__file__).resolve().with_name("init_stage.py")
 
 
+# Set for a judge by its caller: the folder its sandbox folders go in, which the caller removes once the judge is gone.
+SANDBOX_ROOT_VARIABLE = "KERNELLLM_SANDBOX_ROOT"
+
+
 def make_sandbox_dir() -> Path:
     """A new private directory for one candidate process, with home/, tmp/, shm/ and work/ (its working directory).
     Files the caller puts there before start_confined are copied into the sandbox's tmpfs."""
-    sandbox_dir = Path(tempfile.mkdtemp(prefix="kernelllm-check-"))
+    root = os.environ.get(SANDBOX_ROOT_VARIABLE)
+    sandbox_dir = Path(tempfile.mkdtemp(prefix="kernelllm-check-", dir=root if root and os.path.isdir(root) else None))
     for name in ("home", "tmp", "shm", "work"):
         (sandbox_dir / name).mkdir()
     return sandbox_dir
