@@ -256,6 +256,11 @@ class BestOfRun:
     def ranked(self) -> list[Candidate]:
         return rank(self.candidates)
 
+    def notes(self) -> list[str]:
+        """What the backend said of its replies (max_new_tokens capped to the room the prompt leaves, say), each
+        once: the same for every candidate of one module."""
+        return list(dict.fromkeys(c.reply.note for c in self.candidates if c.reply is not None and c.reply.note))
+
     # -- the work ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:

@@ -434,6 +434,24 @@ def test_finished_candidates_go_to_the_session_log_with_their_checks(tmp_path, m
     assert session.attempt.log_id == entries[1].id
 
 
+def test_what_the_backend_says_of_its_replies_is_said_once_after_best(tmp_path, monkeypatch, checked_on):
+    # e.g. max_new_tokens capped to the room the prompt leaves in the model's context (issue 24 item 3)
+    capped = "max_new_tokens capped at 3,900 (from 100,000): the prompt takes 196 of the model's 4,096 tokens"
+
+    def noted(text):
+        def stream(settings):
+            made = replay(text)(settings)
+            made.reply.note = capped
+            return made
+        return stream
+
+    backend = ScriptedBackend(noted(WRONG_REPLY), noted(PREPARED_REPLY), noted(WRONG_REPLY))
+    session, console = make_session(tmp_path, monkeypatch, engine_for(backend, checks=checked_on))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 3")
+    assert " ".join(console.export_text(clear=False).split()).count(capped) == 1
+
+
 def test_commands_say_what_is_missing(tmp_path, monkeypatch):
     session, console = make_session(tmp_path, monkeypatch, engine_for(ReplayBackend(PREPARED_REPLY)))
     for line in (":best 3", ":pick 1", ":best", ":best 1"):

@@ -58,6 +58,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
     if run.error is not None:
         say(f"error: {one_line(run.error)}")
         return 1
+    for note in run.notes():
+        say(f"note: {note}")
     ranked = run.ranked()
     with_code = [candidate for candidate in ranked if candidate.kernel is not None]
     correct = [candidate for candidate in ranked if candidate.correct]

@@ -123,6 +123,8 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
             view.update()
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
         session.console.print(one_line(run.error), style="bad")
+    for note in run.notes():
+        session.console.print(f"note: {note}", style="hint")
     _conclude(session, run, interrupted, until_correct)
 
 
