@@ -32,6 +32,7 @@ CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is 
 class JudgeProcess:
     preparing = None  # Preparing: the last preparation sent, until the judge says it has ended
     stuck_on_another_reference = False  # stopped while stuck preparing another reference than its check's
+    sandbox_root: str | None = None  # the folder its candidates' sandbox folders go in
 
     def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
                  spares: int | None):
@@ -244,7 +245,7 @@ class JudgeProcess:
         try:
             self._end(grace_s)
         finally:
-            if self.process.poll() is not None:
+            if self.sandbox_root and self.process.poll() is not None:
                 shutil.rmtree(self.sandbox_root, ignore_errors=True)
 
     def _end(self, grace_s: float) -> None:
