@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from checker_suite import CASES, CASES_DIR, check_all
+from processes import processes_with
 from repl.checker import VERDICTS, Checker, check_kernel
 from repl.checker.defaults import PREPARE_TIMEOUT_S
 from repl.checker.sandbox import namespace_prefix, network_cut_prefix
@@ -29,7 +30,7 @@ def hang_marker():
     os.environ["KERNELLLM_TEST_MARKER"] = marker
     yield marker
     del os.environ["KERNELLLM_TEST_MARKER"]
-    for pid in _processes_with(marker):  # only if a test failed to see them killed
+    for pid in processes_with(marker):  # only if a test failed to see them killed
         os.kill(pid, 9)
 
 
@@ -279,21 +280,6 @@ def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exis
 # ---- limits: time, cancel, memory -------------------------------------------------------------------------------
 
 
-def _processes_with(marker: str) -> list[int]:
-    """Live processes whose command line holds marker (zombies count as dead)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            zombie = "\nState:\tZ" in (entry / "status").read_text()
-            if marker.encode() in (entry / "cmdline").read_bytes() and not zombie:
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
 def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path, monkeypatch):
     """A judge killed (stuck, or its caller gone) cannot remove its candidates' folders: its caller does (687 empty
@@ -307,7 +293,7 @@ def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path,
     try:
         assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
         assert list(tmp_path.rglob("kernelllm-check-*"))  # the next candidate's, started ahead
-        judges = [pid for pid in _processes_with("repl.checker.judge")
+        judges = [pid for pid in processes_with("repl.checker.judge")
                   if f"TMPDIR={tmp_path}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
         assert judges
         for pid in judges:
@@ -321,7 +307,7 @@ def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path,
 def test_a_timeout_kills_everything_the_kernel_started(checked, hang_marker):
     assert checked["infinite loop"].verdict == "timeout"
     assert "started child" in checked["infinite loop"].output_tail  # it hung in forward, after its import ran
-    assert _processes_with(hang_marker) == []
+    assert processes_with(hang_marker) == []
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
@@ -336,7 +322,7 @@ def test_cancel_stops_a_running_check_promptly(monkeypatch):
     checking.start()
     # The check gives no signal that the candidate runs; its child process appearing is the signal.
     deadline = time.monotonic() + 60
-    while not _processes_with(hang_marker):
+    while not processes_with(hang_marker):
         assert time.monotonic() < deadline, "the candidate never started"
         time.sleep(0.05)
     cancelled_at = time.monotonic()
@@ -345,7 +331,7 @@ def test_cancel_stops_a_running_check_promptly(monkeypatch):
     assert not checking.is_alive()
     assert time.monotonic() - cancelled_at < 3
     assert results[0].verdict == "cancelled"
-    assert _processes_with(hang_marker) == []
+    assert processes_with(hang_marker) == []
 
 
 def test_a_check_cancelled_before_it_starts_returns_at_once():
@@ -432,19 +418,19 @@ def test_a_caller_killed_mid_check_leaves_no_judge_and_no_candidate_behind(tmp_p
                               env={**os.environ, "KERNELLLM_TEST_MARKER": marker, "PYTHONPATH": root})
     try:
         deadline = time.monotonic() + 120
-        while not _processes_with(marker) and time.monotonic() < deadline and caller.poll() is None:
+        while not processes_with(marker) and time.monotonic() < deadline and caller.poll() is None:
             time.sleep(0.1)  # waiting for the candidate's process to appear: a state, not a fixed time
-        assert _processes_with(marker), "the candidate never started its process"
-        judges = [pid for pid in _processes_with("repl.checker.judge") if _parent(pid) == caller.pid]
+        assert processes_with(marker), "the candidate never started its process"
+        judges = [pid for pid in processes_with("repl.checker.judge") if _parent(pid) == caller.pid]
         caller.kill()
         caller.wait()
         deadline = time.monotonic() + 30
-        while (_processes_with(marker) or any(_alive(pid) for pid in judges)) and time.monotonic() < deadline:
+        while (processes_with(marker) or any(_alive(pid) for pid in judges)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _processes_with(marker) == [] and not any(_alive(pid) for pid in judges)
+        assert processes_with(marker) == [] and not any(_alive(pid) for pid in judges)
     finally:
         caller.kill()
-        for pid in _processes_with(marker):
+        for pid in processes_with(marker):
             os.kill(pid, 9)
 
 
@@ -478,9 +464,9 @@ def test_the_reference_runs_while_every_process_of_the_candidate_is_stopped(tmp_
         during_trials = [states for states in seen if states]  # the first runs come before the candidate's
         assert len(during_trials) >= 3
         assert all(set(states.values()) == {"T"} and len(states) == 2 for states in during_trials), seen
-        assert _processes_with(marker) == []
+        assert processes_with(marker) == []
     finally:
-        for pid in _processes_with(marker):
+        for pid in processes_with(marker):
             os.kill(pid, 9)
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from checker_suite import CASES_DIR
+from processes import processes_with, wait_until
+from repl.checker.defaults import GRACE_S
 from repl.cli.check import add_parser
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -129,30 +131,10 @@ def test_ctrl_c_ends_a_hanging_check_at_once_and_everything_the_kernel_started(t
         took = time.monotonic() - interrupted_at
     finally:
         check.kill()
-    assert (check.returncode, err.strip()) == (130, "Interrupted.") and took < 1.5, (took, out, err)
+    # Asked politely, the busy judge would be killed only after its grace: at once means well inside it (0.04 s
+    # measured idle; the bound leaves a loaded machine room).
+    assert (check.returncode, err.strip()) == (130, "Interrupted.") and took < GRACE_S - 0.5, (took, out, err)
     assert wait_until(lambda: not processes_with(marker), timeout_s=10)
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live processes whose command line holds marker."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes() \
-                    and "\nState:\tZ" not in (entry / "status").read_text():
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
 
 
 def test_the_subcommand_keeps_the_main_commands_device_option():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from processes import wait_until
 from repl.checker import Checker
 
 CASES_DIR = Path(__file__).parent / "checker_cases"
@@ -58,19 +59,6 @@ class Watched:
         return len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
 
 
-def wait_for(condition, timeout: float = 60.0) -> bool:
-    """Until condition() holds (a file another process writes), at most `timeout` seconds."""
-    import threading
-    import time
-
-    deadline, tick = time.monotonic() + timeout, threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.02)
-    return True
-
-
 @pytest.fixture(scope="module")
 def one_judge():
     """A Checker with one judge on the CPU, shared by the module's tests."""
@@ -96,7 +84,7 @@ def test_a_new_request_stops_a_preparation_between_its_steps(one_judge, tmp_path
     checker = one_judge
     held, other = Watched(tmp_path, "held", held=True), Watched(tmp_path, "other")
     assert checker.prepare(held.code) is None  # sized; the judge goes on to build it, held at its first forward
-    assert wait_for(lambda: held.forwards == 1)
+    assert wait_until(lambda: held.forwards == 1)
     checker.prepare(other.code, size=False)  # the next module: the held one's preparation is to stop
     held.release.touch()
     said = checker.wait_until_prepared()
@@ -111,7 +99,7 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
     stuck, fine = Watched(tmp_path, "stuck", held=True), Watched(tmp_path, "fine")
     with Checker(device="cpu", spares=1) as checker:
         assert checker.prepare(stuck.code) is None
-        assert wait_for(lambda: stuck.forwards == 1)  # never released
+        assert wait_until(lambda: stuck.forwards == 1)  # never released
         result = checker.check(fine.code, RELU_KERNEL, trials=1)
         assert result.verdict == "correct", result.message  # on a fresh judge
         assert checker.judges_started == 2
@@ -124,7 +112,7 @@ def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path
     checker = Checker(device="cpu", spares=1)
     judge = checker._judges[0]  # the caller's side of its one judge
     assert checker.prepare(held.code) is None
-    assert wait_for(lambda: held.forwards == 1)
+    assert wait_until(lambda: held.forwards == 1)
     checker.close()
     assert judge.process.returncode == 0  # it ended itself (a judge killed after the grace period has -9)
 
