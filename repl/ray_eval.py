@@ -31,6 +31,7 @@ from repl.best_of import CheckOptions
 from repl.errors import one_line
 from repl.evaluate import (EvalProgress, EvalReport, Problem, ProblemResult, _wait_uninterrupted, final_report,
                            read_candidates, resumed_results, write_results)
+from repl.wording import counted
 
 PACKAGE_DIR = Path(__file__).resolve().parent  # shipped to the workers: their hosts need Python's packages, not this
 PROBLEMS_PER_WORKER = 2  # in flight per worker: one checking while the next waits or generates
@@ -360,7 +361,7 @@ class _ClusterRun:
             return
         attempts = self.attempts[problem.name] = self.attempts.get(problem.name, 0) + 1
         if attempts >= MAX_ATTEMPTS:
-            times = f"{attempts} time{'s' if attempts > 1 else ''}"
+            times = counted(attempts, "time")
             self.unfinished[problem.name] = f"its worker was lost {times} (last: {_short(error)})"
             self._event(f"{problem.name} is left unfinished: its worker was lost {times}")
             return

@@ -15,6 +15,7 @@ from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event
+from repl.wording import counted
 from repl.ui.stream_view import print_kernel, status_line
 
 def best_command(session, arguments):
@@ -142,7 +143,7 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
     kept = f" (stopped: kept the {len(ranked)} finished)" if interrupted else ""
     if correct:
         if until_correct:
-            message = f"Candidate {best.index} is correct after {len(ranked)} tr{'y' if len(ranked) == 1 else 'ies'}"
+            message = f"Candidate {best.index} is correct after {counted(len(ranked), 'try', 'tries')}"
         else:
             why = "the fastest" if best.check.kernel_ms is not None else "the lowest error; nothing was timed"
             if best.check.flagged:
