@@ -6,6 +6,8 @@ runs here (test_checker.py runs the cases end to end)."""
 import random
 import secrets
 
+import time
+
 import pytest
 import torch
 import triton
@@ -146,6 +148,52 @@ def test_a_gap_within_what_the_judge_can_tell_of_its_harness_is_no_flag():
     assert "reported 49.331 ms" in timer_flag(patched)
     side_stream = {"claimed_ms": 0.297, "seen_ms": 97.916, "calls": 640, "windows": 10, "harness_ms_per_call": 0.648}
     assert timer_flag(side_stream) is not None
+
+
+def test_launch_cost_is_no_flag_but_the_tables_lies_still_are():
+    # Figures of the H200 run of 2026-11-27: the same honest Inductor-style ReLU, each in a fresh candidate process;
+    # its events see 6-140 microseconds of GPU time a call, the judge's wall clock the call's launch as well.
+    honest = [{"claimed_ms": 11.075, "seen_ms": 44.970, "calls": 1002, "windows": 3, "harness_ms_per_call": 0.174},
+              {"claimed_ms": 32.988, "seen_ms": 86.678, "calls": 642, "windows": 3, "harness_ms_per_call": 0.236},
+              {"claimed_ms": 28.813, "seen_ms": 56.791, "calls": 642, "windows": 3, "harness_ms_per_call": 0.246},
+              {"claimed_ms": 32.526, "seen_ms": 84.438, "calls": 1002, "windows": 3, "harness_ms_per_call": 0.288}]
+    assert [timer_flag(figures) for figures in honest] == [None] * 4
+    # A clock reporting a tenth of a launch-bound kernel's time is below what launches explain only past 0.3 ms a
+    # call; under that, the reported time is the judge's floor either way (judged_ms).
+    slow_enough = {"claimed_ms": 334 * 0.05, "seen_ms": 334 * 0.5, "calls": 1002, "windows": 3,
+                   "harness_ms_per_call": 0.2}
+    assert timer_flag(slow_enough) is not None
+
+
+def test_warm_up_on_a_gpu_lasts_long_enough_for_the_clocks_to_settle(monkeypatch):
+    import repl.checker.timing as timing
+
+    class GpuClock:  # the harness's view of a GPU clock, on the host's
+        on_cuda = True
+        flushes = 0
+
+        def flush(self):
+            self.flushes += 1
+
+        mark = staticmethod(time.perf_counter)
+        synchronize = staticmethod(lambda: None)
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return (end - start) * 1000
+
+    monkeypatch.setattr(timing, "WARMUP_MS", 30.0)
+    seen = []
+
+    def forward(inputs):
+        seen.append(inputs)
+        time.sleep(0.002)
+
+    clock = GpuClock()
+    estimate = timing.estimate_ms(forward, lambda index: index, clock, warmups=3)
+    assert len(seen) >= 10 and clock.flushes == len(seen) - 1  # 30 ms of 2 ms calls, each after a flush
+    assert all(index < 0 for index in seen) and len(set(seen)) == len(seen)  # never a timed call's inputs
+    assert estimate >= 2.0
 
 
 def test_small_disagreements_are_not_flags():

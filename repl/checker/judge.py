@@ -573,6 +573,7 @@ class CheckRun:
         try:
             self.ensure_candidate(problem)
             speed.measure(self.trial_launches)
+            self.phase("timed_calls")
         except Ended as ended:
             if ended.verdict in (Verdict.MISMATCH, Verdict.CANCELLED):
                 raise
@@ -580,11 +581,13 @@ class CheckRun:
             return
         self.candidate.kill()  # nothing of the judge's is timed while a candidate process is alive
         result.kernel_ms, result.timing = speed.conclude()
+        self.phase("harness_cost")  # the null kernel's windows, once per problem and window size (and its waits)
         if not problem.timed:
             self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
             judge.pool.wait_for_spares(self.deadline, self.cancel)  # a starting spare loads the CPU and the GPU
             time_reference(judge, problem)
             self.stage("candidate")
+            self.phase("reference_timing")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
         result.notes += problem.timing_notes
         if result.kernel_ms and result.eager_ms:

@@ -51,6 +51,14 @@ TIMER_SLACK_MS = 0.5
 # where the harness costs 10x the kernel: an honest 8-microsecond ReLU on the H100 was flagged (its clock 6.0 ms for
 # a window the judge saw take 10.6 ms, of 85 ms of harness).
 NULL_NOISE_SHARE = 0.1
+# The candidate's clock (CUDA events) sees the GPU's work; the judge's sees what each call costs, the launch's Python
+# and driver time included. Where the harness keeps the GPU busy, a launch-bound kernel's events show its GPU time
+# alone (an honest Inductor-style ReLU on the H200, 2026-11-27: 6 microseconds a call by its events, 45 beyond the
+# null kernel by the wall clock, in one warm process; up to 0.25 ms a call in a fresh candidate process). A gap this
+# small per call is launch cost, not evidence of a lying clock; the reported time is the judge's figure anyway. The
+# attacks it must still catch: a clock patched to report 55% of a 1.7 ms matmul (0.68 ms a call short), work on a
+# side stream (1.5 ms a call).
+LAUNCH_ALLOWANCE_MS = 0.3
 # Under the interpreter (tests on a loaded CPU) the judge's clock also sees the scheduler: waking the candidate's
 # threads, preemption between calls. Looser there; a patched clock (a tenth) is still far outside.
 INTERPRETER_TIMER_TRUST, INTERPRETER_TIMER_SLACK_MS = 0.5, 5.0
@@ -107,7 +115,8 @@ def judged_ms(windows: list[tuple[float, list[float]]], null_ms: dict, round_tri
 
 def timer_flag(figures: dict, on_cuda: bool = True) -> str | None:
     """The flag when the candidate's clock summed to too little of what the judge's saw: in the median window on a
-    GPU, by more than the judge can tell (NULL_NOISE_SHARE of the harness's cost); under the interpreter (a loaded
+    GPU, by more than the judge can tell (NULL_NOISE_SHARE of the harness's cost) and more than launches cost
+    (LAUNCH_ALLOWANCE_MS a call); under the interpreter (a loaded
     CPU, where one window can catch the scheduler) even in the window where the two agreed best. Either way the
     reported time is already the judge's floor where that is higher."""
     if on_cuda:
@@ -119,8 +128,9 @@ def timer_flag(figures: dict, on_cuda: bool = True) -> str | None:
         trust, slack = INTERPRETER_TIMER_TRUST, INTERPRETER_TIMER_SLACK_MS
     if on_cuda:
         windows = max(1, figures.get("windows") or 1)
-        harness_ms = (figures.get("harness_ms_per_call") or 0.0) * (figures.get("calls") or 0) / windows
-        slack = max(slack, NULL_NOISE_SHARE * harness_ms)
+        calls_per_window = (figures.get("calls") or 0) / windows
+        harness_ms = (figures.get("harness_ms_per_call") or 0.0) * calls_per_window
+        slack = max(slack, NULL_NOISE_SHARE * harness_ms, LAUNCH_ALLOWANCE_MS * calls_per_window)
     if seen > 0 and claimed < trust * seen and seen - claimed > slack:
         return (f"the candidate's clock reported {claimed:.3f} ms for calls the judge's clock saw take {seen:.3f} ms "
                 f"({which}): the judge's figure is used")

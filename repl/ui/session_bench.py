@@ -183,7 +183,11 @@ def run(options) -> dict:
             report["best"] = {"k": options.best, "candidates": len(candidates),
                               "first_verdict_after_first_candidate_s": round(verdicts[0] - first_finished, 3),
                               "last_verdict_after_first_candidate_s": round(verdicts[-1] - first_finished, 3),
-                              "verdicts": sorted(str(c.verdict) for c in candidates)}
+                              "verdicts": sorted(str(c.verdict) for c in candidates),
+                              # each candidate, in the order its check ended: when its reply ended, its check started
+                              # and ended (s after the first finished candidate), and where the judge's time went
+                              "checks": [_timeline(c, first_finished) for c in
+                                         sorted(candidates, key=lambda c: c.check_finished_at or float("inf"))]}
             _say(f":best {options.best}: first verdict {verdicts[0] - first_finished:.2f} s after the first "
                  f"finished candidate, last {verdicts[-1] - first_finished:.2f} s")
     finally:
@@ -194,6 +198,16 @@ def run(options) -> dict:
         report["verdict_after_stream_median_s"] = round(statistics.median(waits), 3)
     _say(f"judge starts: {report['judge_starts']}")
     return report
+
+
+def _timeline(candidate, origin: float) -> dict:
+    def since(moment):
+        return None if moment is None else round(moment - origin, 3)
+
+    check = candidate.attempt.check if candidate.attempt is not None else None
+    return {"reply_ended_s": since(candidate.reply.finished_at), "check_started_s": since(candidate.check_started_at),
+            "check_ended_s": since(candidate.check_finished_at), "verdict": str(candidate.verdict),
+            "phases_s": check.phases_s if check is not None else None}
 
 
 def _say(line: str) -> None:
