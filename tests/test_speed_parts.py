@@ -168,9 +168,11 @@ def test_launch_cost_is_no_flag_but_the_tables_lies_still_are():
 def test_warm_up_on_a_gpu_lasts_long_enough_for_the_clocks_to_settle(monkeypatch):
     import repl.checker.timing as timing
 
-    class GpuClock:  # the harness's view of a GPU clock, on the host's
-        on_cuda = True
+    class HostClock:  # the harness's view of a clock, on the host's
         flushes = 0
+
+        def __init__(self, on_cuda):
+            self.on_cuda = on_cuda
 
         def flush(self):
             self.flushes += 1
@@ -183,17 +185,27 @@ def test_warm_up_on_a_gpu_lasts_long_enough_for_the_clocks_to_settle(monkeypatch
             return (end - start) * 1000
 
     monkeypatch.setattr(timing, "WARMUP_MS", 30.0)
-    seen = []
+    monkeypatch.setattr(timing, "MAX_WARMUP_CALLS", 10**7)
 
-    def forward(inputs):
-        seen.append(inputs)
-        time.sleep(0.002)
+    def warm_up(on_cuda):
+        calls = []  # (when, inputs) of each forward
+        clock = HostClock(on_cuda)
+        started = time.perf_counter()
+        timing.estimate_ms(lambda inputs: calls.append((time.perf_counter(), inputs)), lambda index: index, clock,
+                           warmups=3)
+        return started, calls, clock
 
-    clock = GpuClock()
-    estimate = timing.estimate_ms(forward, lambda index: index, clock, warmups=3)
-    assert len(seen) >= 10 and clock.flushes == len(seen) - 1  # 30 ms of 2 ms calls, each after a flush
-    assert all(index < 0 for index in seen) and len(set(seen)) == len(seen)  # never a timed call's inputs
-    assert estimate >= 2.0
+    started, calls, clock = warm_up(on_cuda=True)
+    # The call that sizes the plan comes only once warm-up calls have run WARMUP_MS, each after a flush (a slower,
+    # loaded machine only makes it later).
+    assert calls[-1][0] - started >= 0.030 and len(calls) > 4 and clock.flushes == len(calls) - 1
+    inputs = [index for _, index in calls]
+    assert all(index < 0 for index in inputs) and len(set(inputs)) == len(inputs)  # never a timed call's inputs
+    _, calls, clock = warm_up(on_cuda=False)  # under the interpreter: the warm-up calls asked for, no more
+    assert [index for _, index in calls] == [-1, -2, -3, -4]
+    monkeypatch.setattr(timing, "MAX_WARMUP_CALLS", 5)  # a kernel too fast for the time: so many calls at most
+    monkeypatch.setattr(timing, "WARMUP_MS", 60_000.0)
+    assert len(warm_up(on_cuda=True)[1]) == 5 + 1
 
 
 def test_small_disagreements_are_not_flags():
