@@ -112,7 +112,8 @@ def fast_eager_backend(loaded):
     from repl.generation.fast_decode import FastLocalBackend
 
     backend = FastLocalBackend(loaded, compile=False, batch_sizes=(1,), drafting=False)
-    backend.wait_until_ready(60)
+    # The fast path itself, not the plain one it falls back to while warming up (both refuse in the same words).
+    assert backend.wait_until_ready(120) and backend.state == "ready", backend.state
     return backend
 
 

@@ -5,13 +5,17 @@ A backend turns a raw prompt into a ``ReplyStream``: iterating it yields text pi
 far and the final state once iteration ends. A failure ends the reply as ``FAILED`` with a one-line ``reply.error``
 (and ``reply.transient`` when trying again may succeed), or raises ``GenerationError`` when the reply cannot start.
 
-A backend that knows its model's context (``context_tokens``) refuses a prompt that does not fit and caps
-``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in ``reply.note``.
+A backend that knows its model's context (``context_tokens``) and tokenises the prompt (the local ones) refuses a
+prompt that does not fit and caps ``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in
+``reply.note``; one that cannot count the prompt's tokens (the server backend) refuses only a ``max_new_tokens`` that
+alone exceeds the context. ``PromptTooLong`` (a GenerationError) comes from ``stream()`` or, for streams started one
+after another (``SequentialStreams``), from iterating a later one.
 
 To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
-(``stream_many`` samples one reply after another, ``wait_until_serving`` is ready at once, ``close`` does nothing). The local transformers backend, its fast
-decode path and the OpenAI-compatible server backend are all written this way, so the REPL, the one-shot command line,
-best-of-k, ``eval`` and the Python API use any of them alike and never ask a backend what else it happens to have.
+(``stream_many`` samples one reply after another, ``wait_until_serving`` is ready at once, ``close`` does nothing).
+The local transformers backend, its fast decode path and the OpenAI-compatible server backend are all written this
+way, so the REPL, the one-shot command line, best-of-k, ``eval`` and the Python API use any of them alike and never
+ask a backend what else it happens to have.
 """
 
 import dataclasses
@@ -151,7 +155,7 @@ def fit_to_context(prompt_tokens: int, settings: SamplingSettings,
         return settings, None
     if prompt_tokens >= context_tokens:
         raise PromptTooLong(f"the prompt is {prompt_tokens:,} tokens and the model's context holds "
-                              f"{context_tokens:,} (prompt and reply together); shorten the module")
+                            f"{context_tokens:,} (prompt and reply together); shorten the module")
     room = context_tokens - prompt_tokens
     if settings.max_new_tokens <= room:
         return settings, None

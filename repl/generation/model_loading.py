@@ -82,8 +82,8 @@ def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str =
     ``before_weights`` is called once the files, the tokenizer and the configuration are in hand, just before the
     weights are read (a model switch frees the previous model there).
 
-    ``quantize`` (int8, int4): the linear layers are quantized one by one as they go to the device (``quantization``),
-    so a GPU smaller than the full-precision model can hold the quantized one. ``device_map="auto"``: accelerate
+    ``quantize`` (int8, int4): the linear layers are quantized one by one as they go to the device
+    (``quantized_model``), so a GPU smaller than the full-precision model can hold the quantized one. ``device_map="auto"``: accelerate
     places the layers across the GPUs and the CPU (``placement``)."""
     report = on_progress or (lambda message: None)
     problem = options_problem(quantize, device_map)

@@ -25,7 +25,6 @@ def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     return F.linear(x, dequantize(weight, x.dtype))
 
 
-
 class QuantizedLinear(nn.Module):
     """nn.Linear without bias, its weight quantized (buffers, so .to() moves them and nothing trains them)."""
 

@@ -10,8 +10,8 @@ def measure_render(tokens: int, rate: float, runs: int) -> dict:
     """A synthetic reply streamed at ``rate`` tokens/s through the real StreamView into a recorded 120x40 terminal.
     Overhead = CPU time of the view's update() calls / stream duration (median of ``runs``)."""
     measured = [_render_once(tokens, rate) for _ in range(max(runs, 1))]
-    best = sorted(measured, key=lambda run: run["overhead_percent"])[len(measured) // 2]
-    return {**best, "runs": [run["overhead_percent"] for run in measured], "tokens": tokens, "rate": rate}
+    median_run = sorted(measured, key=lambda run: run["overhead_percent"])[len(measured) // 2]
+    return {**median_run, "runs": [run["overhead_percent"] for run in measured], "tokens": tokens, "rate": rate}
 
 
 def _render_once(tokens: int, rate: float) -> dict:

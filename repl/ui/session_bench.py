@@ -67,7 +67,8 @@ def small_module(number: int) -> str:
 
 class JudgeCounter:
     """Counts the judge processes this process starts from now on, by polling /proc (a judge lives seconds at least:
-    it imports torch before it answers anything); judges already running are not counted."""
+    it imports torch before it answers anything); judges already running are not counted. Counted from outside rather
+    than read from CheckPool.judge_starts: a judge started past the pool (as sizing once started its own) counts too."""
 
     def __init__(self, poll_s: float = 0.02):
         self.seen: set[int] = set()
@@ -113,7 +114,11 @@ class PacedBackend(Backend):
     def __init__(self, inner: Backend, tokens_per_s: float):
         self.inner, self.tokens_per_s = inner, tokens_per_s
         self.description = f"{inner.description}, paced at {tokens_per_s:g} tokens/s"
+        self.device, self.context_tokens = inner.device, inner.context_tokens
         self.samples_together = inner.samples_together
+
+    def wait_until_serving(self, timeout=None):
+        return self.inner.wait_until_serving(timeout)
 
     def stream(self, prompt, settings):
         return _PacedStream(self.inner.stream(prompt, settings), self.tokens_per_s)
@@ -160,8 +165,10 @@ def run(options) -> dict:
         if options.tokens_per_s:
             engine.backend_override = PacedBackend(engine.backend(), options.tokens_per_s)
         for number in range(options.modules):
-            pasted = time.monotonic()
+            pasted, before = time.monotonic(), session.attempt
             session.handle(small_module(number))
+            if session.attempt is before or session.attempt.reply is None:
+                raise SystemExit(f"module {number} got no reply: {console.file.getvalue().strip()[-300:]}")
             reply = session.attempt.reply
             session.handle(f":run --trials {options.trials}")
             verdict_at = time.monotonic()
@@ -178,8 +185,11 @@ def run(options) -> dict:
             session.handle(small_module(options.modules))
             session.handle(f":best {options.best} --trials {options.trials}")
             candidates = [c for c in session.candidates if c.reply is not None]
-            first_finished = min(c.reply.finished_at for c in candidates)
             verdicts = sorted(c.check_finished_at for c in candidates if c.check_finished_at is not None)
+            if not verdicts:
+                raise SystemExit(f":best {options.best} checked no candidate: "
+                                 f"{console.file.getvalue().strip()[-300:]}")
+            first_finished = min(c.reply.finished_at for c in candidates)
             report["best"] = {"k": options.best, "candidates": len(candidates),
                               "first_verdict_after_first_candidate_s": round(verdicts[0] - first_finished, 3),
                               "last_verdict_after_first_candidate_s": round(verdicts[-1] - first_finished, 3),
