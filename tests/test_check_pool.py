@@ -12,6 +12,7 @@ from repl.settings import SamplingSettings
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
 from repl.ui.session_bench import JudgeCounter
+from processes import wait_until
 from replay_backend import ReplayBackend
 from stand_in_checker import StandInChecker
 from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
@@ -42,9 +43,10 @@ def test_auto_and_cpu_share_the_cpu_judges_and_more_jobs_grow_them(monkeypatch):
 
 
 def test_cancelling_one_check_leaves_the_others_running():
-    release = threading.Event()
+    release, running = threading.Event(), []
 
     def decide(reference, kernel, *, cancel, **options):
+        running.append(cancel)
         assert release.wait(10)
         return CheckResult(verdict="cancelled" if cancel.is_set() else "correct")
 
@@ -53,6 +55,7 @@ def test_cancelling_one_check_leaves_the_others_running():
         stopped, kept = threading.Event(), threading.Event()
         first = pool.submit(RELU_MODULE, PREPARED_KERNEL, device="cpu", jobs=2, cancel=stopped)
         second = pool.submit(RELU_MODULE, PREPARED_KERNEL, device="cpu", jobs=2, cancel=kept)
+        assert wait_until(lambda: len(running) == 2)  # both on a judge: the cancel reaches a running check
         stopped.set()
         release.set()
         assert first.result().verdict == "cancelled" and second.result().verdict == "correct"
@@ -70,6 +73,7 @@ def test_a_check_cancelled_before_a_slot_is_free_never_reaches_a_judge():
 
     with counting_pool(decide) as pool:
         busy = pool.submit(RELU_MODULE, "busy ModelNew", device="cpu")
+        assert wait_until(lambda: reached == ["busy ModelNew"])  # the one slot is taken
         cancel = threading.Event()
         waiting = pool.submit(RELU_MODULE, "waiting ModelNew", device="cpu", cancel=cancel)
         cancel.set()

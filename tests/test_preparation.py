@@ -5,6 +5,8 @@ steps, each prepared trial serves one trial only, and a preparation stuck in the
 The references here write a line to a file on every forward on real tensors (the judge is this project's process:
 it may), and refuse to run once a `forbid` file exists, so that a test can tell when the reference ran."""
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,40 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
         result = checker.check(fine.code, RELU_KERNEL, trials=1)
         assert result.verdict == "correct", result.message  # on a fresh judge
         assert checker.judges_started == 2
+
+
+def test_sizing_that_gives_up_on_a_judge_still_starting_leaves_it_to_start(tmp_path):
+    # A loaded machine: the judge imports torch for longer than sizing waits. Sizing says nothing; the judge is kept
+    # and serves the check (it was stopped as crashed, and a second one started).
+    reference = Watched(tmp_path, "relu")
+    with Checker(device="cpu", spares=1) as checker:
+        assert not checker._judges[0].ready
+        assert checker.prepare(reference.code, timeout=0.01) is None
+        assert checker._judges[0].alive()
+        assert checker.check(reference.code, RELU_KERNEL, trials=1).verdict == "correct"
+        assert checker.judges_started == 1
+
+
+def test_a_preparation_sent_during_a_long_check_gets_its_time_from_the_checks_end(tmp_path, monkeypatch):
+    # A preparation queued behind a check starts only when the check ends: its deadline counts from there, or the
+    # next check of that module was called a stuck reference (invalid_reference) and its judge stopped.
+    from repl.checker import judge_process
+
+    monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 4.0)
+    slow, module = Watched(tmp_path, "slow", held=True), Watched(tmp_path, "module")
+    with Checker(device="cpu", spares=1) as checker:
+        results = []
+        running = threading.Thread(target=lambda: results.append(checker.check(slow.code, RELU_KERNEL, trials=1)))
+        running.start()
+        assert wait_until(lambda: slow.forwards == 1)  # the check is under way, held in its reference
+        checker.prepare(module.code, size=False)  # sent now, behind the check
+        judge = checker._judges[0]
+        assert wait_until(lambda: time.monotonic() > judge.preparing.deadline + 0.5, timeout_s=30)
+        slow.release.touch()
+        running.join()
+        assert results[0].verdict == "correct", results[0].message
+        assert checker.check(module.code, RELU_KERNEL, trials=1).verdict == "correct"
+        assert checker.judges_started == 1
 
 
 def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path):

@@ -17,6 +17,7 @@ import time
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, default_spares
 from repl.checker.devices import placement
 from repl.checker.result import VERDICTS, CheckResult, Verdict
+from repl.checker.wire import PeerGone, WireError
 from repl.extract import kernel_source
 
 __all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
@@ -75,13 +76,12 @@ class Checker:
 
     def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
               atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, timeout: float | None = None,
-              cancel: threading.Event | None = None, interpreter_timing: bool = False,
-              on_start=None) -> CheckResult:
+              cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
         against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
         it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
         the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
-        judge's clock): figures that test the checker, not speed. on_start(): called once a judge has the check."""
+        judge's clock): figures that test the checker, not speed."""
         if trials < 1:
             raise ValueError("trials must be at least 1")
         if self._closed:
@@ -100,8 +100,6 @@ class Checker:
             request["interpreter_timing"] = True
         started = time.monotonic()
         with self._slots:
-            if on_start is not None:
-                on_start()
             judge = self._take_judge()
             try:
                 result = judge.check(request, cancel)
@@ -126,39 +124,49 @@ class Checker:
         A later request stops a judge's preparation between its steps; what it finished is kept for the check.
 
         size: wait for a judge's too_large line and return it: why the problem is too large for this device (size,
-        and what to do), or None when it fits or cannot be sized within `timeout` seconds (the first call waits for
-        the judge to start). size=False returns at once (None), never waiting for a judge busy with a check."""
+        and what to do), or None when it fits or cannot be sized within `timeout` seconds (a judge still starting, or
+        every judge busy with a check, by then). size=False returns at once (None), never waiting for a judge busy
+        with a check. Preparing is best effort: a judge that has died meanwhile is skipped."""
         if self._closed:
             raise RuntimeError("this Checker is closed")
         prepare_id = next(self._ids)
         with self._lock:
             judges = list(self._judges)
         if not size:
-            for judge in judges:
-                if judge.alive() and judge.ready:
-                    judge.start_preparing(prepare_id, reference_code)
+            self._start_preparing(judges, prepare_id, reference_code)
             return None
-        with self._slots:
+        if not self._slots.acquire(timeout=timeout):
+            self._start_preparing(judges, prepare_id, reference_code)
+            return None
+        try:
             answering = self._take_judge()
             try:
-                for judge in judges:
-                    if judge is not answering and judge.alive() and judge.ready:
-                        judge.start_preparing(prepare_id, reference_code)
+                self._start_preparing([judge for judge in judges if judge is not answering], prepare_id,
+                                      reference_code)
                 return answering.prepare(prepare_id, reference_code, timeout)
             finally:
                 if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
                     self._stop_idle_preparing(reference_code)
                 self._give_back(answering)
+        finally:
+            self._slots.release()
+
+    @staticmethod
+    def _start_preparing(judges: list, prepare_id: int, reference_code: str) -> None:
+        for judge in judges:
+            if judge.alive() and judge.ready:
+                try:
+                    judge.start_preparing(prepare_id, reference_code)
+                except (PeerGone, WireError, OSError, TypeError):  # it died, or was closed by another thread
+                    pass
 
     def _stop_idle_preparing(self, reference_code: str) -> None:
         """Stop the idle judges still preparing this reference: what stopped the answering judge (an import that
         hangs) holds them too, and the next check would wait PREPARE_TIMEOUT_S for one of them. A judge that is
         checking prepares only afterwards, and is left to its check."""
-        from repl.checker.judge_process import reference_key
-
-        key = reference_key(reference_code)
         with self._lock:
-            stuck = [judge for judge in self._idle if judge.preparing is not None and judge.preparing.key == key]
+            stuck = [judge for judge in self._idle
+                     if judge.preparing is not None and judge.preparing.reference_code == reference_code]
             self._idle = [judge for judge in self._idle if judge not in stuck]
         for judge in stuck:
             judge.close(grace_s=0)
@@ -167,7 +175,8 @@ class Checker:
     def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
         """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
         it was stopped). For tests and benchmarks; a check never needs to wait for this."""
-        for _ in range(self.jobs):  # no check meanwhile: it would start another judge
+        jobs = self.jobs  # read once: a grow() meanwhile adds slots of its own
+        for _ in range(jobs):  # no check meanwhile: it would start another judge
             self._slots.acquire()
         with self._lock:
             judges, self._idle = self._idle, []
@@ -176,7 +185,7 @@ class Checker:
         finally:
             for judge in judges:
                 self._give_back(judge)
-            for _ in range(self.jobs):
+            for _ in range(jobs):
                 self._slots.release()
 
     def _take_judge(self):

@@ -872,6 +872,7 @@ def main() -> None:
     current_id, cancelled_ids = [None], set()
     preparing = [threading.Event()]  # the preparation under way stops (between its steps) once this is set
     in_preparation = threading.Event()  # the main thread is preparing: it reads no request before its step ends
+    queued = threading.Lock()  # a request is queued and the preparation's stop set as one step
 
     def end_now() -> None:
         """The caller closes while a preparation's step (a torch.compile: seconds) holds the main thread: the spares
@@ -891,19 +892,21 @@ def main() -> None:
                 if request.get("id") == current_id[0]:
                     current_cancel.set()
                 continue
-            preparing[0].set()  # any other request comes first: a preparation is only for the time in between
-            if request.get("op") in ("check", "prepare"):
-                checks.put(request)
-            else:
+            if request.get("op") not in ("check", "prepare"):
+                preparing[0].set()
                 if in_preparation.is_set():
                     end_now()
                 checks.put(None)
                 return
+            with queued:  # any other request comes first: a preparation is only for the time in between
+                checks.put(request)
+                preparing[0].set()
 
     def new_preparation() -> threading.Event:
-        preparing[0] = stop = threading.Event()
-        if not checks.empty():  # a request that came before this event was made
-            stop.set()
+        with queued:  # a request queued before this event was made stops it too
+            preparing[0] = stop = threading.Event()
+            if not checks.empty():
+                stop.set()
         return stop
 
     threading.Thread(target=read_requests, daemon=True).start()

@@ -7,7 +7,6 @@ that hangs) or dying (a reference that crashes it), and turns either into `inval
 running the reference at the time.
 """
 
-import hashlib
 import os
 import shutil
 import signal
@@ -41,7 +40,7 @@ class JudgeProcess:
         env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
         # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
         # (stuck, or its caller gone) cannot remove them itself.
-        self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")
+        self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")  # removed by close(), or below
         env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
         env.pop("TRITON_INTERPRET", None)
@@ -57,6 +56,11 @@ class JudgeProcess:
             self.process = subprocess.Popen(argv, pass_fds=(request_read, reply_write), env=env, cwd=PROJECT_ROOT,
                                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, start_new_session=True)
+        except BaseException:
+            os.close(reply_read)
+            os.close(request_write)
+            shutil.rmtree(self.sandbox_root, ignore_errors=True)
+            raise
         finally:
             os.close(request_read)
             os.close(reply_write)
@@ -77,14 +81,18 @@ class JudgeProcess:
             self.channel.send(message, deadline=deadline)
 
     def _wait_ready(self, cancel, deadline: float | None = None) -> CheckResult | None:
+        """None once the judge has said it is ready; a result saying why not. A judge that is not ready by a
+        `deadline` of the caller's own (sizing's short wait) is left starting; by JUDGE_START_S, it is stopped."""
         if self.ready:
             return None
         try:
-            deadline = deadline or time.monotonic() + JUDGE_START_S
-            message, _ = self.channel.receive(max_blob=0, deadline=deadline, cancel=cancel)
+            message, _ = self.channel.receive(max_blob=0, deadline=deadline or time.monotonic() + JUDGE_START_S,
+                                              cancel=cancel)
         except Stopped as stopped:
             if stopped.reason == "cancelled":
                 return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before the judge started")
+            if deadline is not None:
+                return CheckResult(verdict=Verdict.TIMEOUT, message="the judge is still starting")
             self.close()
             return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start within {JUDGE_START_S:g} s")
         except (PeerGone, WireError):
@@ -148,6 +156,8 @@ class JudgeProcess:
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
+                if self.preparing is not None:  # a preparation sent meanwhile starts only now
+                    self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
                 try:
                     return CheckResult.from_json_dict(message["result"])
                 except (ValueError, TypeError) as error:
@@ -157,8 +167,9 @@ class JudgeProcess:
     def start_preparing(self, prepare_id: int, reference_code: str) -> None:
         """Ask the judge to prepare this reference (preparation.py) once it has nothing else to do; returns at once.
         Thread-safe: the judge may be checking meanwhile (the preparation waits for the check)."""
+        # Known before it is sent: another thread reading this judge's answers may see it end at once.
+        self.preparing = Preparing(prepare_id, reference_code, time.monotonic() + PREPARE_TIMEOUT_S)
         self.send({"op": "prepare", "id": prepare_id, "reference_code": reference_code})
-        self.preparing = Preparing(prepare_id, reference_key(reference_code), time.monotonic() + PREPARE_TIMEOUT_S)
 
     def prepare(self, prepare_id: int, reference_code: str, timeout: float) -> str | None:
         """Start preparing the reference and wait for its size: the judge's too_large line (None: it fits, or no
@@ -205,7 +216,7 @@ class JudgeProcess:
     def _stuck_preparing(self, request: dict) -> CheckResult:
         """The judge has not ended a preparation in PREPARE_TIMEOUT_S: stuck in that reference (it hangs in Model()
         or forward). The judge is stopped; the check is the reference's fault only when it is the same one."""
-        same = self.preparing is not None and self.preparing.key == reference_key(request.get("reference_code", ""))
+        same = self.preparing is not None and self.preparing.reference_code == request.get("reference_code")
         self.stuck_on_another_reference = not same
         self.close(grace_s=0)
         if same:
@@ -276,11 +287,7 @@ class JudgeProcess:
 
 
 class Preparing:
-    """A preparation sent to a judge and not yet ended: its id, its reference's key, when the caller gives up on it."""
+    """A preparation sent to a judge and not yet ended: its id, its reference, when the caller gives up on it."""
 
-    def __init__(self, prepare_id: int, key: str, deadline: float):
-        self.id, self.key, self.deadline = prepare_id, key, deadline
-
-
-def reference_key(code: str) -> str:
-    return hashlib.sha256(str(code).encode()).hexdigest()
+    def __init__(self, prepare_id: int, reference_code: str, deadline: float):
+        self.id, self.reference_code, self.deadline = prepare_id, reference_code, deadline

@@ -105,8 +105,8 @@ class CheckPool:
                timeout: float | None = None, cancel: threading.Event | None = None,
                on_start: Callable[[], None] = lambda: None) -> Future:
         """Queue a check on `device` (with room for `jobs` at once there); the future ends with its CheckResult.
-        on_start() is called once a judge has it. A check whose `cancel` is set before it starts is ``cancelled``
-        without a judge. ValueError at once for a device that cannot be used."""
+        on_start() is called once it has a slot on one of the device's lanes. A check whose `cancel` is set before it
+        starts is ``cancelled`` without a judge. ValueError at once for a device that cannot be used."""
         device_lanes = self.reserve(device, jobs)
         cancel = cancel or threading.Event()
         options = {"trials": trials, "atol": atol, "rtol": rtol, "timeout": timeout}

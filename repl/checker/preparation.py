@@ -81,9 +81,7 @@ def prepare_again(judge, code: str, stop) -> list[str]:
             steps.append("trials")
         if judge.on_cuda and not problem.timed and not stop.is_set():
             steps += prepare_timing(judge, problem, stop)
-    except Ended:
-        pass
-    except Exception:  # the reference failed: its check will report it
+    except Exception:  # Ended, or the reference failed: its check meets it again and reports it
         pass
     return steps
 

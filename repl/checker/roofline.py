@@ -39,7 +39,8 @@ class ProblemSize:
 def measure_problem_size(model, inputs: list, output) -> ProblemSize:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from repl.checker.timing import tensor_bytes, tensors_in
+    from repl.checker.loading import tensor_bytes
+    from repl.checker.timing import tensors_in
 
     weights = [t for t in model.state_dict().values() if isinstance(t, torch.Tensor)] \
         if isinstance(model, torch.nn.Module) else []

@@ -21,12 +21,14 @@ candidate's median per-call time, or the floor where that is higher: never below
 
 **Flags** (each one evidence; a flagged timing is never ranked above an unflagged correct kernel, nor counted in
 fast_p or the geomean): the candidate's clock summed to less than 80% of what the judge's clock saw (and less by
-more than 0.5 ms and than a tenth of the harness's cost); outputs that changed after their sums were reported; timed calls that launched no Triton kernel
-although every trial did; beyond the roofline (roofline.py). A speedup over eager is no flag by itself.
+more than 0.5 ms, than a tenth of the harness's cost and than LAUNCH_ALLOWANCE_MS a call); outputs that changed
+after their sums were reported; timed calls that launched no Triton kernel although every trial did; beyond the
+roofline (roofline.py). A speedup over eager is no flag by itself.
 
-**The reference** is timed by the same harness in the judge, after the candidate was killed and the spares are
-ready, and only when the GPU is quiet (the L2 flush runs at its usual speed): work a candidate left running cannot
-inflate a time that is kept for later candidates.
+**The reference** is timed by the same harness in the judge, while no candidate process of its lives (at a check,
+after the candidate was killed; or ahead, in preparation.py, while the model streams) and the spares are ready, and
+only when the GPU is quiet (the L2 flush runs at its usual speed) before and after: work a candidate or the model
+left running cannot inflate a time that is kept for later candidates.
 """
 
 import json
@@ -116,21 +118,19 @@ def judged_ms(windows: list[tuple[float, list[float]]], null_ms: dict, round_tri
 def timer_flag(figures: dict, on_cuda: bool = True) -> str | None:
     """The flag when the candidate's clock summed to too little of what the judge's saw: in the median window on a
     GPU, by more than the judge can tell (NULL_NOISE_SHARE of the harness's cost) and more than launches cost
-    (LAUNCH_ALLOWANCE_MS a call); under the interpreter (a loaded
-    CPU, where one window can catch the scheduler) even in the window where the two agreed best. Either way the
-    reported time is already the judge's floor where that is higher."""
+    (LAUNCH_ALLOWANCE_MS a call); under the interpreter (a loaded CPU, where one window can catch the scheduler) even
+    in the window where the two agreed best. Either way the reported time is already the judge's floor where that is
+    higher."""
     if on_cuda:
         claimed, seen, which = figures["claimed_ms"], figures["seen_ms"], "a window's median"
-        trust, slack = TIMER_TRUST, TIMER_SLACK_MS
+        calls_per_window = (figures.get("calls") or 0) / (figures.get("windows") or 1)
+        harness_ms = (figures.get("harness_ms_per_call") or 0.0) * calls_per_window
+        trust = TIMER_TRUST
+        slack = max(TIMER_SLACK_MS, NULL_NOISE_SHARE * harness_ms, LAUNCH_ALLOWANCE_MS * calls_per_window)
     else:
         (claimed, seen), which = figures.get("closest_window_ms") or (figures["claimed_ms"], figures["seen_ms"]), \
             "the window where they agreed best"
         trust, slack = INTERPRETER_TIMER_TRUST, INTERPRETER_TIMER_SLACK_MS
-    if on_cuda:
-        windows = max(1, figures.get("windows") or 1)
-        calls_per_window = (figures.get("calls") or 0) / windows
-        harness_ms = (figures.get("harness_ms_per_call") or 0.0) * calls_per_window
-        slack = max(slack, NULL_NOISE_SHARE * harness_ms, LAUNCH_ALLOWANCE_MS * calls_per_window)
     if seen > 0 and claimed < trust * seen and seen - claimed > slack:
         return (f"the candidate's clock reported {claimed:.3f} ms for calls the judge's clock saw take {seen:.3f} ms "
                 f"({which}): the judge's figure is used")
@@ -321,6 +321,10 @@ def time_reference(judge, problem) -> None:
         except BaseException as error:
             what = "timing the reference" if attribute == "eager_ms" else "torch.compile(reference)"
             problem.timing_notes.append(f"{what} failed: {describe(error)}")
+    if problem.timed and not gpu_quiet(judge, wait_s=0):  # quiet when it began, busy by the end: not kept for good
+        problem.timed = False
+        problem.timing_notes.append("the GPU was busy (another process?) while the reference was timed: its times "
+                                    "may be high, and are measured again at the next check")
 
 
 def time_model(judge, problem, model, bases: list, template) -> float:

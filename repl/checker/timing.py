@@ -136,10 +136,6 @@ def tensors_in(value) -> list:
     return []
 
 
-def tensor_bytes(value) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors_in(value))
-
-
 def digest(output, device: torch.device) -> torch.Tensor:
     """Three float64 sums per output tensor (all elements, even ones, every third from the second), on `device`,
     without a synchronisation. The same function on the judge's side must give the same numbers for the same bytes."""
