@@ -69,6 +69,16 @@ class KernelLLM:
 
         ReplSession(self._engine, make_console()).run()
 
+    def close(self) -> None:
+        """End the judges a session started (run_repl); they also end with this process."""
+        self._engine.close()
+
+    def __enter__(self) -> "KernelLLM":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
 
 def main(argv: list[str] | None = None, prog: str = "kernelllm.py") -> int:
     from repl.cli.main import main as cli_main

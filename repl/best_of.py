@@ -64,14 +64,6 @@ class Candidate:
         return self.attempt.reply if self.attempt is not None else None
 
     @property
-    def log_id(self) -> int | None:
-        return self.attempt.log_id if self.attempt is not None else None
-
-    @log_id.setter
-    def log_id(self, value: int | None) -> None:
-        self.attempt.log_id = value
-
-    @property
     def check(self) -> CheckResult | None:
         return self.attempt.check if self.attempt is not None else None
 
@@ -335,7 +327,7 @@ class BestOfRun:
             return retried
         try:
             check = submit_candidate(self.engine, candidate, self.check, self._cancelled, self.on_progress)
-        except ValueError as error:  # a device the checker cannot use
+        except Exception as error:  # a device the checker cannot use, a pool closed meanwhile: the run says why
             self._fail(error)
             return None
         with self._lock:

@@ -46,6 +46,7 @@ class Engine:
         self.switch_failure: str | None = None  # why the last switch failed while the working model was kept
         self._generations = 0
         self._lock = threading.Lock()
+        self._owns_checks = self.checks is None  # a pool handed in is its giver's to close
         self.checks = self.checks if self.checks is not None else CheckPool()
         self.record_to(self.log)
 
@@ -61,8 +62,10 @@ class Engine:
         self.checks.warm(check_device)
 
     def close(self) -> None:
-        """End the session's judges and their candidate processes (they also end when this process does)."""
-        self.checks.close()
+        """End the session's judges and their candidate processes, where the engine started them (a CheckPool handed
+        in as `checks` is left to its giver); they also end when this process does."""
+        if self._owns_checks:
+            self.checks.close()
 
     # -- the model ---------------------------------------------------------------------------------------------
     def start_loading(self) -> None:

@@ -31,19 +31,22 @@ class EvalWorker:
     """check: CheckOptions' fields (jobs 1: a worker is one check slot). generation: None when the candidates are
     given; else where samples come from: {"server", "server_model", "api_key"} for an OpenAI-compatible server, or
     {"model", "dtype"} for a model loaded here on `check["device"]`, with "settings" (SamplingSettings' fields).
-    checks: the judges to check with (a CheckPool; default: the worker's own, started now)."""
+    checks: the judges to check with (a CheckPool, left open; default: the worker's own, started now, closed with
+    it; check["spares"] sets its spare candidate processes)."""
 
     def __init__(self, check: dict, generation: dict | None = None, checks: CheckPool | None = None):
         self._cancel = threading.Event()
         self._runs: set[ProblemRun] = set()
         self._lock = threading.Lock()
         self._engine = None
+        self._own_checks: CheckPool | None = None  # the pool it started (closed with it), not one handed in
         self._generates = generation is not None
         self._start_error: str | None = None  # raised by ready(): an actor whose __init__ raises tells Ray's story
         try:
             check = dict(check)
             spares = check.pop("spares", None)
             pool = checks if checks is not None else CheckPool(spares=spares)
+            self._own_checks = None if checks is not None else pool
             self._check = CheckOptions(**check)
             pool.reserve(self._check.device, self._check.jobs)  # its judge starts now
             self._engine = _engine(generation, self._check.device, pool)
@@ -97,6 +100,8 @@ class EvalWorker:
     def close(self) -> None:
         """End the judges and candidates, and the model or server client."""
         self.cancel()
+        if self._own_checks is not None:
+            self._own_checks.close()
         if self._engine is not None:
             self._engine.close()
             backend = self._engine.backend_override or self._engine.loaded_backend

@@ -62,17 +62,22 @@ class RecordedStream:
 
     def __init__(self, stream: ReplyStream, attempt: Attempt, log: SessionLog):
         self.stream, self.attempt, self._log = stream, attempt, log
+        self._ending = threading.Lock()
+        self._ended = False  # the reader has written the reply's end: nothing written after it
 
     @property
     def reply(self):
         return self.stream.reply
 
     def cancel(self) -> None:
+        """Stop the stream; its entry says interrupted at once (a stream nobody reads has no reader to say it), and
+        the reader's own end, when it comes, is written over it."""
         self.stream.cancel()
         reply = self.stream.reply
-        if not reply.done:
-            self._log.finish_reply(self.attempt.log_id, dataclasses.replace(
-                reply, finish_reason=INTERRUPTED, finished_at=time.monotonic()))
+        with self._ending:
+            if not reply.done and not self._ended:
+                self._log.finish_reply(self.attempt.log_id, dataclasses.replace(
+                    reply, finish_reason=INTERRUPTED, finished_at=time.monotonic()))
 
     def __iter__(self) -> Iterator[str]:
         try:
@@ -80,4 +85,6 @@ class RecordedStream:
                 self._log.append_reply_text(self.attempt.log_id, self.reply.text, self.reply.tokens)
                 yield piece
         finally:
-            self._log.finish_reply(self.attempt.log_id, self.reply)
+            with self._ending:
+                self._ended = True
+                self._log.finish_reply(self.attempt.log_id, self.reply)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from repl import __version__
+
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "checker_cases"
 
@@ -49,7 +51,7 @@ def run_installed(command: list, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_kernelllm_command_does_what_kernelllm_py_does(installed, tmp_path):
     version = run_installed([installed / "kernelllm", "--version"], tmp_path)
-    assert version.returncode == 0 and version.stdout.startswith("kernelllm 0.2.0 (Python"), version.stderr
+    assert version.returncode == 0 and version.stdout.startswith(f"kernelllm {__version__} (Python"), version.stderr
     usage = run_installed([installed / "kernelllm", "eval", "--help"], tmp_path)
     assert usage.returncode == 0 and usage.stdout.startswith("usage: kernelllm eval")
     # A real check, from a folder that is not the project's: the judge and the confined candidate find the

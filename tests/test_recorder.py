@@ -94,6 +94,8 @@ def test_a_cancelled_stream_is_recorded_as_interrupted_before_the_backend_stops(
     finally:
         gate.set()
         reader.join(30)
+    assert not reader.is_alive()
+    assert [entry.finish_reason for entry in log.recent()] == ["interrupted"]  # the reader's own end, written over
 
 
 def test_a_cancelled_check_leaves_the_entry_its_last_verdict(tmp_path, stand_in_checks):

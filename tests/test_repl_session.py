@@ -133,6 +133,17 @@ def test_ctrl_c_on_regen_before_any_code_keeps_the_current_kernel(tmp_path, monk
     assert "No kernel in this reply: the current kernel is still the one before" in output(console)
 
 
+def test_ctrl_c_before_any_code_for_a_new_module_leaves_no_kernel_of_the_old_one_current(tmp_path, monkeypatch):
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    backend.interrupt_after = 0
+    session.handle(RELU.replace("torch.relu(x)", "torch.tanh(x)"))  # another module, stopped before its code
+    assert session.attempt.kernel is None and "torch.tanh" in session.attempt.module.code
+    session.handle(":run")
+    assert "the current reply holds no code block" in output(console)
+    assert "still the one before" not in output(console)
+
+
 def test_regen_samples_again_for_the_same_module(tmp_path, monkeypatch):
     other = REPLY.replace("clamp(min=0)", "relu()")
     session, backend, _ = make_session(tmp_path, monkeypatch, REPLY, other)

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.cli.options import TIMEOUT_HELP, check_options
 from repl.option_values import non_negative_float, positive_float
 
@@ -48,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", metavar="REFERENCE",
                         help="the PyTorch module (Model, get_inputs, get_init_inputs)")
     parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
-    parser.add_argument("--atol", type=non_negative_float, default=1e-2, help="absolute tolerance (default: 0.01)")
-    parser.add_argument("--rtol", type=non_negative_float, default=1e-2, help="relative tolerance (default: 0.01)")
+    parser.add_argument("--atol", type=non_negative_float, default=DEFAULT_ATOL,
+                        help=f"absolute tolerance (default: {DEFAULT_ATOL:g})")
+    parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
+                        help=f"relative tolerance (default: {DEFAULT_RTOL:g})")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")

@@ -202,10 +202,12 @@ class ReplSession:
             self.console.print(failure, style="bad")
             return
         print_finished_reply(self.console, reply)
-        if self.attempt is not None and extract_kernel_code(reply.text) is None:  # e.g. Ctrl-C before any code
+        if extract_kernel_code(reply.text) is None and self.attempt is not None \
+                and self.attempt.module.code == self.module.code:  # e.g. Ctrl-C in a :regen before any code
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
             return
+        # A new module's reply is current even without a kernel: :run and :save never act on another module's.
         self.attempt = dataclasses.replace(stream.attempt, reply=reply)
 
     def _print_notes(self, messages: LibraryMessages) -> None:
