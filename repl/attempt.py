@@ -5,8 +5,9 @@ from dataclasses import dataclass
 
 from repl.checker.result import CheckResult
 from repl.extract import extract_kernel_code
-from repl.generation import Reply
+from repl.generation import FINISHED, Reply
 from repl.module_source import ModuleSource, inspect_module_source
+from repl.settings import SamplingSettings
 
 
 @dataclass
@@ -20,6 +21,13 @@ class Attempt:
     @property
     def kernel(self) -> str | None:
         return extract_kernel_code(self.reply.text)
+
+
+def given_reply(name: str, text: str, settings: SamplingSettings | None = None) -> Reply:
+    """A kernel from a file (`:load`, `eval --candidates`) as a finished reply of "file:NAME"."""
+    reply = Reply(model=f"file:{name}", settings=settings or SamplingSettings(), text=text, finish_reason=FINISHED)
+    reply.finished_at = reply.started_at
+    return reply
 
 
 def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:

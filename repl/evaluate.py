@@ -34,16 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from repl.attempt import Attempt
+from repl.attempt import Attempt, given_reply
 from repl.best_of import BestOfRun, Candidate, CheckOptions, rank, submit_candidate
 from repl.checker import Verdict
 from repl.checker.pool import CheckPool
 from repl.engine import Engine
 from repl.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
-from repl.generation import FINISHED, PromptTooLong, Reply
+from repl.generation import PromptTooLong
 from repl.kernel_file import write_text_atomically
 from repl.module_source import inspect_module_source
-from repl.settings import SamplingSettings
 
 FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
 COMPILED_VERDICTS = {"correct", "mismatch", "runtime_error", "no_triton"}
@@ -147,12 +146,6 @@ def read_candidates(candidates_dir: str | os.PathLike, problem: str,
     another host gets the texts, not the paths)."""
     return [(path.name, path.read_text(encoding="utf-8", errors="replace"))
             for path in candidate_files(candidates_dir, problem, limit)]
-
-
-def _given_reply(name: str, text: str) -> Reply:
-    reply = Reply(model=f"file:{name}", settings=SamplingSettings(), text=text, finish_reason=FINISHED)
-    reply.finished_at = reply.started_at
-    return reply
 
 
 # -- results -------------------------------------------------------------------------------------------------------
@@ -415,7 +408,7 @@ def start_problem(problem: Problem, engine: Engine, check: CheckOptions, cancel:
         return ProblemRun(problem, run.finished, run)
     module = inspect_module_source(problem.code)
     candidates = [Candidate(index=number, name=name,
-                            attempt=Attempt(module=module, reply=_given_reply(name, text), source_name=problem.name))
+                            attempt=Attempt(module=module, reply=given_reply(name, text), source_name=problem.name))
                   for number, (name, text) in enumerate(given, 1)]
     checks = [submit_candidate(engine, candidate, check, cancel, on_candidate) for candidate in candidates]
     return ProblemRun(problem, _all_of(checks, candidates))

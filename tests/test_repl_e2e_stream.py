@@ -108,7 +108,7 @@ def test_a_paste_and_keys_during_a_stream_reach_the_next_prompt_whole_and_leave_
         # One header and one status line for the reply in the whole scrollback; the warning once, as a note.
         assert len(re.findall(STATUS, screen)) == 1, screen[-4000:]
         assert len(re.findall(CHATTER, screen)) == 1
-        assert re.search(rf"^note: .*{CHATTER}", screen, re.MULTILINE)
+        assert re.search(rf"^note: .*{CHATTER}", screen, re.MULTILINE), screen[-3000:]
         terminal.send("\r")  # and Enter submits it
         terminal.wait_for(LIVE_HEADER)
         terminal.child.sendintr()

@@ -14,11 +14,11 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from repl.attempt import Attempt, attempt_from_log, new_attempt
+from repl.attempt import Attempt, attempt_from_log, given_reply, new_attempt
 from repl.engine import Engine
 from repl.errors import one_line
 from repl.extract import defines_model_new, extract_kernel_code
-from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError, Reply
+from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, Reply
 from repl.kernel_file import kernel_header, write_kernel_file
 from repl.module_source import ModuleSource, inspect_module_source
 from repl.paths import history_file
@@ -42,7 +42,6 @@ class ReplSession:
     def __init__(self, engine: Engine, console: Console, module_input: ModuleInput | None = None,
                  debug: bool = False, check_device: str = "auto"):
         self.engine = engine
-        self.log = engine.log  # the engine writes it; the session reads it (:history, :open)
         self.console = console
         self.debug = debug
         self.check_device = check_device
@@ -59,7 +58,13 @@ class ReplSession:
             takes_path=lambda name: name in commands.COMMANDS and commands.COMMANDS[name].takes_path,
         ))
 
+    @property
+    def log(self):
+        """The engine's session log: the engine writes it; the session reads it (:history, :open)."""
+        return self.engine.log
+
     # -- the loop ----------------------------------------------------------------------------------------------
+
     def run(self) -> None:
         self.engine.start(self.check_device)  # the model and the judge start while the user types
         self.console.print(WELCOME, style="hint")
@@ -289,9 +294,8 @@ class ReplSession:
         if self.module is None:
             raise commands.CommandError(f"{file.name} is a kernel (it defines ModelNew); it is checked against a "
                                         f"module: paste or :load the module first, then :load {file.name}")
-        reply = Reply(model=f"file:{file.name}", settings=self.engine.settings, text=text, finish_reason=FINISHED)
-        reply.finished_at = reply.started_at
-        self.attempt = new_attempt(self.module.code, reply, self.source_name)
+        self.attempt = new_attempt(self.module.code, given_reply(file.name, text, self.engine.settings),
+                                   self.source_name)
         label = self.source_name or self.module.main_operation or self.module.model_class or "the module"
         self.console.print(f"Loaded {file} as the kernel of the current module ({label}): :run checks it against "
                            "that module, :save writes it, :show shows it.", style="hint")
