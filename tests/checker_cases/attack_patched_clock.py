@@ -1,6 +1,8 @@
 """Attack (issue 21): patches the checker's clock in its own process so that every timed call reports a tenth of
 its time (on a GPU the same attack patches torch.cuda.Event.elapsed_time). The judge's own clock sees the work:
-the timing is flagged and the judge's figure reported."""
+the timing is flagged and the judge's figure reported. Blocks of 16: under the interpreter each call then takes
+long enough (16 programs) that a tenth of it falls short of the judge's figure by well over the interpreter's 5 ms
+of slack, whatever the machine's load (with 4 programs the gap was 5.1 ms, and a quiet run fell under it)."""
 import torch
 import torch.nn as nn
 import triton
@@ -22,5 +24,5 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 class ModelNew(nn.Module):
     def forward(self, x):
         out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK_SIZE=64)
+        relu_kernel[(triton.cdiv(x.numel(), 16),)](x, out, x.numel(), BLOCK_SIZE=16)
         return out
