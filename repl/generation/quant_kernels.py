@@ -30,18 +30,22 @@ from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeig
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
 # tile's columns take all the threads (BLOCK_W >= 128 * warps, BLOCK_G >= 8 * warps), the compiler gives each thread
-# the same columns of every row, so the inputs it loads and converts serve BLOCK_N weights. First measurements on the
-# H100 (tests/quant_matvec_speed.py, docs/performance.md): int8 (16, 128, 8) read gate/up at 2.27 TB/s, while every
-# int4 tile of one row per thread stayed near 1 TB/s, bound by the arithmetic per weight.
+# the same columns of every row, so the inputs it loads and converts serve BLOCK_N weights. Chosen from 11-14 tiles
+# per kernel timed on an H100 and an H200 (tools/quant_kernel_variants.py, docs/performance.md): int8 (4, 512, 4) is
+# the fastest for every product of a layer; int4 products read 1.0-1.7 TB/s whatever the tile, load width or
+# pipelining (Triton's num_stages made them slower), so its list stays as first measured.
 INT8_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_W": w}, num_warps=warps)
-                for n, w, warps in [(16, 128, 8), (8, 512, 4), (4, 512, 4), (8, 256, 2)]]
+                for n, w, warps in [(4, 512, 4), (16, 128, 4), (8, 256, 4), (16, 128, 8)]]
 INT4_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_G": g}, num_warps=warps)
                 for n, g, warps in [(8, 8, 8), (8, 32, 4), (4, 32, 4), (8, 16, 2)]]
-SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=4) for n in (32, 64)]
+# 32 for o and down, 64 for q/k/v, 128 for gate/up and the output layer (H200, tools/quant_kernel_variants.py); 16:
+# twice the programs of 32 for the down projection's 4096 rows, whose 14336 columns leave 32 with one wave of 128
+SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=4, num_stages=3) for n in (16, 32, 64, 128)]
 # Under the interpreter a program costs milliseconds whatever its tile: few programs, tiles that leave ragged edges.
 INTERPRETER_INT8 = {"BLOCK_N": 64, "BLOCK_W": 16}
 INTERPRETER_INT4 = {"BLOCK_N": 64, "BLOCK_G": 2}
 INTERPRETER_SMALL = {"BLOCK_N": 64}
+DEQUANTIZE_TILE = (8, 64)  # rows x words, 2 warps: the fastest of five tiles at the 8B's gate/up shape (H200)
 NORM_BLOCK = 1024
 MAX_SMALL_ROWS = 16
 
@@ -49,13 +53,14 @@ MAX_SMALL_ROWS = 16
 # -- pieces shared by the kernels -----------------------------------------------------------------------------------
 
 @triton.jit
-def _field_as_float(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
-    """The field that ``SHIFT`` moves under ``MASK`` (the top bits of a float's mantissa), read as 1 + field / 2^b."""
+def _field_as_float(words, SHIFT: tl.constexpr, MASK: tl.constexpr, ONE: tl.constexpr = 0x3F800000):
+    """The field that ``SHIFT`` moves under ``MASK`` (the top bits of a float's mantissa), read as 1 + field / 2^b
+    (or, with ``ONE`` the bits of 2^e, as 2^e (1 + field / 2^b))."""
     if SHIFT >= 0:
         moved = words << SHIFT
     else:
         moved = words >> -SHIFT  # arithmetic, but the mask drops the sign bits
-    return ((moved & MASK) | 0x3F800000).to(tl.float32, bitcast=True)
+    return ((moved & MASK) | ONE).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -95,23 +100,31 @@ def _input(x_ptr, norm_ptr, cols, mask, k, inverse_rms, NORM: tl.constexpr, SWIG
 
 # -- one row: CUDA cores --------------------------------------------------------------------------------------------
 
+@triton.heuristics({"EVEN": lambda args: (args["k"] // 4) % args["BLOCK_W"] == 0})
 @triton.jit
 def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
+    """EVEN: the tile divides the row's words, so the loads need no column mask and take 16 bytes a thread (7-13%
+    faster on the 8B's products, tools/quant_kernel_variants.py)."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     words_per_row = k // 4
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
+    index = tl.arange(0, BLOCK_W)
+    row_words = words_ptr + rows[:, None] * words_per_row + index[None, :]
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     inputs = tl.zeros([BLOCK_W], tl.float32)
     for start in range(0, words_per_row, BLOCK_W):
-        index = start + tl.arange(0, BLOCK_W)
-        ok = index < words_per_row
-        words = tl.load(words_ptr + rows[:, None] * words_per_row + index[None, :],
-                        mask=row_ok[:, None] & ok[None, :], other=0, eviction_policy="evict_first")
+        if EVEN:
+            ok = True
+            words = tl.load(row_words + start, mask=row_ok[:, None], other=0, eviction_policy="evict_first")
+        else:
+            ok = start + index < words_per_row
+            words = tl.load(row_words + start, mask=row_ok[:, None] & ok[None, :], other=0,
+                            eviction_policy="evict_first")
         for j in tl.static_range(4):
-            v = _input(x_ptr, norm_ptr, j * words_per_row + index, ok, k, inverse_rms, NORM, SWIGLU)
+            v = _input(x_ptr, norm_ptr, j * words_per_row + start + index, ok, k, inverse_rms, NORM, SWIGLU)
             acc += _field_as_float(words, 15 - 8 * j, 0x007F8000) * v[None, :]
             inputs += v
     # acc sums (1 + (q + 128) / 256) * v = 1.5 v + q v / 256
@@ -247,15 +260,23 @@ def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool
 @triton.jit
 def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, stride_xm, stride_om,
                   INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
-    """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact integers in x's dtype, 16 words a step
-    (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or at the end (int8)."""
+    """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact numbers in x's dtype, 16 words a step
+    (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or at the end (int8).
+    The fields go in unsigned, an int4 one as 128 + q (a shift and one OR, exact in bfloat16: 2.1x faster than
+    converting q, tools/quant_kernel_variants.py), an int8 one as q + 128 (at most 255, also exact); each row's input
+    sum takes the 128 back out."""
     rows = tl.arange(0, 16)
     row_ok = rows < m
     outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     out_ok = outs < n
-    words_per_row = k // 8 if INT4 else k // 4
+    # k is a multiple of 64 (the launch checks it): written so, the compiler sees that a row's words start 32-byte
+    # aligned and copies them 16 bytes at a time (k // 8 alone: 8 bytes, and 1.4x the time for the down projection)
+    words_per_row = (k // 64) * (8 if INT4 else 16)
     index = tl.arange(0, 16)
     acc = tl.zeros([16, BLOCK_N], tl.float32)
+    # int8: the inputs summed element-wise over the whole row and reduced once at the end (Triton 3.6 fails to
+    # compile a row sum carried across this loop in float32: TritonGPUOptimizeThreadLocality)
+    input_tile = tl.zeros([16, 16], tl.float32)
     for start in range(0, words_per_row, 16):
         words = tl.load(words_ptr + outs[None, :] * words_per_row + (start + index)[:, None],
                         mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16 words, BLOCK_N)
@@ -264,23 +285,26 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
         for j in tl.static_range(8 if INT4 else 4):
             if INT4:
                 cols = start * 8 + j * 16 + index  # group start / 16 words * 128 columns
-                q = _exact_field(words, 4 * j, 15)
+                q = _field_as_float(words, 16 - 4 * j, 0x000F0000, 0x43000000)  # 128 + q, low 16 bits zero
             else:
                 cols = j * words_per_row + start + index
-                q = _exact_field(words, 8 * j, 255) - 128.0
+                q = _exact_field(words, 8 * j, 255)  # q + 128
             x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=row_ok[:, None], other=0.0)
             part = tl.dot(x, q.to(x.dtype), part, input_precision=PRECISION)
             if INT4:
                 inputs += tl.sum(x.to(tl.float32), 1)
+            else:
+                input_tile += x.to(tl.float32)
         if INT4:
             group = start // 16
             scale = tl.load(scale_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
             offset = tl.load(offset_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
-            acc += part * scale[None, :] + inputs[:, None] * offset[None, :]
+            acc += (part - 128.0 * inputs[:, None]) * scale[None, :] + inputs[:, None] * offset[None, :]
         else:
             acc += part
     if not INT4:
-        acc *= tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+        scale = tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)
+        acc = (acc - 128.0 * tl.sum(input_tile, 1)[:, None]) * scale[None, :]
     tl.store(out_ptr + rows[:, None] * stride_om + outs[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=row_ok[:, None] & out_ok[None, :])
 
@@ -311,28 +335,35 @@ def _(x, words, scale, offset):
 
 # -- many rows: dequantize, then cuBLAS ------------------------------------------------------------------------------
 
+@triton.heuristics({"EVEN": lambda args: (args["k"] // (8 if args["INT4"] else 4)) % args["BLOCK_W"] == 0})
 @triton.jit
 def _dequantize(words_ptr, scale_ptr, offset_ptr, out_ptr, n, k, INT4: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_W: tl.constexpr):
+                BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
+    """A program writes BLOCK_N rows x BLOCK_W words' fields (BLOCK_W a multiple of 16: whole int4 groups). A
+    thread's words are consecutive, so each field plane is stored 16 bytes at a time (3.5x faster for int4 than one
+    store per pair of fields, tools/quant_kernel_variants.py)."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    words_per_row = (k // 128) * 16 if INT4 else k // 4  # (k // 128) * 16: the compiler sees 16 | words_per_row
     index = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    words_per_row = k // 8 if INT4 else k // 4
-    ok = (rows < n)[:, None] & (index < words_per_row)[None, :]
+    if EVEN:  # no mask along the row, so the stores stay 16 bytes wide
+        ok = (rows < n)[:, None]
+    else:
+        ok = (rows < n)[:, None] & (index < words_per_row)[None, :]
     words = tl.load(words_ptr + rows[:, None] * words_per_row + index[None, :], mask=ok, other=0)
+    out_rows = out_ptr + rows[:, None].to(tl.int64) * k  # the output layer's 525M fields overflow int32 offsets
     if INT4:
         at = rows[:, None] * (k // 128) + (index // 16)[None, :]
         scale = tl.load(scale_ptr + at, mask=ok, other=0.0).to(tl.float32)
         offset = tl.load(offset_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        cols = (index // 16) * 128 + index % 16
         for j in tl.static_range(8):
-            cols = (index // 16) * 128 + j * 16 + index % 16
             value = _exact_field(words, 4 * j, 15) * scale + offset
-            tl.store(out_ptr + rows[:, None] * k + cols[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
+            tl.store(out_rows + (cols + j * 16)[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
     else:
         scale = tl.load(scale_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)[:, None]
         for j in tl.static_range(4):
             value = (_exact_field(words, 8 * j, 255) - 128.0) * scale
-            tl.store(out_ptr + rows[:, None] * k + (j * words_per_row + index)[None, :],
-                     value.to(out_ptr.dtype.element_ty), mask=ok)
+            tl.store(out_rows + (j * words_per_row + index)[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @torch.library.custom_op("kernelllm::quant_dequantize", mutates_args=())
@@ -341,10 +372,11 @@ def quant_dequantize(words: torch.Tensor, scale: torch.Tensor, offset: Optional[
     n = words.shape[0]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     out = torch.empty((n, k), dtype=dtype, device=words.device)
-    block_n, block_w = (16, 64) if words.is_cuda else (64, 16)
+    block_n, block_w = DEQUANTIZE_TILE if words.is_cuda else (64, 32)  # the interpreter: ragged rows of words too
     grid = (triton.cdiv(n, block_n), triton.cdiv(words.shape[1], block_w))
     _dequantize[grid](words.contiguous(), scale.contiguous(), (offset if offset is not None else scale).contiguous(),
-                      out, n, k, INT4=offset is not None, BLOCK_N=block_n, BLOCK_W=block_w)
+                      out, n, k, INT4=offset is not None, BLOCK_N=block_n, BLOCK_W=block_w,
+                      num_warps=2 if words.is_cuda else 4)
     return out
 
 
