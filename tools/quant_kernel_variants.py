@@ -7,13 +7,13 @@ the repo's kernels (``shipped``) over a range of tiles beside the candidates bel
 step) and the prompt path's dequantization at the gate/up shape. Microseconds per product, the bytes read per second,
 and the sum over a decode step (32 layers + the output layer) for the best tile of each. Not a test: the record of
 what was tried (docs/performance.md, "Fewer bytes per token"). Candidates, not adopted:
-- ``int4_flat`` / ``int8_flat`` with ``STAGES=1``: no masks along K (tiles divide the row), so the words load 16 bytes
-  a thread, and a thread's 4 words reduce in registers before the group's scale (no shuffles inside the loop). The
-  int8 form is now ``quant_kernels._int8_matvec`` (EVEN); the int4 form was no faster than the repo's.
+- ``int4_flat`` with ``STAGES=1``: no masks along K (tiles divide the row), so the words load 16 bytes a thread, and
+  a thread's 4 words reduce in registers before the group's scale (no shuffles inside the loop): no faster than the
+  repo's kernel.
 - ``STAGES`` > 1: the K loop software-pipelined by Triton (``tl.range(..., num_stages)``: the next tiles' words are
-  copied to shared memory while the current one is used): slower for both.
-Adopted earlier from this script: int8 without column masks, the 2-16-row int4 product with fields as 128 + q, the
-dequantization with 16-byte stores (``quant_kernels``).
+  copied to shared memory while the current one is used): slower (as was the int8 form, since dropped from here).
+Adopted from this script's earlier candidates (now ``quant_kernels``' own): int8 without column masks, the 2-16-row
+int4 product with fields as 128 + q, the dequantization with 16-byte stores.
 """
 
 import argparse
@@ -71,40 +71,13 @@ def int4_flat(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, o
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-@triton.jit
-def int8_flat(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
-              NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-              BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n
-    words_per_row = (k // 64) * 16
-    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
-    index = tl.arange(0, BLOCK_W)
-    row_words = words_ptr + rows[:, None] * words_per_row + index[None, :]
-    acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
-    inputs = tl.zeros([BLOCK_W], tl.float32)
-    for start in tl.range(0, words_per_row, BLOCK_W, num_stages=STAGES):
-        words = tl.load(row_words + start, mask=row_ok[:, None], other=0, eviction_policy="evict_first")
-        for j in tl.static_range(4):
-            v = _input(x_ptr, norm_ptr, j * words_per_row + start + index, True, k, inverse_rms, NORM, SWIGLU)
-            acc += _field_as_float(words, 15 - 8 * j, 0x007F8000) * v[None, :]
-            inputs += v
-    total = 256.0 * tl.sum(acc, 1) - 384.0 * tl.sum(inputs, 0)
-    total *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-
 INT4_TILES = [(8, 8, 8), (8, 32, 4), (4, 32, 4), (8, 16, 2), (16, 8, 4), (8, 16, 4), (4, 16, 4), (8, 8, 4),
               (16, 16, 8), (4, 8, 2), (2, 32, 4), (16, 8, 8)]
 INT8_TILES = [(16, 128, 8), (8, 512, 4), (4, 512, 4), (8, 256, 2), (8, 256, 4), (4, 256, 4), (16, 256, 8),
               (2, 512, 4), (4, 128, 2), (16, 128, 4), (8, 128, 4)]
-# (rows, groups or words, warps, stages) of the pipelined candidates
+# (rows, groups, warps, stages) of the pipelined int4 candidates
 INT4_STAGED = [(16, 8, 4, 2), (16, 8, 4, 3), (16, 4, 4, 3), (16, 4, 4, 4), (8, 8, 4, 2), (8, 8, 4, 3), (8, 4, 4, 3),
                (8, 4, 4, 4), (8, 4, 2, 3), (16, 4, 8, 3), (32, 4, 8, 3), (4, 8, 4, 3), (8, 2, 2, 4), (16, 2, 4, 4)]
-INT8_STAGED = [(4, 512, 4, 2), (4, 256, 4, 3), (4, 128, 4, 4), (8, 256, 4, 3), (8, 128, 4, 3), (8, 128, 4, 4),
-               (16, 128, 4, 3), (16, 64, 4, 4), (8, 128, 2, 3), (16, 128, 8, 3), (4, 256, 2, 3), (8, 64, 2, 4)]
 
 
 def timed(call) -> float:
@@ -119,9 +92,8 @@ def main() -> None:
     torch.manual_seed(0)
     figures = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "products": {}}
-    int4_tiles, int8_tiles, int4_staged, int8_staged = (
-        (INT4_TILES[:2], INT8_TILES[:2], INT4_STAGED[:2], INT8_STAGED[:2]) if args.quick
-        else (INT4_TILES, INT8_TILES, INT4_STAGED, INT8_STAGED))
+    int4_tiles, int8_tiles, int4_staged = ((INT4_TILES[:2], INT8_TILES[:2], INT4_STAGED[:2]) if args.quick
+                                           else (INT4_TILES, INT8_TILES, INT4_STAGED))
     best: dict[str, dict[str, float]] = {}
     for name, (n, k) in SHAPES.items():
         weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
@@ -143,10 +115,6 @@ def main() -> None:
                 common = (x, q.words, q.scale, out, out, out, n, k, 0.0)
                 candidates = [("int8 shipped", shipped._int8_matvec, dict(BLOCK_N=a, BLOCK_W=b, num_warps=w))
                               for a, b, w in int8_tiles]
-                candidates += [("int8 flat", int8_flat, dict(BLOCK_N=a, BLOCK_W=b, num_warps=w, STAGES=1))
-                               for a, b, w in int8_tiles if (k // 4) % b == 0]
-                candidates += [("int8 staged", int8_flat, dict(BLOCK_N=a, BLOCK_W=b, num_warps=w, STAGES=st))
-                               for a, b, w, st in int8_staged if (k // 4) % b == 0]
             for label, kernel, tile in candidates:
                 grid = (triton.cdiv(n, tile["BLOCK_N"]),)
                 launch = lambda: kernel[grid](*common, NORM=False, SWIGLU=False, RESIDUAL=False, **tile)
