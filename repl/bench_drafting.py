@@ -64,20 +64,12 @@ def measure_drafting(fast, loaded, prompt_ids, sampling, options, report, plain_
     from repl.generation.speculative import Speculation
 
     decoder = fast.decoder
-    batch = decoder.batches[1]
     started = time.monotonic()
     speculation = Speculation(decoder)
-    speculation.prepare(batch.tier)
-    window = speculation.windows[-1]
-    result = {"tier": batch.tier, "warm_up_s": time.monotonic() - started, "window": window}
-    cuda = batch.copied is not None
-    position = prompt_ids.shape[1]
-    bucket = min(position // decoder.bucket, len(decoder.buckets) - 1)
+    speculation.prepare(decoder.batches[1].tier)
+    result = {"tier": speculation.tier, "warm_up_s": time.monotonic() - started, "window": speculation.windows[-1]}
     with torch.no_grad():
-        decoder.start(batch, prompt_ids, sampling)
-        speculation.draft_input[0] = window - 1
-        plain = lambda: (batch.position.fill_(position), batch.steps[False][bucket]())
-        verify = lambda: (batch.position.fill_(position), speculation.steps[False, window][bucket]())
+        plain, verify, cuda = speculation.repeatable_steps(prompt_ids, sampling)
         result["plain_step_ms"] = median_ms(plain, cuda)
         result["verify_step_ms"] = median_ms(verify, cuda)
     decoder.speculation = speculation

@@ -390,6 +390,33 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
     assert project(steps, 5.0, 6.0, 1.0) == pytest.approx(30 / 0.085)
 
 
+def test_repeatable_steps_feed_the_prompts_end_again_on_every_call(tiny):
+    """The bench times a plain and a verify step by calling them again and again: each call runs at the prompt's end
+    (one token, or a full window of which 1 to 8 are accepted), so the position never walks past it."""
+    from repl.generation.fast_decode import FastLocalBackend
+    from repl.generation.random_weights import synthetic_prompt_ids
+
+    fast = FastLocalBackend(tiny, compile=False, max_seq_len=1024, batch_sizes=(1,), drafting=False)
+    assert fast.wait_until_ready(60)
+    decoder = fast.decoder
+    speculation = Speculation(decoder)
+    speculation.prepare(decoder.batches[1].tier)
+    prompt_ids = synthetic_prompt_ids(tiny.model.config, 30)
+    batch = decoder.batches[1]
+    with torch.no_grad():
+        plain, verify, on_cuda = speculation.repeatable_steps(prompt_ids, SamplingSettings(temperature=0))
+        assert on_cuda is False
+        positions = []
+        for _ in range(3):
+            plain()
+            positions.append(int(batch.position))
+        assert positions == [31, 31, 31]
+        for _ in range(3):
+            verify()
+            count = int(speculation.result[0])
+            assert 1 <= count <= speculation.windows[-1] and int(batch.position) == 30 + count
+
+
 def test_verify_steps_decode_a_quantized_model_as_its_plain_steps_do(tiny_model_dir):
     """int8 weights (issue 27; the tiny model is too narrow for int4's groups): the verify step's products, logits
     included, take the quantized weights too; its greedy tokens are the plain fast path's (CPU: both dequantize)."""

@@ -21,6 +21,7 @@ Single streams only: K rows accept different numbers of tokens, so each would ne
 """
 
 from functools import partial
+from typing import Callable
 
 import torch
 
@@ -155,6 +156,29 @@ class Speculation:
 
         return FastDecoder._capture(batch, step, pool)
 
+    def repeatable_steps(self, prompt_ids, settings) -> tuple[Callable[[], None], Callable[[], None], bool]:
+        """For timing (``bench``): the prompt prefilled into the decoder's batch of one, then a plain step and a verify
+        step of the longest window (a full draft), each run at the prompt's end on every call (the position is reset;
+        the token fed is whatever the last call chose, which costs the same). Returns (plain, verify, on CUDA); call
+        them under ``torch.no_grad()``."""
+        decoder, batch = self.decoder, self.decoder.batches[1]
+        position = decoder.start(batch, prompt_ids, settings)
+        window = self.windows[-1]
+        self.draft_input[0] = window - 1
+        device = _Steps(self, batch, settings.greedy, position)
+        plain_step = device.plain[device.bucket(position)]
+        verify_step = device.windows[window][device.bucket(position + window - 1)]
+
+        def plain() -> None:
+            batch.position.fill_(position)
+            plain_step()
+
+        def verify() -> None:
+            batch.position.fill_(position)
+            verify_step()
+
+        return plain, verify, device.cuda
+
     # -- generation ---------------------------------------------------------------------------------------------
     def serves(self, batch) -> bool:
         """Whether verify steps are ready for ``batch``: the decoder's batch of one, at their tier."""
@@ -182,7 +206,7 @@ class _Steps:
         self._running: list[int] = []  # host slots of the plain steps running, oldest first
         self._next_slot = 0
 
-    def _bucket(self, last: int) -> int:
+    def bucket(self, last: int) -> int:
         return min(last // self.decoder.bucket, len(self.decoder.buckets) - 1)
 
     def room(self) -> int:
@@ -192,7 +216,7 @@ class _Steps:
     def launch_plain(self) -> None:
         """A plain step, its token copied into a free host slot (two at most run: the slots alternate)."""
         batch = self.batch
-        self.plain[self._bucket(self.position)]()
+        self.plain[self.bucket(self.position)]()
         self.position += 1
         slot = self._next_slot
         self._next_slot ^= 1
@@ -213,7 +237,7 @@ class _Steps:
         speculation.host_input[0] = len(draft)
         speculation.host_input[1:1 + len(draft)] = torch.tensor(draft)
         speculation.draft_input.copy_(speculation.host_input, non_blocking=self.cuda)
-        self.windows[window][self._bucket(self.position + window - 1)]()
+        self.windows[window][self.bucket(self.position + window - 1)]()
         result = speculation.result.tolist()
         tokens = result[1:1 + result[0]]
         self.position += len(tokens)
