@@ -144,6 +144,27 @@ def test_ctrl_c_before_any_code_for_a_new_module_leaves_no_kernel_of_the_old_one
     assert "still the one before" not in output(console)
 
 
+def test_a_new_module_whose_generation_fails_leaves_no_kernel_of_the_old_one_current(tmp_path, monkeypatch):
+    """No reply at all for the new module (here the backend refuses it, as for a prompt too long for the context):
+    :run and :save must not act on the previous module's kernel."""
+    from repl.generation import GenerationError
+
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    assert session.attempt.kernel is not None
+
+    def refuse(prompt, settings):
+        raise GenerationError("the prompt is too long for the model's context")
+
+    monkeypatch.setattr(backend, "stream", refuse)
+    session.handle(RELU.replace("torch.relu(x)", "torch.tanh(x)"))
+    assert "too long for the model's context" in output(console)
+    assert session.attempt is None and "torch.tanh" in session.module.code
+    session.handle(":run")
+    session.handle(":save")
+    assert not list(tmp_path.glob("*_triton.py")) and "torch.relu" not in output(console).split("context")[-1]
+
+
 def test_regen_samples_again_for_the_same_module(tmp_path, monkeypatch):
     other = REPLY.replace("clamp(min=0)", "relu()")
     session, backend, _ = make_session(tmp_path, monkeypatch, REPLY, other)

@@ -169,6 +169,8 @@ class ReplSession:
         too_large = self._submit(module, source_name)
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
+        if self.attempt is not None and self.attempt.module.code != module.code:
+            self.attempt = None  # :show, :run and :save act on this module's kernel or on none, even if no reply comes
         self.module, self.source_name = module, source_name
         self.generate()
         return None
@@ -207,8 +209,8 @@ class ReplSession:
             self.console.print(failure, style="bad")
             return
         print_finished_reply(self.console, reply)
-        if extract_kernel_code(reply.text) is None and self.attempt is not None \
-                and self.attempt.module.code == self.module.code:  # e.g. Ctrl-C in a :regen before any code
+        # e.g. Ctrl-C in a :regen before any code (self.attempt is this module's: submit_module dropped any other)
+        if extract_kernel_code(reply.text) is None and self.attempt is not None:
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
             return
