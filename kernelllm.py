@@ -70,7 +70,8 @@ class KernelLLM:
         ReplSession(self._engine, make_console()).run()
 
     def close(self) -> None:
-        """End the judges a session started (run_repl); they also end with this process."""
+        """End the judges a session started (run_repl); they also end with this process. A local model holds no
+        connection or thread to end: its memory goes with this object."""
         self._engine.close()
 
     def __enter__(self) -> "KernelLLM":

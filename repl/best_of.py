@@ -149,8 +149,8 @@ def submit_candidate(engine: Engine, candidate: Candidate, check: CheckOptions, 
                      on_progress: Callable[[Candidate], None] = lambda candidate: None) -> Future:
     """Queue the candidate's check on the engine's judges: its state goes queued, checking (once a judge has it),
     done, with on_progress at each change; the future ends, with the candidate, once it is done. A check that had
-    not started when `cancel` was set is ``cancelled`` without a judge. ValueError at once for a device the checker
-    cannot use."""
+    not started when `cancel` was set is ``cancelled`` without a judge. Raises at once what the pool raises: ValueError
+    for a device the checker cannot use, RuntimeError once the pool is closed."""
     checked: Future = Future()
 
     def started() -> None:

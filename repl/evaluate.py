@@ -521,8 +521,8 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
         wait_for_futures([job.finished for job in in_flight])
         raise
     finally:
-        if own_engine and checks is None:
-            engine.close()
+        if own_engine:
+            engine.close()  # its judges, unless `checks` was handed in (the engine leaves a given pool to its giver)
     progress.current = None
     return final_report(problems, results, skipped, interrupted)
 

@@ -4,6 +4,8 @@
 import io
 import threading
 
+import pytest
+
 from repl.checker import CheckResult
 from repl.checker.pool import CheckPool
 from repl.engine import Engine
@@ -120,3 +122,31 @@ def test_more_jobs_start_one_more_judge_and_later_checks_keep_it(tmp_path, monke
         engine.close()
         started = judges.stop()
     assert started == 2 and engine.checks.judge_starts == 2
+
+
+def test_an_engine_closes_the_judges_it_started_and_leaves_a_pool_it_was_given():
+    given = counting_pool()
+    given.reserve("cpu")
+    Engine(checks=given).close()
+    assert given.reserve("cpu") == ["cpu"]  # still open: its giver closes it
+    given.close()
+    own = Engine()
+    own.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        own.checks.reserve("cpu")
+
+
+def test_an_eval_worker_closes_the_pool_it_started_and_leaves_one_it_was_given(monkeypatch):
+    from repl import eval_worker
+    from repl.eval_worker import EvalWorker
+
+    given = counting_pool()
+    worker = EvalWorker({"device": "cpu", "trials": 1}, checks=given)
+    worker.close()
+    assert given.reserve("cpu") == ["cpu"]
+    given.close()
+    started = []
+    monkeypatch.setattr(eval_worker, "CheckPool", lambda **options: started.append(counting_pool()) or started[-1])
+    EvalWorker({"device": "cpu", "trials": 1}).close()
+    with pytest.raises(RuntimeError, match="closed"):
+        started[0].reserve("cpu")

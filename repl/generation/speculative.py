@@ -165,9 +165,9 @@ class Speculation:
         position = decoder.start(batch, prompt_ids, settings)
         window = self.windows[-1]
         self.draft_input[0] = window - 1
-        device = _Steps(self, batch, settings.greedy, position)
-        plain_step = device.plain[device.bucket(position)]
-        verify_step = device.windows[window][device.bucket(position + window - 1)]
+        steps = _Steps(self, batch, settings.greedy, position)
+        plain_step = steps.plain[steps.bucket(position)]
+        verify_step = steps.windows[window][steps.bucket(position + window - 1)]
 
         def plain() -> None:
             batch.position.fill_(position)
@@ -177,7 +177,7 @@ class Speculation:
             batch.position.fill_(position)
             verify_step()
 
-        return plain, verify, device.cuda
+        return plain, verify, steps.cuda
 
     # -- generation ---------------------------------------------------------------------------------------------
     def serves(self, batch) -> bool:

@@ -214,7 +214,7 @@ def _timeline(candidate, origin: float) -> dict:
     def since(moment):
         return None if moment is None else round(moment - origin, 3)
 
-    check = candidate.attempt.check if candidate.attempt is not None else None
+    check = candidate.check
     return {"reply_ended_s": since(candidate.reply.finished_at), "check_started_s": since(candidate.check_started_at),
             "check_ended_s": since(candidate.check_finished_at), "verdict": str(candidate.verdict),
             "phases_s": check.phases_s if check is not None else None}
