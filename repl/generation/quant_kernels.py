@@ -45,7 +45,9 @@ SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=4, num_stages=3) for n 
 INTERPRETER_INT8 = {"BLOCK_N": 64, "BLOCK_W": 16}
 INTERPRETER_INT4 = {"BLOCK_N": 64, "BLOCK_G": 2}
 INTERPRETER_SMALL = {"BLOCK_N": 64}
-DEQUANTIZE_TILE = (8, 64)  # rows x words, 2 warps: the fastest of five tiles at the 8B's gate/up (H200; H100 +2%)
+# (rows, words, warps) of the dequantization: the fastest of five tiles at the 8B's gate/up shape on an H200 for each
+# format (int4 (8, 64, 2), int8 (8, 128, 4); on the H100 within 2% of the best)
+DEQUANTIZE_TILES = {"int4": (8, 64, 2), "int8": (8, 128, 4)}
 NORM_BLOCK = 1024
 MAX_SMALL_ROWS = 16
 
@@ -106,7 +108,7 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
     """EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
-    on an H200, 1-2% on an H100, tools/quant_kernel_variants.py)."""
+    on an H200, tools/quant_kernel_variants.py; not compared on an H100)."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     words_per_row = k // 4
@@ -262,9 +264,9 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
                   INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
     """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact numbers in x's dtype, 16 words a step
     (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or at the end (int8).
-    The fields go in unsigned, an int4 one as 128 + q (a shift and one OR, exact in bfloat16: 2.1x faster than
-    converting q, tools/quant_kernel_variants.py), an int8 one as q + 128 (at most 255, also exact); each row's input
-    sum takes the 128 back out."""
+    16-bit inputs take an int4 field as 128 + q (a shift and one OR, exact in bfloat16: 2.1x faster than converting
+    q, tools/quant_kernel_variants.py), each row's input sum taking the 128 back out; float32 inputs (PRECISION
+    "ieee") take q itself, as that subtraction would cancel too much of a float32 product's precision."""
     rows = tl.arange(0, 16)
     row_ok = rows < m
     outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -274,9 +276,6 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
     words_per_row = (k // 64) * (8 if INT4 else 16)
     index = tl.arange(0, 16)
     acc = tl.zeros([16, BLOCK_N], tl.float32)
-    # int8: the inputs summed element-wise over the whole row and reduced once at the end (Triton 3.6 fails to
-    # compile a row sum carried across this loop in float32: TritonGPUOptimizeThreadLocality)
-    input_tile = tl.zeros([16, 16], tl.float32)
     for start in range(0, words_per_row, 16):
         words = tl.load(words_ptr + outs[None, :] * words_per_row + (start + index)[:, None],
                         mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16 words, BLOCK_N)
@@ -286,25 +285,26 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
             if INT4:
                 cols = start * 8 + j * 16 + index  # group start / 16 words * 128 columns
                 q = _field_as_float(words, 16 - 4 * j, 0x000F0000, 0x43000000)  # 128 + q, low 16 bits zero
+                if PRECISION == "ieee":
+                    q -= 128.0
             else:
                 cols = j * words_per_row + start + index
-                q = _exact_field(words, 8 * j, 255)  # q + 128
+                q = _exact_field(words, 8 * j, 255) - 128.0
             x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=row_ok[:, None], other=0.0)
             part = tl.dot(x, q.to(x.dtype), part, input_precision=PRECISION)
             if INT4:
                 inputs += tl.sum(x.to(tl.float32), 1)
-            else:
-                input_tile += x.to(tl.float32)
         if INT4:
             group = start // 16
             scale = tl.load(scale_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
             offset = tl.load(offset_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
-            acc += (part - 128.0 * inputs[:, None]) * scale[None, :] + inputs[:, None] * offset[None, :]
+            if PRECISION != "ieee":
+                part -= 128.0 * inputs[:, None]
+            acc += part * scale[None, :] + inputs[:, None] * offset[None, :]
         else:
             acc += part
     if not INT4:
-        scale = tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)
-        acc = (acc - 128.0 * tl.sum(input_tile, 1)[:, None]) * scale[None, :]
+        acc *= tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(out_ptr + rows[:, None] * stride_om + outs[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=row_ok[:, None] & out_ok[None, :])
 
@@ -372,11 +372,11 @@ def quant_dequantize(words: torch.Tensor, scale: torch.Tensor, offset: Optional[
     n = words.shape[0]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     out = torch.empty((n, k), dtype=dtype, device=words.device)
-    block_n, block_w = DEQUANTIZE_TILE if words.is_cuda else (64, 32)  # the interpreter: ragged rows of words too
+    block_n, block_w, warps = (DEQUANTIZE_TILES["int8" if offset is None else "int4"] if words.is_cuda
+                               else (64, 32, 4))  # the interpreter: ragged rows of words too
     grid = (triton.cdiv(n, block_n), triton.cdiv(words.shape[1], block_w))
     _dequantize[grid](words.contiguous(), scale.contiguous(), (offset if offset is not None else scale).contiguous(),
-                      out, n, k, INT4=offset is not None, BLOCK_N=block_n, BLOCK_W=block_w,
-                      num_warps=2 if words.is_cuda else 4)
+                      out, n, k, INT4=offset is not None, BLOCK_N=block_n, BLOCK_W=block_w, num_warps=warps)
     return out
 
 
