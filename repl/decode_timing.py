@@ -162,17 +162,23 @@ def profile_decode(fast, prompt_ids, settings, steps: int) -> dict:
     fast.decode_tokens(prompt_ids, settings, 1, first + steps + 1, emit)
     per_kind: dict[str, float] = {}
     rows = []
-    for event in profiler.key_averages():  # kernel events only (CPU ops would count their kernels twice)
-        gpu_us = event.self_device_time_total
-        if event.device_type != torch.autograd.DeviceType.CUDA or gpu_us <= 0:
-            continue
-        kind = _kernel_kind(event.key)
-        per_kind[kind] = per_kind.get(kind, 0.0) + gpu_us / 1e3 / steps
-        rows.append((gpu_us / 1e3 / steps, event.count / steps, event.key[:90]))
-    rows.sort(reverse=True)
+    for ms, count, name in kernel_times(profiler):
+        kind = _kernel_kind(name)
+        per_kind[kind] = per_kind.get(kind, 0.0) + ms / steps
+        rows.append((ms / steps, count / steps, name[:90]))
     return {"graph": {"wall_ms_per_step": marks["wall"] * 1e3 / steps, "gpu_ms_per_step": sum(per_kind.values()),
                       "by_kind_ms": per_kind,
                       "top_kernels": [{"ms": ms, "per_step": count, "name": key} for ms, count, key in rows[:20]]}}
+
+
+def kernel_times(profiler) -> list[tuple[float, int, str]]:
+    """(GPU milliseconds, launches, name) of each kernel a finished torch.profiler run saw, the longest first: kernel
+    events only (CPU ops would count their kernels twice)."""
+    import torch
+
+    rows = [(event.self_device_time_total / 1e3, event.count, event.key) for event in profiler.key_averages()
+            if event.device_type == torch.autograd.DeviceType.CUDA and event.self_device_time_total > 0]
+    return sorted(rows, reverse=True)
 
 
 def profile_lines(profile: dict, top: int = 12) -> list[str]:

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from repl.decode_timing import kernel_times  # noqa: E402
 from repl.generation.quantized_model import quantize_model  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
 from repl.generation.static_decoder import FastDecoder  # noqa: E402
@@ -35,15 +36,10 @@ def profiled(label: str, run) -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         run()
         torch.cuda.synchronize()
-    kernels = {}
-    for event in profile.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            time_us, count = kernels.get(event.name, (0.0, 0))
-            kernels[event.name] = (time_us + event.device_time, count + 1)
-    total = sum(t for t, _ in kernels.values()) / 1e3
-    print(f"{label}: {wall_ms:.1f} ms wall, {total:.1f} ms of kernels", flush=True)
-    for name, (time_us, count) in sorted(kernels.items(), key=lambda item: -item[1][0])[:6]:
-        print(f"    {time_us / 1e3:8.2f} ms x{count:<4d} {name[:100]}", flush=True)
+    kernels = kernel_times(profile)
+    print(f"{label}: {wall_ms:.1f} ms wall, {sum(ms for ms, _, _ in kernels):.1f} ms of kernels", flush=True)
+    for ms, count, name in kernels[:6]:
+        print(f"    {ms:8.2f} ms x{count:<4d} {name[:100]}", flush=True)
 
 
 def profile_setting(mode: str, arch: str, prompt_tokens: int) -> None:
