@@ -208,6 +208,40 @@ def test_warm_up_on_a_gpu_lasts_long_enough_for_the_clocks_to_settle(monkeypatch
     assert len(warm_up(on_cuda=True)[1]) == 5 + 1
 
 
+def test_warm_up_by_time_counts_the_gpus_time_not_the_hosts_queueing(monkeypatch):
+    """A GPU runs calls after the host queued them: 100 ms of the host's time could leave seconds of a slow kernel's
+    calls queued. Here each call takes 5 ms of a stand-in GPU's time and queues at once: warm-up must stop near
+    WARMUP_MS of that time (a slower host only queues fewer calls), not after thousands of calls."""
+    import repl.checker.timing as timing
+
+    class QueueingClock:
+        on_cuda = True
+        busy_until = 0.0  # when the stand-in GPU has run every call queued so far
+
+        def flush(self):
+            pass
+
+        def queue(self, seconds):
+            self.busy_until = max(self.busy_until, time.perf_counter()) + seconds
+
+        def synchronize(self):
+            time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+        mark = staticmethod(time.perf_counter)
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return (end - start) * 1000
+
+    monkeypatch.setattr(timing, "WARMUP_MS", 30.0)
+    monkeypatch.setattr(timing, "MAX_WARMUP_CALLS", 10**6)
+    clock = QueueingClock()
+    calls = []
+    timing.estimate_ms(lambda inputs: (calls.append(inputs), clock.queue(0.005)), lambda index: index, clock,
+                       warmups=3)
+    assert 3 + 1 < len(calls) <= 3 + 30 // 5 + 2  # the fixed warm-ups, about 30 ms of 5 ms calls, the sizing call
+
+
 def test_small_disagreements_are_not_flags():
     # 85% of what the judge saw, or 0.4 ms short in all: noise of a loaded machine, not evidence.
     assert timer_flag({"claimed_ms": 85.0, "seen_ms": 100.0}) is None

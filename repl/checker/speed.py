@@ -58,8 +58,9 @@ NULL_NOISE_SHARE = 0.1
 # alone (an honest Inductor-style ReLU on the H200, 2026-11-27: 6 microseconds a call by its events, 45 beyond the
 # null kernel by the wall clock, in one warm process; up to 0.25 ms a call in a fresh candidate process). A gap this
 # small per call is launch cost, not evidence of a lying clock; the reported time is the judge's figure anyway. The
-# attacks it must still catch: a clock patched to report 55% of a 1.7 ms matmul (0.68 ms a call short), work on a
-# side stream (1.5 ms a call).
+# attacks it must still catch: a clock patched to report 55% of a 1.7 ms matmul (0.68 ms a call short on the H100,
+# 0.8 on the H200), work on a side stream (1.6 ms a call). What it leaves open for launch-bound kernels: docs/checker.md,
+# Limits.
 LAUNCH_ALLOWANCE_MS = 0.3
 # Under the interpreter (tests on a loaded CPU) the judge's clock also sees the scheduler: waking the candidate's
 # threads, preemption between calls. Looser there; a patched clock (a tenth) is still far outside.
