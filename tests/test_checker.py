@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from checker_suite import CASES, CASES_DIR, check_all
-from processes import processes_with
+from processes import processes_with, wait_until
 from repl.checker import VERDICTS, Checker, check_kernel
 from repl.checker.defaults import PREPARE_TIMEOUT_S
 from repl.checker.sandbox import namespace_prefix, network_cut_prefix
@@ -321,10 +321,7 @@ def test_cancel_stops_a_running_check_promptly(monkeypatch):
         check_kernel(RELU_REFERENCE, hanging_kernel, device="cpu", timeout=120, cancel=cancel)))
     checking.start()
     # The check gives no signal that the candidate runs; its child process appearing is the signal.
-    deadline = time.monotonic() + 60
-    while not processes_with(hang_marker):
-        assert time.monotonic() < deadline, "the candidate never started"
-        time.sleep(0.05)
+    assert wait_until(lambda: processes_with(hang_marker), 60), "the candidate never started"
     cancelled_at = time.monotonic()
     cancel.set()
     checking.join(timeout=10)
@@ -417,16 +414,12 @@ def test_a_caller_killed_mid_check_leaves_no_judge_and_no_candidate_behind(tmp_p
     caller = subprocess.Popen([sys.executable, str(script)], cwd=root, stdout=subprocess.DEVNULL,
                               env={**os.environ, "KERNELLLM_TEST_MARKER": marker, "PYTHONPATH": root})
     try:
-        deadline = time.monotonic() + 120
-        while not processes_with(marker) and time.monotonic() < deadline and caller.poll() is None:
-            time.sleep(0.1)  # waiting for the candidate's process to appear: a state, not a fixed time
+        wait_until(lambda: processes_with(marker) or caller.poll() is not None, 120)  # the candidate's process
         assert processes_with(marker), "the candidate never started its process"
         judges = [pid for pid in processes_with("repl.checker.judge") if _parent(pid) == caller.pid]
         caller.kill()
         caller.wait()
-        deadline = time.monotonic() + 30
-        while (processes_with(marker) or any(_alive(pid) for pid in judges)) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not processes_with(marker) and not any(_alive(pid) for pid in judges), 30)
         assert processes_with(marker) == [] and not any(_alive(pid) for pid in judges)
     finally:
         caller.kill()

@@ -27,6 +27,7 @@ from repl.settings import SamplingSettings
 from repl.ui import commands
 from repl.ui.console import THEME
 from repl.ui.history_commands import continue_last
+from processes import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,16 +187,6 @@ STREAMER = textwrap.dedent("""
 """)
 
 
-def wait_for(condition, timeout_s: float = 15.0, what: str = "a condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def chunk_times(progress: Path) -> dict[int, float]:
     """Chunk index -> when the streamer logged it, from its progress file."""
     times = {}
@@ -219,7 +210,7 @@ def test_a_process_killed_mid_stream_keeps_all_but_the_last_second_of_its_reply(
         return bool(times) and max(times.values()) - min(times.values()) >= seconds
 
     try:
-        wait_for(lambda: streamed_for(1.2), what="the streamer to stream for 1.2 s")
+        assert wait_until(lambda: streamed_for(1.2), 15), "the streamer never streamed for 1.2 s"
     finally:
         streamer.send_signal(signal.SIGKILL)
         streamer.wait()

@@ -447,3 +447,28 @@ def test_the_report_shows_who_did_the_work_the_roofline_the_clocks_and_the_flags
                      "83.3 TFLOP/s, 21% of the measured 400 (float32 matmul)", "judge's 1.6500 ms",
                      "100 calls on fresh inputs, 8 rechecked", "flagged", "the candidate's clock reported 90 ms"):
         assert expected in text, expected
+
+
+def test_a_reference_timed_while_the_gpu_turned_busy_keeps_neither_its_times_nor_its_null_windows(monkeypatch):
+    """The harness's cost per window size (the null kernel) is measured once per problem and lowers every later
+    check's floor: measured on a busy GPU, it must not be kept; nor may the reference count as timed for good."""
+    from types import SimpleNamespace
+
+    from repl.checker import speed
+    from repl.checker.problem_facts import ProblemFacts
+
+    quiet_answers = iter([True, False])  # quiet when the timing begins, busy by its end
+    monkeypatch.setattr(speed, "gpu_quiet", lambda judge, wait_s=speed.QUIET_WAIT_S: next(quiet_answers))
+    monkeypatch.setattr(speed, "reference_template", lambda judge, problem, bases: None)
+
+    def time_model(judge, problem, model, bases, template):
+        problem.facts.null_ms[640] = 9.9  # a window size first timed now, on the busy GPU
+        return 2.0
+
+    monkeypatch.setattr(speed, "time_model", time_model)
+    judge = SimpleNamespace(on_cuda=False, make_inputs=lambda problem: [])
+    problem = SimpleNamespace(facts=ProblemFacts(work={}, null_ms={64: 1.0}), timing_notes=[], timed=False, model=object(),
+                              eager_ms=None, compiled_ms=None)
+    speed.time_reference(judge, problem)
+    assert problem.timed is False and problem.facts.null_ms == {64: 1.0}
+    assert problem.eager_ms == 2.0 and any("busy" in note for note in problem.timing_notes)

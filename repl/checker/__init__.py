@@ -124,9 +124,12 @@ class Checker:
         A later request stops a judge's preparation between its steps; what it finished is kept for the check.
 
         size: wait for a judge's too_large line and return it: why the problem is too large for this device (size,
-        and what to do), or None when it fits or cannot be sized within `timeout` seconds (a judge still starting, or
-        every judge busy with a check, by then). size=False returns at once (None), never waiting for a judge busy
-        with a check. Preparing is best effort: a judge that has died meanwhile is skipped."""
+        and what to do), or None when it fits or cannot be sized in time: up to `timeout` seconds for a judge free of
+        checks (every judge busy by then: None), then up to `timeout` for that judge's answer (a judge still starting,
+        or a module whose import hangs: None, and that judge is stopped), so up to twice `timeout` in all; the second
+        wait is not shortened by the first, which would stop a healthy judge sizing a slow module. size=False returns
+        at once (None), never waiting for a judge busy with a check. Preparing is best effort: a judge that has died
+        meanwhile is skipped."""
         if self._closed:
             raise RuntimeError("this Checker is closed")
         prepare_id = next(self._ids)
@@ -157,7 +160,7 @@ class Checker:
             if judge.alive() and judge.ready:
                 try:
                     judge.start_preparing(prepare_id, reference_code)
-                except (PeerGone, WireError, OSError, TypeError):  # it died, or was closed by another thread
+                except (PeerGone, WireError, OSError):  # it died, or was closed by another thread
                     pass
 
     def _stop_idle_preparing(self, reference_code: str) -> None:

@@ -25,7 +25,6 @@ updates and one ``result`` per check. A reference that hangs or kills this proce
 """
 
 import argparse
-import atexit
 import contextlib
 import hashlib
 import importlib
@@ -590,8 +589,8 @@ class CheckRun:
             self.phase("reference_timing")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
         result.notes += problem.timing_notes
-        if result.kernel_ms and result.eager_ms:
-            result.speedup_vs_eager = result.eager_ms / result.kernel_ms
+        if result.kernel_ms and result.eager_ms and (problem.timed or not judge.on_cuda):  # no ratio to a reference
+            result.speedup_vs_eager = result.eager_ms / result.kernel_ms  # timed while the GPU was busy (see its note)
             if result.compiled_ms is not None:
                 result.speedup_vs_compiled = result.compiled_ms / result.kernel_ms
         flags = list(speed.flags)
@@ -856,7 +855,6 @@ def main() -> None:
     for fd in (options.requests, options.replies):
         os.set_inheritable(fd, False)
     become_subreaper()  # orphans of candidates come here, where kill_orphans finds them
-    atexit.register(remove_sandbox_root)  # however this process ends, but os._exit (end_with_the_caller's own)
     channel = Channel(options.requests, options.replies)
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     spares = default_spares(jobs=1) if options.spares is None else options.spares
@@ -864,6 +862,7 @@ def main() -> None:
         judge = Judge(options.device, options.memory_limit or None, cuda_visible, spares)
     except BaseException as error:
         channel.send({"failed": describe(error)})
+        remove_sandbox_root()  # each way out removes the candidates' folders: os._exit runs no atexit hook
         os._exit(1)
     channel.send({"ready": True})
 
@@ -893,10 +892,12 @@ def main() -> None:
                     current_cancel.set()
                 continue
             if request.get("op") not in ("check", "prepare"):
-                preparing[0].set()
-                if in_preparation.is_set():
+                with queued:  # as one step, so that a preparation made meanwhile is stopped too (new_preparation)
+                    checks.put(None)
+                    preparing[0].set()
+                    busy = in_preparation.is_set()
+                if busy:
                     end_now()
-                checks.put(None)
                 return
             with queued:  # any other request comes first: a preparation is only for the time in between
                 checks.put(request)
@@ -950,6 +951,7 @@ def main() -> None:
             finally:
                 in_preparation.clear()
     judge.pool.close()
+    remove_sandbox_root()
     os._exit(0)
 
 

@@ -202,13 +202,17 @@ class SpeedCheck:
         null kernel is timed here, and nothing it left running may slow that down."""
         judge, problem, run = self.judge, self.problem, self.run
         bases, template = self._null
-        if any(count not in problem.facts.null_ms for _, count in self.plan.windows):
+        known = set(problem.facts.null_ms)
+        quiet = True
+        if any(count not in known for _, count in self.plan.windows):
             judge.pool.wait_for_spares(run.deadline, run.cancel)  # a starting process loads the CPU and the GPU
-            gpu_quiet(judge)
+            quiet = gpu_quiet(judge)
         for _, count in self.plan.windows:
             null_window_ms(judge, problem, count, bases, template, self.scales)
         self._null = None
         kernel_ms, _, figures = judged_ms(self.windows, problem.facts.null_ms, run.round_trip_ms)
+        if not quiet:  # measured on a busy GPU: used for this check, not kept for the next ones
+            forget_null_windows(problem, known)
         figures.update(calls=self.plan.calls, windows=len(self.plan.windows), round_trip_ms=run.round_trip_ms,
                        harness_ms_per_call=statistics.median(
                            problem.facts.null_ms[count] / count for _, count in self.plan.windows),
@@ -297,11 +301,20 @@ def gpu_quiet(judge, wait_s: float = QUIET_WAIT_S, stop=None, poll_s: float = 0.
             time.sleep(poll_s)
 
 
+def forget_null_windows(problem, known: set) -> None:
+    """Drop the null kernel's window times measured since ``known`` (the window sizes timed before): they were timed
+    while the GPU was busy, and would lower every later check's floor."""
+    for count in set(problem.facts.null_ms) - known:
+        del problem.facts.null_ms[count]
+
+
 def time_reference(judge, problem) -> None:
     """Eager and torch.compile timings of the reference, by the candidates' harness; kept with the problem."""
     import torch
 
     from repl.checker.loading import describe
+
+    known = set(problem.facts.null_ms)
 
     problem.timing_notes = [note for note in problem.timing_notes if not note.startswith("the GPU was busy")]
     if not gpu_quiet(judge):
@@ -326,6 +339,8 @@ def time_reference(judge, problem) -> None:
         problem.timed = False
         problem.timing_notes.append("the GPU was busy (another process?) while the reference was timed: its times "
                                     "may be high, and are measured again at the next check")
+    if not problem.timed:
+        forget_null_windows(problem, known)
 
 
 def time_model(judge, problem, model, bases: list, template) -> float:

@@ -313,9 +313,12 @@ class Channel:
         with self._write_lock:
             data = memoryview(frame)
             while data:
-                _wait_ready(self.write_fd, "w", deadline, cancel)
+                fd = self.write_fd
+                if fd is None:  # closed, by another thread (one closed meanwhile fails below: EBADF)
+                    raise PeerGone("the channel is closed")
+                _wait_ready(fd, "w", deadline, cancel)
                 try:
-                    written = os.write(self.write_fd, data[: 1 << 20])
+                    written = os.write(fd, data[: 1 << 20])
                 except BlockingIOError:
                     continue
                 except (BrokenPipeError, OSError) as error:
