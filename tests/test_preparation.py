@@ -18,11 +18,23 @@ CASES_DIR = Path(__file__).parent / "checker_cases"
 RELU_KERNEL = (CASES_DIR / "relu_triton.py").read_text()
 
 WATCHED_REFERENCE = '''import os
+import sys
 import time
 import torch
 import torch.nn as nn
 
 CALLS, FORBID, RELEASE = {calls!r}, {forbid!r}, {release!r}
+
+
+def preparation_stopped():
+    """Whether the preparation this forward runs in (preparation.prepare's `stop`) is asked to stop; None outside
+    one."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "prepare" and "stop" in frame.f_locals:
+            return frame.f_locals["stop"].is_set()
+        frame = frame.f_back
+    return None
 
 
 class Model(nn.Module):
@@ -33,7 +45,11 @@ class Model(nn.Module):
             calls.write("forward\\n")
         if os.path.exists(FORBID):
             raise RuntimeError("the reference ran after it was forbidden")
-        while RELEASE and not os.path.exists(RELEASE):  # held until the test releases it
+        if RELEASE == "stop":  # held until its preparation is asked to stop (a minute at most: the test fails then)
+            deadline = time.monotonic() + 60
+            while not preparation_stopped() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        while RELEASE and RELEASE != "stop" and not os.path.exists(RELEASE):  # held until the test releases it
             time.sleep(0.01)
         return torch.relu(x)
 
@@ -48,13 +64,14 @@ def get_init_inputs():
 
 
 class Watched:
-    """A reference whose forwards the test counts, forbids and (with held=True) holds at the first one."""
+    """A reference whose forwards the test counts, forbids and holds: with held=True until the test touches
+    `release`; with held="until_stopped" until the preparation it runs in is asked to stop."""
 
-    def __init__(self, folder: Path, name: str, held: bool = False):
+    def __init__(self, folder: Path, name: str, held: bool | str = False):
         self.calls, self.forbid = folder / f"{name}.calls", folder / f"{name}.forbid"
-        self.release = folder / f"{name}.release" if held else None
-        self.code = WATCHED_REFERENCE.format(calls=str(self.calls), forbid=str(self.forbid),
-                                             release=str(self.release) if held else "")
+        self.release = folder / f"{name}.release" if held is True else None
+        release = "stop" if held == "until_stopped" else str(self.release) if held else ""
+        self.code = WATCHED_REFERENCE.format(calls=str(self.calls), forbid=str(self.forbid), release=release)
 
     @property
     def forwards(self) -> int:
@@ -84,11 +101,12 @@ def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(on
 
 def test_a_new_request_stops_a_preparation_between_its_steps(one_judge, tmp_path):
     checker = one_judge
-    held, other = Watched(tmp_path, "held", held=True), Watched(tmp_path, "other")
+    # The held reference's forwards wait until their preparation is asked to stop: the request reaches the judge's
+    # reader thread while the main thread is in the first one (a test that released it at once raced that).
+    held, other = Watched(tmp_path, "held", held="until_stopped"), Watched(tmp_path, "other")
     assert checker.prepare(held.code) is None  # sized; the judge goes on to build it, held at its first forward
     assert wait_until(lambda: held.forwards == 1)
     checker.prepare(other.code, size=False)  # the next module: the held one's preparation is to stop
-    held.release.touch()
     said = checker.wait_until_prepared()
     assert said and said[-1]["steps"] == ["sized", "built", "studied", "trials"]  # the other module, whole
     assert held.forwards == 2  # built (run twice, one step), then stopped: not studied, no trials made
