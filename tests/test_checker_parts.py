@@ -481,9 +481,10 @@ def test_a_candidate_without_a_seccomp_binding_is_told_in_a_note(monkeypatch):
 
 class _ScriptedJudge:
     """The caller's side of a judge (JudgeProcess) talking to a script instead of a judge process: frames written
-    to its reply pipe at given times."""
+    to its reply pipe at given times: seconds from the start; ("ready", s): s after the caller has read the judge's
+    ready line (ready=False: a judge still starting); a threading.Event: once it is set."""
 
-    def __init__(self, monkeypatch, frames: list[tuple[float, dict]]):
+    def __init__(self, monkeypatch, frames: list[tuple[float | tuple, dict]], ready: bool = True):
         import os
         import threading
         import time
@@ -498,13 +499,20 @@ class _ScriptedJudge:
                                         start_new_session=True)
         judge = judge_process.JudgeProcess.__new__(judge_process.JudgeProcess)
         judge.process, judge.channel = self.sleeper, Channel(reply_read, request_write)
-        judge.device_label, judge.ready, judge._sending = "cpu-interpreter", True, threading.Lock()
+        judge.device_label, judge.ready, judge._sending = "cpu-interpreter", ready, threading.Lock()
         judge._output = judge_process.PipeCollector(os.open(os.devnull, os.O_RDONLY), limit_bytes=1024, keep="tail")
         self.judge, self.started = judge, time.monotonic()
         writer = Channel(None, reply_write)
 
         def play():
             for at, frame in frames:
+                if isinstance(at, threading.Event):
+                    at.wait()
+                    at = 0.0
+                elif isinstance(at, tuple):
+                    while not judge.ready:
+                        time.sleep(0.01)
+                    at = time.monotonic() - self.started + at[1]
                 time.sleep(max(0.0, self.started + at - time.monotonic()))
                 try:
                     writer.send(frame)
@@ -512,7 +520,11 @@ class _ScriptedJudge:
                     return
 
         threading.Thread(target=play, daemon=True).start()
-        self._keep = (request_read,)
+        self.requests = Channel(request_read, None)  # what the caller sent
+
+    def stop(self) -> None:
+        self.sleeper.kill()
+        self.sleeper.wait()
 
     def check(self, timeout: float):
         request = {"op": "check", "id": 1, "reference_code": "", "kernel_code": "", "trials": 1, "atol": 0.01,
@@ -520,8 +532,7 @@ class _ScriptedJudge:
         try:
             return self.judge.check(request, None)
         finally:
-            self.sleeper.kill()
-            self.sleeper.wait()
+            self.stop()
 
 
 def test_the_caller_waits_for_a_judge_whose_deadline_grew_and_takes_its_answer(monkeypatch):
@@ -542,6 +553,62 @@ def test_a_judge_stuck_in_the_reference_blames_it_only_when_no_candidate_lived(m
                                             (0.0, {"stage": "reference", "alone": alone, "deadline_in": 0.2})])
     result = scripted.check(timeout=0.2)
     assert result.verdict == verdict and "judge was stopped" in result.message
+
+
+def test_sizing_counts_the_modules_time_from_the_judges_start_and_stops_no_judge_for_starting_late(monkeypatch):
+    import time
+    # A judge that starts late (torch imported on a loaded machine) used to leave its module the rest of the wait:
+    # the answer came after it, and a healthy judge was stopped as if the module's import hung.
+    scripted = _ScriptedJudge(monkeypatch, [(1.5, {"ready": True}),
+                                            (("ready", 2.4), {"sized": 7, "too_large": "too large: 4 TiB"})],
+                              ready=False)
+    try:
+        assert scripted.judge.prepare(7, "reference", timeout=3.0) == "too large: 4 TiB"
+        assert scripted.judge.alive()
+        said, _ = scripted.requests.receive(max_blob=0, deadline=time.monotonic() + 5)
+        assert said["op"] == "prepare" and said["id"] == 7
+    finally:
+        scripted.stop()
+    # A module that gets its whole wait and no answer: its judge is stopped (the import hangs).
+    scripted = _ScriptedJudge(monkeypatch, [(0.0, {"ready": True})], ready=False)
+    try:
+        started = time.monotonic()
+        assert scripted.judge.prepare(8, "reference", timeout=1.0) is None
+        assert time.monotonic() - started >= 1.0 and not scripted.judge.alive()
+    finally:
+        scripted.stop()
+
+
+def test_a_judge_still_starting_gets_a_preparation_that_fits_its_pipe_and_its_time_counts_from_its_start(
+        monkeypatch):
+    import threading
+    import time
+
+    from repl.checker import judge_process
+
+    from repl.checker.wire import Stopped
+
+    started = threading.Event()
+    scripted = _ScriptedJudge(monkeypatch, [(started, {"ready": True})], ready=False)
+    judge = scripted.judge
+    try:
+        assert judge.prepare(1, "small reference", timeout=0.05) is None  # not started within the wait: left so
+        assert judge.alive() and judge.preparing.id == 1
+        said, _ = scripted.requests.receive(max_blob=0, deadline=time.monotonic() + 5)
+        assert said == {"op": "prepare", "id": 1, "reference_code": "small reference"}
+        # One that could be written only in part is not sent (a partial frame: the judge could only be stopped);
+        # the caller still counts on the one sent before.
+        assert judge.start_preparing(2, "x" * 100_000) is False
+        assert judge.preparing.id == 1
+        with pytest.raises(Stopped):
+            scripted.requests.receive(max_blob=0, deadline=time.monotonic() + 0.3)
+        # Its time counts from the judge's start, not from when it was sent.
+        judge.preparing.deadline = time.monotonic()  # as if sent long ago
+        started.set()
+        assert judge._wait_ready(None) is None
+        assert judge.preparing.deadline >= time.monotonic() + judge_process.PREPARE_TIMEOUT_S - 5
+    finally:
+        scripted.stop()
 
 
 def _frame(text: bytes, blob: bytes = b"") -> bytes:

@@ -128,12 +128,17 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
 def test_sizing_that_gives_up_on_a_judge_still_starting_leaves_it_to_start(tmp_path):
     # A loaded machine: the judge imports torch for longer than sizing waits. Sizing says nothing; the judge is kept
     # and serves the check (it was stopped as crashed, and a second one started).
+    # The preparation waits in its pipe and is made once the judge has started: the check needs no reference forward.
     reference = Watched(tmp_path, "relu")
     with Checker(device="cpu", spares=1) as checker:
         assert not checker._judges[0].ready
         assert checker.prepare(reference.code, timeout=0.01) is None
         assert checker._judges[0].alive()
-        assert checker.check(reference.code, RELU_KERNEL, trials=1).verdict == "correct"
+        said = checker.wait_until_prepared()
+        assert said and said[-1]["steps"] == ["sized", "built", "studied", "trials"], said
+        reference.forbid.touch()
+        result = checker.check(reference.code, RELU_KERNEL, trials=1)
+        assert result.verdict == "correct", result.message
         assert checker.judges_started == 1
 
 

@@ -125,9 +125,10 @@ class Checker:
 
         size: wait for a judge's too_large line and return it: why the problem is too large for this device (size,
         and what to do), or None when it fits or cannot be sized in time: up to `timeout` seconds for a judge free of
-        checks (every judge busy by then: None), then up to `timeout` for that judge's answer (a judge still starting,
-        or a module whose import hangs: None, and that judge is stopped), so up to twice `timeout` in all; the second
-        wait is not shortened by the first, which would stop a healthy judge sizing a slow module. size=False returns
+        checks (every judge busy by then: None), up to `timeout` for it to start where it is starting (not started by
+        then: None, and it is left to start), then up to `timeout` for its answer (a module whose import hangs: None,
+        and that judge is stopped), so up to three times `timeout` in all; no wait is shortened by the ones before,
+        which would stop a healthy judge sizing a slow module. size=False returns
         at once (None), never waiting for a judge busy with a check. Preparing is best effort: a judge that has died
         meanwhile is skipped."""
         if self._closed:
@@ -156,8 +157,8 @@ class Checker:
 
     @staticmethod
     def _start_preparing(judges: list, prepare_id: int, reference_code: str) -> None:
-        for judge in judges:
-            if judge.alive() and judge.ready:
+        for judge in judges:  # one still starting gets it where it can (JudgeProcess.start_preparing)
+            if judge.alive():
                 try:
                     judge.start_preparing(prepare_id, reference_code)
                 except (PeerGone, WireError, OSError):  # it died, or was closed by another thread

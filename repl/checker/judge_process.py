@@ -8,6 +8,7 @@ running the reference at the time.
 """
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -103,6 +104,8 @@ class JudgeProcess:
             self.close()
             return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start: {message.get('failed')}")
         self.ready = True
+        if self.preparing is not None:  # sent while it started: its time counts from now
+            self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
         return None
 
     def check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
@@ -164,20 +167,43 @@ class JudgeProcess:
                     return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
                                        message=f"the judge's answer could not be read ({error})")
 
-    def start_preparing(self, prepare_id: int, reference_code: str) -> None:
-        """Ask the judge to prepare this reference (preparation.py) once it has nothing else to do; returns at once.
-        Thread-safe: the judge may be checking meanwhile (the preparation waits for the check)."""
+    def start_preparing(self, prepare_id: int, reference_code: str) -> bool:
+        """Ask the judge to prepare this reference (preparation.py) once it has nothing else to do; returns at once,
+        True when the request was sent. Thread-safe: the judge may be checking meanwhile (the preparation waits for
+        the check). A judge still starting reads no request yet: it gets one only where the request fits its pipe
+        whole, written at once (a partial frame could only be ended by stopping the judge); a larger one is not sent."""
+        request = {"op": "prepare", "id": prepare_id, "reference_code": reference_code}
         # Known before it is sent: another thread reading this judge's answers may see it end at once.
-        self.preparing = Preparing(prepare_id, reference_code, time.monotonic() + PREPARE_TIMEOUT_S)
-        self.send({"op": "prepare", "id": prepare_id, "reference_code": reference_code})
+        earlier, self.preparing = self.preparing, Preparing(prepare_id, reference_code,
+                                                            time.monotonic() + PREPARE_TIMEOUT_S)
+        if self.ready:
+            self.send(request)
+            return True
+        frame = self.channel.frame(request)
+        if len(frame) <= select.PIPE_BUF:
+            try:
+                with self._sending:  # a write of up to PIPE_BUF bytes is whole or nothing: a short wait for room
+                    self.channel.send_frame(frame, deadline=time.monotonic() + 0.1)
+                return True
+            except Stopped:
+                pass
+        self.preparing = earlier  # what the judge will do first, still
+        return False
 
     def prepare(self, prepare_id: int, reference_code: str, timeout: float) -> str | None:
         """Start preparing the reference and wait for its size: the judge's too_large line (None: it fits, or no
-        answer within `timeout`, after which the judge is stopped: a module whose import hangs). The caller holds
-        this judge; the preparation goes on after the answer."""
-        deadline = time.monotonic() + timeout
-        if self._wait_ready(None, deadline) is not None:
+        answer within `timeout`, after which the judge is stopped: a module whose import hangs). A judge still
+        starting has up to `timeout` to start (if it does not, it is left starting, given the preparation where
+        start_preparing can, and None is returned); the module's `timeout` counts from then: a judge that started
+        late is no module's fault. The caller holds this judge; the preparation goes on after the answer."""
+        if self._wait_ready(None, time.monotonic() + timeout) is not None:
+            if self.alive():
+                try:
+                    self.start_preparing(prepare_id, reference_code)
+                except PeerGone:  # it died meanwhile: the next check starts another
+                    pass
             return None
+        deadline = time.monotonic() + timeout
         try:
             self.start_preparing(prepare_id, reference_code)
             while True:
@@ -197,6 +223,8 @@ class JudgeProcess:
         """Wait (holding this judge) until its last preparation has ended: what the judge said of it ("steps",
         "stopped"), or None when none was under way or no answer came within `timeout`."""
         deadline = time.monotonic() + timeout
+        if self.preparing is not None and self._wait_ready(None, deadline) is not None:  # sent while it started
+            return None
         try:
             while self.preparing is not None:
                 message, _ = self.channel.receive(max_blob=0, deadline=deadline)
