@@ -272,6 +272,29 @@ def test_a_frame_larger_than_the_receiver_accepts_is_refused_before_its_body_is_
     receiver.close()
 
 
+def test_a_reader_past_its_deadline_still_takes_a_frame_that_is_there_and_only_then_gives_up():
+    # A caller reads a judge's answers only at its next check: a preparation's "prepared", sent minutes ago, was
+    # lost to a deadline passed meanwhile, and a healthy judge was stopped as stuck.
+    import os
+    import time
+
+    from repl.checker.wire import Channel, Stopped
+
+    read_fd, write_fd = os.pipe()
+    sender, receiver = Channel(None, write_fd), Channel(read_fd, None)
+    try:
+        sender.send({"prepared": 1, "steps": ["sized"]})
+        long_ago = time.monotonic() - 600
+        assert receiver.receive(max_blob=0, deadline=long_ago)[0] == {"prepared": 1, "steps": ["sized"]}
+        started = time.monotonic()
+        with pytest.raises(Stopped):
+            receiver.receive(max_blob=0, deadline=long_ago)  # nothing there: no wait
+        assert time.monotonic() - started < 5
+    finally:
+        sender.close()
+        receiver.close()
+
+
 def test_encoding_and_decoding_leave_no_reference_cycle_that_would_keep_tensors_alive():
     import gc
 

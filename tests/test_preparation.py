@@ -112,6 +112,28 @@ def test_a_new_request_stops_a_preparation_between_its_steps(one_judge, tmp_path
     assert held.forwards == 2  # built (run twice, one step), then stopped: not studied, no trials made
 
 
+def test_a_check_long_after_a_preparation_ended_takes_its_work_and_keeps_the_judge(tmp_path, monkeypatch):
+    # The caller reads a judge's "prepared" only at the next check. A :run minutes after the paste (past
+    # PREPARE_TIMEOUT_S) found the preparation's deadline passed, read nothing, and called the reference stuck
+    # (invalid_reference, in 0.1 s) and stopped the judge: seen in the REPL.
+    import select
+
+    from repl.checker import judge_process
+
+    monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 2.0)
+    reference = Watched(tmp_path, "relu_later")
+    with Checker(device="cpu", spares=1) as checker:
+        assert checker.prepare(reference.code, timeout=120) is None  # sized: the judge goes on preparing
+        judge = checker._judges[0]
+        # Ended: its "prepared" is waiting, unread (the judge sends nothing else while idle).
+        assert wait_until(lambda: select.select([judge.channel.read_fd], [], [], 0)[0])
+        assert wait_until(lambda: time.monotonic() > judge.preparing.deadline + 0.5)
+        reference.forbid.touch()  # the check runs on the prepared trials
+        result = checker.check(reference.code, RELU_KERNEL, trials=1)
+        assert result.verdict == "correct", result.message
+        assert checker.judges_started == 1
+
+
 def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_path, monkeypatch):
     from repl.checker import judge_process
 
