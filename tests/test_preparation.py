@@ -23,7 +23,17 @@ import time
 import torch
 import torch.nn as nn
 
-CALLS, FORBID, RELEASE = {calls!r}, {forbid!r}, {release!r}
+CALLS, FORBID, HELD, RELEASE = {calls!r}, {forbid!r}, {held!r}, {release!r}
+
+
+def in_the_judges_own_preparation():
+    """Whether this forward runs in the trials a judge makes on its own after a check (prepare_again, not within a
+    preparation that was sent)."""
+    names, frame = set(), sys._getframe()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return "prepare_again" in names and "prepare" not in names
 
 
 def preparation_stopped():
@@ -45,11 +55,13 @@ class Model(nn.Module):
             calls.write("forward\\n")
         if os.path.exists(FORBID):
             raise RuntimeError("the reference ran after it was forbidden")
-        if RELEASE == "stop":  # held until its preparation is asked to stop (a minute at most: the test fails then)
+        while HELD == "when_idle" and in_the_judges_own_preparation():  # held until the judge is stopped
+            time.sleep(0.01)
+        if HELD == "until_stopped":  # held until its preparation is asked to stop (a minute at most: the test fails)
             deadline = time.monotonic() + 60
             while not preparation_stopped() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        while RELEASE and RELEASE != "stop" and not os.path.exists(RELEASE):  # held until the test releases it
+        while HELD is True and not os.path.exists(RELEASE):  # held until the test releases it
             time.sleep(0.01)
         return torch.relu(x)
 
@@ -65,13 +77,14 @@ def get_init_inputs():
 
 class Watched:
     """A reference whose forwards the test counts, forbids and holds: with held=True until the test touches
-    `release`; with held="until_stopped" until the preparation it runs in is asked to stop."""
+    `release`; with held="until_stopped" until the preparation it runs in is asked to stop; with held="when_idle",
+    forever in the trials the judge makes on its own after a check."""
 
     def __init__(self, folder: Path, name: str, held: bool | str = False):
         self.calls, self.forbid = folder / f"{name}.calls", folder / f"{name}.forbid"
         self.release = folder / f"{name}.release" if held is True else None
-        release = "stop" if held == "until_stopped" else str(self.release) if held else ""
-        self.code = WATCHED_REFERENCE.format(calls=str(self.calls), forbid=str(self.forbid), release=release)
+        self.code = WATCHED_REFERENCE.format(calls=str(self.calls), forbid=str(self.forbid), held=held,
+                                             release=str(self.release))
 
     @property
     def forwards(self) -> int:
@@ -132,6 +145,33 @@ def test_a_check_long_after_a_preparation_ended_takes_its_work_and_keeps_the_jud
         result = checker.check(reference.code, RELU_KERNEL, trials=1)
         assert result.verdict == "correct", result.message
         assert checker.judges_started == 1
+
+
+@pytest.mark.parametrize("same_module", [True, False], ids=["its module", "another module"])
+def test_a_judge_stuck_in_the_trials_it_makes_on_its_own_after_a_check_is_stopped_in_time(tmp_path, monkeypatch,
+                                                                                        same_module):
+    # After a check the judge makes that problem's next trials unasked; a reference that hangs there (it ran fine in
+    # the check) held the next check queued for ever: nothing bounded a preparation the caller had not sent.
+    from repl.checker import judge_process
+
+    monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
+    hangs, fine = Watched(tmp_path, "hangs_when_idle", held="when_idle"), Watched(tmp_path, "fine")
+    with Checker(device="cpu", spares=1) as checker:
+        assert checker.check(hangs.code, RELU_KERNEL, trials=1).verdict == "correct"
+        checked = hangs.forwards
+        assert wait_until(lambda: hangs.forwards > checked)  # the judge's own trials: held in the reference now
+        results = []
+        checking = threading.Thread(
+            target=lambda: results.append(checker.check((hangs if same_module else fine).code, RELU_KERNEL, trials=1)))
+        checking.start()
+        checking.join(120)
+        assert not checking.is_alive(), "the check stayed queued behind the judge's own preparation"
+        if same_module:
+            assert results[0].verdict == "invalid_reference", results[0].message
+            assert "while it was prepared" in results[0].message
+        else:
+            assert results[0].verdict == "correct", results[0].message  # on a fresh judge
+            assert checker.judges_started == 2
 
 
 def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_path, monkeypatch):

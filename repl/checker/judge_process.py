@@ -32,6 +32,9 @@ CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is 
 class JudgeProcess:
     preparing = None  # Preparing: the last preparation sent, until the judge says it has ended
     stuck_on_another_reference = False  # stopped while stuck preparing another reference than its check's
+    # The reference of its last check: with nothing queued, the judge makes that problem's next trials on its own
+    # (preparation.prepare_again), which it does not report.
+    last_checked_reference: str | None = None
     sandbox_root: str | None = None  # the folder its candidates' sandbox folders go in
 
     def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
@@ -119,6 +122,9 @@ class JudgeProcess:
             return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
         stage, alone, deadline, cancel_sent = "queued", True, None, None
         limit = float(request["timeout"])
+        # Queued, the check waits for the judge's preparation to reach the end of a step: one sent, until its
+        # deadline; else one the judge may be making on its own after its last check (prepare_again), as long again.
+        queued_until = time.monotonic() + PREPARE_TIMEOUT_S
         while True:
             now = time.monotonic()
             if cancel is not None and cancel.is_set() and cancel_sent is None:
@@ -127,7 +133,9 @@ class JudgeProcess:
                     self.send({"op": "cancel", "id": request["id"]})
                 except PeerGone:
                     pass
-            preparing = self.preparing.deadline if self.preparing is not None and stage == "queued" else None
+            preparing = None
+            if stage == "queued":
+                preparing = self.preparing.deadline if self.preparing is not None else queued_until
             waits = [t for t in (deadline, preparing, cancel_sent and cancel_sent + CANCEL_GRACE_S) if t]
             try:
                 # Short slices: a cancel set from another thread is passed on within 0.1 s.
@@ -159,6 +167,7 @@ class JudgeProcess:
                     deadline = time.monotonic() + limit + GRACE_S
                 continue
             if "result" in message:
+                self.last_checked_reference = request.get("reference_code")
                 if self.preparing is not None:  # a preparation sent meanwhile starts only now
                     self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
                 try:
@@ -244,7 +253,8 @@ class JudgeProcess:
     def _stuck_preparing(self, request: dict) -> CheckResult:
         """The judge has not ended a preparation in PREPARE_TIMEOUT_S: stuck in that reference (it hangs in Model()
         or forward). The judge is stopped; the check is the reference's fault only when it is the same one."""
-        same = self.preparing is not None and self.preparing.reference_code == request.get("reference_code")
+        stuck_in = self.preparing.reference_code if self.preparing is not None else self.last_checked_reference
+        same = stuck_in == request.get("reference_code")
         self.stuck_on_another_reference = not same
         self.close(grace_s=0)
         if same:
