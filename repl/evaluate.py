@@ -10,6 +10,8 @@ Definitions (docs/best-of-k.md):
   null when no kernel was timed (timings need a GPU, and only correct kernels are timed).
 - compiled: candidates whose kernel loaded and ran: correct, mismatch, runtime_error, no_triton, and a timeout or
   crash that came once the kernel had loaded (in its trials).
+- Files that are not problems (not_a_problem: they do not parse, or lack a module, get_inputs or get_init_inputs)
+  are named and skipped by the command line: never sampled for, never counted.
 - Problems too large for the check's device (verdict too_large), or whose prompt does not fit the model's context,
   are reported apart and left out of pass@k and fast_p (their pass_at is null in the file, and "too_large" says why).
 - A correct kernel whose timing is flagged (the checker found evidence against it: docs/checker.md) is correct for
@@ -99,6 +101,19 @@ def find_problems(folder: str | os.PathLike) -> list[Problem]:
     paths = [path for path in Path(folder).glob("*.py") if path.is_file() and path.name != "__init__.py"]
     return [Problem(path.stem, path, path.read_text(encoding="utf-8"))
             for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+
+
+def not_a_problem(problem: Problem) -> str | None:
+    """Why the file cannot be a problem (one line: it does not parse, defines no module with forward(), or lacks
+    get_inputs() or get_init_inputs(), which the checker builds and calls it with), or None. Such a file (a helper
+    beside the problems, a broken one) is neither sampled for nor counted."""
+    source = inspect_module_source(problem.code)
+    if source.problem():
+        return source.problem()
+    missing = [name for name in ("get_inputs", "get_init_inputs") if name not in source.functions]
+    if missing:
+        return f"no {' or '.join(f'{name}()' for name in missing)}, which a check builds and calls the module with"
+    return None
 
 
 def select_problems(problems: list[Problem], selection: list[str]) -> list[Problem]:

@@ -115,6 +115,31 @@ def test_bad_arguments_exit_2_with_one_line(relu_only, tmp_path, capsys, argumen
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_files_that_are_not_problems_are_named_and_skipped_not_sampled_nor_counted(relu_only, checked, capsys):
+    # A broken file or a helper beside the problems was sampled for and counted unsolved, pulling pass@k down.
+    problems, candidates = relu_only
+    (problems / "2_Broken.py").write_text("def forward(self, x):\n    return x +\n")
+    (problems / "3_NoInputs.py").write_text("import torch\n\n\nclass Model(torch.nn.Module):\n"
+                                            "    def forward(self, x):\n        return x\n")
+    (problems / "helpers.py").write_text("SCALE = 2\n")
+    (candidates / "2_Broken").mkdir()
+    shutil.copy(candidates / "1_ReLU" / "good.py", candidates / "2_Broken")
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates)], checks=checked) == 0
+    captured = capsys.readouterr()
+    skipped = [line for line in captured.err.splitlines() if line.startswith("not a problem, skipped")]
+    assert len(skipped) == 3, captured.err
+    assert "2_Broken.py: Not valid Python (line 2" in skipped[0]
+    assert "3_NoInputs.py: no get_inputs() or get_init_inputs()" in skipped[1]
+    assert "helpers.py: No nn.Module subclass" in skipped[2]
+    assert len(checked.devices) == 2  # the two ReLU candidates, nothing else
+    assert re.search(r"^overall +2 +2 +1 +0\.500 +1\.000", captured.out, re.M), captured.out
+    # A folder of nothing but such files: one line, status 2.
+    for name in ("1_ReLU.py",):
+        (problems / name).unlink()
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates)], checks=checked) == 2
+    assert "eval: error: no problem to evaluate in" in capsys.readouterr().err
+
+
 def test_a_model_that_cannot_load_exits_1(relu_only, tmp_path, capsys):
     problems, _ = relu_only
     assert main_cli.main(["eval", str(problems), "--model", str(tmp_path / "no-model"), "--device", "cpu"]) == 1

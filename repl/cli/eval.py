@@ -95,7 +95,7 @@ def _kernels_dir(args) -> Path | None:
 
 
 def run(args) -> int:
-    from repl.evaluate import ResultsFileError, find_problems, read_results, select_problems
+    from repl.evaluate import ResultsFileError, find_problems, not_a_problem, read_results, select_problems
     from repl.session_log import SessionLog
     from repl.ui.console import report_console
 
@@ -115,6 +115,13 @@ def run(args) -> int:
         return 2
     err = report_console(sys.stderr)
     out = report_console(sys.stdout)
+    unfit = [(problem.name, why) for problem in problems if (why := not_a_problem(problem))]
+    for name, why in unfit:
+        err.print(f"not a problem, skipped: {name}.py: {why}", style="warn", markup=False, highlight=False)
+    problems = [problem for problem in problems if problem.name not in dict(unfit)]
+    if not problems:
+        print(f"eval: error: no problem to evaluate in {args.problems}", file=sys.stderr)
+        return 2
     # Sampled replies and their checks go into the session log (given files were not generated here).
     logging = False if args.candidates or getattr(args, "no_log", False) else None
     log = SessionLog.open(enabled=logging, kind="eval",
