@@ -2,6 +2,7 @@
 came from and whether it was checked."""
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -39,8 +40,20 @@ def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -
 def write_text_atomically(path: str | os.PathLike, text: str, *, replace: bool) -> Path:
     """The one atomic writer: a temporary file beside the target, flushed to disk, then renamed over it (replace)
     or linked to its name (not replace: FileExistsError if the name appeared meanwhile). Any failure leaves an
-    existing file untouched and no temporary file behind."""
+    existing file untouched and no temporary file behind. A symbolic link is written through (its target is
+    replaced, the link kept); an existing file keeps its permissions; what is not a regular file (a device, a FIFO)
+    is written to in place, as a shell's redirection would (renaming over /dev/full replaced the device)."""
     target = Path(path).expanduser()
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    try:
+        existing = target.stat()
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and replace and not stat.S_ISREG(existing.st_mode):
+        with open(target, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return target
     directory = target.parent if str(target.parent) else Path(".")
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
@@ -48,7 +61,7 @@ def write_text_atomically(path: str | os.PathLike, text: str, *, replace: bool) 
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
+        os.chmod(temporary, stat.S_IMODE(existing.st_mode) if existing is not None else 0o644)
         if replace:
             os.replace(temporary, target)
         else:

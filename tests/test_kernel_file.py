@@ -49,6 +49,43 @@ def test_full_disk_leaves_the_existing_file_untouched(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["k.py"]
 
 
+def test_a_symbolic_link_is_written_through_and_kept(tmp_path):
+    real = tmp_path / "shared" / "kernel.py"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "kernel.py"
+    link.symlink_to(real)
+    write_kernel_file(link, "new", force=True)
+    assert link.is_symlink() and real.read_text() == "new"
+    assert sorted(os.listdir(real.parent)) == ["kernel.py"]
+
+
+def test_an_existing_file_keeps_its_permissions(tmp_path):
+    target = tmp_path / "k.py"
+    target.write_text("old")
+    target.chmod(0o600)
+    write_kernel_file(target, "new", force=True)
+    assert target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o600
+    assert (write_kernel_file(tmp_path / "fresh.py", "x").stat().st_mode & 0o777) == 0o644
+
+
+def test_what_is_not_a_regular_file_is_written_in_place_not_replaced(tmp_path):
+    # :save /dev/full --force renamed a regular file over the device (root may): "Saved /dev/full", and the machine
+    # had no /dev/full. A FIFO stands in for a device here (a test must not risk /dev).
+    import stat
+
+    fifo = tmp_path / "kernel.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that opening it to write does not wait
+    try:
+        write_kernel_file(fifo, "print(1)\n", force=True)
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+        assert os.read(reader, 100) == b"print(1)\n"
+    finally:
+        os.close(reader)
+    assert os.listdir(tmp_path) == ["kernel.fifo"]
+
+
 def test_header_says_whether_the_kernel_was_checked():
     settings = SamplingSettings(seed=3)
     assert "Not checked" in kernel_header("m", settings)
