@@ -35,9 +35,12 @@ def hang_marker():
 
 
 @pytest.fixture(scope="module")
-def checker():
+def checker(hang_marker):
     """The module's Checker, for the tests that need a working one (each new Checker starts its judges and their
-    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own."""
+    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own.
+
+    After hang_marker: a judge copies the environment as it starts, and its first one starts here; started before the
+    marker was set, its candidates' children would carry none, and no test could see them outlive a check."""
     with Checker(device="cpu", jobs=2) as checker:
         yield checker
 
