@@ -260,12 +260,15 @@ def test_megabytes_of_inputs_and_outputs_are_checked(checker):
     assert identity.verdict == "mismatch" and "of 393216 elements differ" in identity.message
 
 
-def test_a_problem_too_large_for_the_device_is_answered_within_2_s_without_allocating(checker):
+def test_a_problem_too_large_for_the_device_is_answered_from_its_size_without_allocating(checker):
+    # Told by what the answer holds, not by its time (a few ms idle; a bound of 2 s depended on the machine's load): a
+    # check that allocated the inputs would fail in get_inputs() (no 4 TiB to allocate) or run out of time, never
+    # name the input's shape as measured on the meta device, and it would have run trials.
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
-    checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())  # warm
     result = checker.check(huge, (CASES_DIR / "relu_triton.py").read_text())
     assert result.verdict == "too_large", result.message
-    assert result.elapsed_s < 2
+    assert result.message.startswith("too large for the CPU interpreter: input float32[1048576, 1048576]")
+    assert result.trials == 0 and result.triton_kernels == []
 
 
 def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists(checker):
