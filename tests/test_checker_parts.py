@@ -502,20 +502,28 @@ def test_a_candidate_without_a_seccomp_binding_is_told_in_a_note(monkeypatch):
     assert note.startswith("no syscall filter") and "keyrings" in note
 
 
+SCRIPTED_GRACE_S = 0.3  # the caller's GRACE_S with a scripted judge: its deadlines are fractions of a second
+
+
 class _ScriptedJudge:
     """The caller's side of a judge (JudgeProcess) talking to a script instead of a judge process: frames written
-    to its reply pipe at given times: seconds from the start; ("ready", s): s after the caller has read the judge's
-    ready line (ready=False: a judge still starting); a threading.Event: once it is set."""
+    to its reply pipe at given times: seconds from the start (the leading frames at 0 are in the pipe before the
+    caller reads it: it reads them together, whatever the machine's load); ("ready", s): s after the caller has read
+    the judge's ready line (ready=False: a judge still starting); ("read", s): s after the caller has read every
+    frame written before it; a threading.Event: once it is set."""
 
     def __init__(self, monkeypatch, frames: list[tuple[float | tuple, dict]], ready: bool = True):
+        import fcntl
         import os
+        import struct
+        import termios
         import threading
         import time
 
         from repl.checker import judge_process
         from repl.checker.wire import Channel
 
-        monkeypatch.setattr("repl.checker.judge_process.GRACE_S", 0.3)
+        monkeypatch.setattr("repl.checker.judge_process.GRACE_S", SCRIPTED_GRACE_S)
         reply_read, reply_write = os.pipe()
         request_read, request_write = os.pipe()
         self.sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
@@ -527,11 +535,25 @@ class _ScriptedJudge:
         self.judge, self.started = judge, time.monotonic()
         writer = Channel(None, reply_write)
 
+        def unread_bytes() -> int:  # what the caller has yet to read of the reply pipe
+            return struct.unpack("i", fcntl.ioctl(reply_read, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+        frames = list(frames)
+        while frames and not isinstance(frames[0][0], (threading.Event, tuple)) and frames[0][0] == 0:
+            writer.send(frames.pop(0)[1])
+
         def play():
             for at, frame in frames:
                 if isinstance(at, threading.Event):
                     at.wait()
                     at = 0.0
+                elif isinstance(at, tuple) and at[0] == "read":
+                    try:
+                        while unread_bytes():
+                            time.sleep(0.01)
+                    except OSError:  # the caller closed the pipe: it reads nothing more
+                        return
+                    at = time.monotonic() - self.started + at[1]
                 elif isinstance(at, tuple):
                     while not judge.ready:
                         time.sleep(0.01)
@@ -561,11 +583,13 @@ class _ScriptedJudge:
 def test_the_caller_waits_for_a_judge_whose_deadline_grew_and_takes_its_answer(monkeypatch):
     # The judge's deadline grows with the bytes a trial moves (1 s a GB); it says so, and the caller, whose own
     # deadline would have passed at timeout + grace, waits for the judge's own `timeout` verdict instead of killing
-    # it and throwing its warm state away.
+    # it and throwing its warm state away. The stages are read together; the answer comes 0.5 s after the caller's
+    # first deadline (0.1 s + GRACE_S from its reading them) has passed, 60 s before the grown one.
     answer = CheckResult(verdict=Verdict.TIMEOUT, message="no result within 0.1 s; the candidate was killed")
     scripted = _ScriptedJudge(monkeypatch, [(0.0, {"stage": "received", "deadline_in": 0.1}),
-                                            (0.05, {"stage": "candidate", "deadline_in": 1.5}),
-                                            (1.0, {"result": answer.to_json_dict()})])
+                                            (0.0, {"stage": "candidate", "deadline_in": 60.0}),
+                                            (("read", 0.1 + SCRIPTED_GRACE_S + 0.5),
+                                             {"result": answer.to_json_dict()})])
     result = scripted.check(timeout=0.1)
     assert result.message == answer.message
 

@@ -306,15 +306,22 @@ def test_concurrency_samples_several_problems_at_once(checked):
     from repl.generation import Backend
     from replay_backend import ReplayStream
 
-    active, most_active = [0], [0]
+    active, most_active, started = [0], [0], [0]
     lock = threading.Lock()
+    # The first two streams wait for each other: with two problems sampled together both arrive, one at a time
+    # breaks the barrier after 30 s. (Overlapping sleeps alone missed each other on a loaded machine.)
+    meet = [threading.Barrier(2, timeout=30)]
 
     class SlowStream(ReplayStream):
         def __iter__(self):
             with lock:
                 active[0] += 1
                 most_active[0] = max(most_active[0], active[0])
-            time.sleep(0.3)
+                started[0] += 1
+                meets = meet[0] is not None and started[0] <= 2
+            if meets:
+                meet[0].wait()
+            time.sleep(0.3)  # room for a third stream in flight, which most_active would count
             yield from super().__iter__()
             with lock:
                 active[0] -= 1
@@ -329,7 +336,7 @@ def test_concurrency_samples_several_problems_at_once(checked):
     engine = Engine(settings=SamplingSettings(temperature=1.0, seed=0), backend_override=SlowBackend(), checks=checked)
     evaluate(problems, engine=engine, samples=2, concurrency=4)
     assert most_active[0] == 2  # two problems, one stream each at a time (no stream_many): 2 in flight
-    most_active[0] = 0
+    most_active[0], meet[0] = 0, None
     evaluate(problems, engine=engine, samples=2)
     assert most_active[0] == 1
 

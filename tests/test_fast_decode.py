@@ -16,6 +16,7 @@ from repl.generation.local import LocalReplyStream, encode_prompt
 from repl.generation.model_loading import load_model
 from repl.prompt import build_prompt
 from repl.settings import SamplingSettings
+from processes import wait_until
 from tiny_models import RELU_MODULE
 
 GREEDY = SamplingSettings(temperature=0, max_new_tokens=48)
@@ -368,18 +369,23 @@ def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(caps
     class WarmingUp(Backend):  # stands in for FastLocalBackend.wait_until_serving
         description = "warming up (test double)"
         serving = threading.Event()
+        waiting = threading.Event()  # someone waits for the warm-up to end (not only asks whether it has)
 
         def stream(self, prompt, settings):
             raise AssertionError("nothing is generated here")
 
         def wait_until_serving(self, timeout=None):
+            if timeout is None or timeout > 0:
+                self.waiting.set()
             return self.serving.wait(timeout)
 
     backend = WarmingUp()
-    waiter = threading.Thread(target=wait_for_model, args=(Engine(backend_override=backend),))
+    waiter = threading.Thread(target=wait_for_model, args=(Engine(backend_override=backend),), daemon=True)
     waiter.start()
-    waiter.join(0.5)
-    assert waiter.is_alive()
+    # The wait itself, not a moment in which the waiter happens to be still running: a waiter that returned at once
+    # ends without ever waiting.
+    wait_until(lambda: backend.waiting.is_set() or not waiter.is_alive(), timeout_s=30)
+    assert backend.waiting.is_set() and waiter.is_alive()
     backend.serving.set()
     waiter.join(30)
     assert not waiter.is_alive() and "model: fast decoding warming up" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,13 @@ TESTS = Path(__file__).parent
 REPO = TESTS.parent
 SMALL_NODE = {"object_store_memory": 80 * 2**20}  # Ray's floor is 75 MiB; the default takes 30% of the memory
 CHECK = CheckOptions(device="cpu", trials=1)
-SLOW_RELU = (TESTS / "eval_candidates" / "1_ReLU" / "good.py").read_text().replace(
-    "    def forward(self, x):\n", "    def forward(self, x):\n        import time\n        time.sleep({seconds})\n")
+GOOD_RELU = (TESTS / "eval_candidates" / "1_ReLU" / "good.py").read_text()
+# Waits in forward until a file exists: a check held for as long as a test needs (a sleep held it for a guessed time).
+GATED_RELU = GOOD_RELU.replace("    def forward(self, x):\n", "    def forward(self, x):\n        import os, time\n"
+                               "        while not os.path.exists({gate!r}):\n            time.sleep(0.05)\n")
+# Where a gate a test opens mid-check goes: inside the project, which a candidate's sandbox shows (read-only, as it
+# changes); its /tmp is its own.
+GATES = REPO / ".pytest_cache" / "kernelllm-gates"
 
 
 class RayTestCluster:
@@ -91,14 +97,13 @@ def cluster(ray_cluster):
     return ray_cluster
 
 
-def problem_set(folder: Path, slow: dict[str, float] | None = None, extra: dict[str, str] | None = None):
-    """tests/eval_problems and their candidates, copied; `slow`: ReLU problems whose one candidate sleeps that many
-    seconds in forward (a check runs it twice: the trial and the trial with launches skipped); `extra`: ReLU problems
-    with the given candidate source."""
+def problem_set(folder: Path, gated: dict[str, Path] | None = None, extra: dict[str, str] | None = None):
+    """tests/eval_problems and their candidates, copied; `gated`: ReLU problems whose one candidate waits in forward
+    until that file exists; `extra`: ReLU problems with the given candidate source."""
     problems, candidates = folder / "problems", folder / "candidates"
     shutil.copytree(TESTS / "eval_problems", problems)
     shutil.copytree(TESTS / "eval_candidates", candidates)
-    sources = {name: SLOW_RELU.format(seconds=seconds) for name, seconds in (slow or {}).items()} | (extra or {})
+    sources = {name: GATED_RELU.format(gate=str(gate)) for name, gate in (gated or {}).items()} | (extra or {})
     for name, source in sources.items():
         shutil.copy(problems / "1_ReLU.py", problems / f"{name}.py")
         (candidates / name).mkdir()
@@ -192,13 +197,19 @@ def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_m
 def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp_path):
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) once 1_ReLU is written: exit 130, the
     finished problems are in the file, the slow one is not; the same command without --ray resumes it locally."""
-    problems, candidates = problem_set(tmp_path, slow={"9_SlowReLU": 15})
+    # 9_SlowReLU's forward waits for a file never made, within a time limit of 600 s: it cannot end before the Ctrl-C,
+    # nor after it unless its check is left to run, which the run would then wait 600 s for (CANCEL_WAIT_S, 30 s in
+    # the product), far past communicate()'s 120 s.
+    problems, candidates = problem_set(tmp_path, gated={"9_SlowReLU": tmp_path / "never-made"})
     for name in ("2_Add", "3_Sigmoid"):
         (problems / f"{name}.py").unlink()
     out = tmp_path / "results.json"
-    command = [sys.executable, "-m", "repl.cli.eval", str(problems), "--candidates", str(candidates), "--device",
-               "cpu", "--trials", "1", "--json", str(out)]
-    run = subprocess.Popen(command + ["--ray", cluster.address], cwd=REPO, stdout=subprocess.PIPE,
+    waits_long_for_checks_in_flight = (
+        "import sys; from repl import ray_eval; ray_eval.CANCEL_WAIT_S = 600.0; "
+        "from repl.cli.main import main; sys.exit(main(['eval', *sys.argv[1:]]))")
+    command = [sys.executable, "-c", waits_long_for_checks_in_flight, str(problems), "--candidates", str(candidates),
+               "--device", "cpu", "--trials", "1", "--json", str(out)]
+    run = subprocess.Popen(command + ["--ray", cluster.address, "--timeout", "600"], cwd=REPO, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
     try:
@@ -215,9 +226,9 @@ def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp
     assert run.returncode == 130, stderr
     assert "Interrupted: the finished problems are kept" in stderr
     written = [p["name"] for p in json.loads(out.read_text())["problems"]]
-    assert written == ["1_ReLU"]  # 9_SlowReLU's check was stopped, 30 s from its end
+    assert written == ["1_ReLU"]  # 9_SlowReLU's check was stopped
     assert cluster.free_cpus_return_to(2)  # the run's workers ended with it
-    (candidates / "9_SlowReLU" / "kernel.py").write_text(SLOW_RELU.format(seconds=0))
+    (candidates / "9_SlowReLU" / "kernel.py").write_text(GOOD_RELU)
     resumed = evaluate(find_problems(problems), candidates_dir=candidates, check=CHECK, out_path=out)
     assert resumed.skipped == written and not resumed.interrupted
     assert {r.name: [c["verdict"] for c in r.candidates] for r in resumed.results}["9_SlowReLU"] == ["correct"]
@@ -249,7 +260,12 @@ def test_a_problem_that_kills_its_worker_every_time_is_left_for_a_rerun(cluster,
 def test_a_node_lost_mid_problem_has_its_problem_redone_elsewhere(cluster, tmp_path):
     """The node whose worker is checking 4_SlowReLU is removed (its raylet and workers killed): the problem is
     checked again on the other node, the run completes, and nothing else is redone."""
-    problems, candidates = problem_set(tmp_path, slow={"4_SlowReLU": 1})
+    # 4_SlowReLU's forward waits for a gate opened only once the run has given up on the lost worker: the first
+    # check cannot end before its node is gone, nor after (a worker outliving its raylet could still answer); its
+    # time limit of 600 s does not end it first either, however late the loss is noticed.
+    gate = GATES / f"{uuid.uuid4().hex}"
+    GATES.mkdir(parents=True, exist_ok=True)
+    problems, candidates = problem_set(tmp_path, gated={"4_SlowReLU": gate})
     for name in ("1_ReLU", "2_Add", "3_Sigmoid"):
         (problems / f"{name}.py").unlink()
     nodes, removed, events = cluster.labels(), [], []
@@ -257,12 +273,17 @@ def test_a_node_lost_mid_problem_has_its_problem_redone_elsewhere(cluster, tmp_p
     def remove_its_node(progress) -> None:
         if progress.event:
             events.append(progress.event)
+            if progress.event.startswith("4_SlowReLU is tried again"):
+                gate.touch()
         if "4_SlowReLU" in progress.running and not removed:
             removed.append(progress.running["4_SlowReLU"])
             threading.Thread(target=cluster.remove, args=(removed[0],)).start()
 
-    report = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
-                             check=CHECK, on_progress=remove_its_node)
+    try:
+        report = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
+                                 check=CheckOptions(device="cpu", trials=1, timeout=600), on_progress=remove_its_node)
+    finally:
+        gate.unlink(missing_ok=True)
     assert removed and not report.interrupted and not report.unfinished and report.retried == ["4_SlowReLU"]
     assert [c["verdict"] for c in report.results[0].candidates] == ["correct"]
     assert report.by_node == {(nodes - set(removed)).pop(): 1}  # finished on the other node

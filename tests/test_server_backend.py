@@ -164,7 +164,7 @@ def is_one_line(message: str) -> bool:
 
 def cancel_after(stream, pieces: int, cancel=None):
     """Iterate the stream; after ``pieces`` pieces, have another thread cancel it (or do ``cancel``); returns the
-    seconds from the cancel to the end of the iteration."""
+    seconds from the cancel to the end of the iteration (not to the end of ``cancel``, which may go on closing)."""
     started = threading.Event()
     cancelled_at = []
 
@@ -178,9 +178,11 @@ def cancel_after(stream, pieces: int, cancel=None):
     for count, _ in enumerate(stream, 1):
         if count == pieces:
             started.set()
+    ended_at = time.monotonic()
     thread.join(timeout=5)
-    assert cancelled_at, f"the stream ended after {count} pieces, before the cancel: {stream.reply.error}"
-    return time.monotonic() - cancelled_at[0]
+    assert cancelled_at and ended_at >= cancelled_at[0], \
+        f"the stream ended after {count} pieces, before the cancel: {stream.reply.error}"
+    return ended_at - cancelled_at[0]
 
 
 # -- streaming -----------------------------------------------------------------------------------------------------
@@ -229,7 +231,8 @@ def test_n_samples_from_a_server_that_ignores_n_come_from_separate_requests(back
 
 def test_cancel_from_another_thread_ends_the_reply_at_once_and_frees_the_server(backend):
     stream = backend.stream(PROMPT, LONG)
-    assert cancel_after(stream, pieces=3) < 0.5
+    # At once: milliseconds idle; the bound is for a loaded machine, far below the minutes of an uncancelled reply.
+    assert cancel_after(stream, pieces=3) < 10
     assert stream.reply.interrupted and stream.reply.text
     # The connection was closed and the server stopped generating: the 3000-token reply would hold it for minutes.
     started = time.monotonic()
@@ -241,7 +244,7 @@ def test_cancel_from_another_thread_ends_the_reply_at_once_and_frees_the_server(
 def test_closing_the_backend_interrupts_what_is_in_flight(server):
     backend = ServerBackend(server.url, model=ENDLESS)
     stream = backend.stream(PROMPT, LONG)
-    assert cancel_after(stream, pieces=2, cancel=backend.close) < 1
+    assert cancel_after(stream, pieces=2, cancel=backend.close) < 10  # as above
     assert stream.reply.finish_reason == INTERRUPTED
 
 

@@ -210,36 +210,49 @@ def test_warm_up_on_a_gpu_lasts_long_enough_for_the_clocks_to_settle(monkeypatch
 
 def test_warm_up_by_time_counts_the_gpus_time_not_the_hosts_queueing(monkeypatch):
     """A GPU runs calls after the host queued them: 100 ms of the host's time could leave seconds of a slow kernel's
-    calls queued. Here each call takes 5 ms of a stand-in GPU's time and queues at once: warm-up must stop near
-    WARMUP_MS of that time (a slower host only queues fewer calls), not after thousands of calls."""
+    calls queued. Here each call takes 0.1 ms of the host's time to queue and 4 ms of a stand-in GPU's to run, on
+    one virtual clock (timing.py's perf_counter): warm-up must stop once WARMUP_MS of the GPU's time has passed,
+    not after the host's."""
+    import types
+
     import repl.checker.timing as timing
 
     class QueueingClock:
         on_cuda = True
+        now = 0.0  # the virtual time, in seconds: the host's, which a synchronisation advances to the GPU's
         busy_until = 0.0  # when the stand-in GPU has run every call queued so far
+
+        def perf_counter(self):
+            return self.now
 
         def flush(self):
             pass
 
-        def queue(self, seconds):
-            self.busy_until = max(self.busy_until, time.perf_counter()) + seconds
+        def queue(self, host_s, gpu_s):
+            self.now += host_s
+            self.busy_until = max(self.busy_until, self.now) + gpu_s
 
         def synchronize(self):
-            time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+            self.now = max(self.now, self.busy_until)
 
-        mark = staticmethod(time.perf_counter)
+        def mark(self):
+            return self.now
 
         @staticmethod
         def elapsed_ms(start, end):
             return (end - start) * 1000
 
-    monkeypatch.setattr(timing, "WARMUP_MS", 30.0)
-    monkeypatch.setattr(timing, "MAX_WARMUP_CALLS", 10**6)
     clock = QueueingClock()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(timing, "WARMUP_MS", 30.0)
+    monkeypatch.setattr(timing, "MAX_WARMUP_CALLS", 1000)
     calls = []
-    timing.estimate_ms(lambda inputs: (calls.append(inputs), clock.queue(0.005)), lambda index: index, clock,
+    timing.estimate_ms(lambda inputs: (calls.append(inputs), clock.queue(0.0001, 0.004)), lambda index: index, clock,
                        warmups=3)
-    assert 3 + 1 < len(calls) <= 3 + 30 // 5 + 2  # the fixed warm-ups, about 30 ms of 5 ms calls, the sizing call
+    # The 3 fixed warm-ups are queued unsynchronised (the GPU is done at 12.1 ms); then one synchronised call at a
+    # time while under 30 ms of the GPU's time: done at 16.2, 20.3, 24.4, 28.5 and 32.6 ms; then the sizing call.
+    # Counting the host's time would take the 1000 calls allowed (0.1 ms each).
+    assert calls == [-1, -2, -3, -4, -5, -6, -7, -8, -9]
 
 
 def test_small_disagreements_are_not_flags():
