@@ -29,6 +29,7 @@ import urllib.request
 
 import pytest
 
+from processes import wait_until
 from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.generation.server import ServerBackend, completion_request, server_backend_from
 from repl.prompt import build_prompt
@@ -162,9 +163,10 @@ def is_one_line(message: str) -> bool:
     return bool(message) and "\n" not in message and len(message) < 400
 
 
-def cancel_after(stream, pieces: int, cancel=None):
-    """Iterate the stream; after ``pieces`` pieces, have another thread cancel it (or do ``cancel``); returns the
-    seconds from the cancel to the end of the iteration (not to the end of ``cancel``, which may go on closing)."""
+def cancel_after(stream, pieces: int, cancel=None, before=lambda: None):
+    """Iterate the stream; after ``pieces`` pieces, call ``before`` and have another thread cancel it (or do
+    ``cancel``); returns the seconds from the cancel to the end of the iteration (not to the end of ``cancel``, which
+    may go on closing)."""
     started = threading.Event()
     cancelled_at = []
 
@@ -177,6 +179,7 @@ def cancel_after(stream, pieces: int, cancel=None):
     thread.start()
     for count, _ in enumerate(stream, 1):
         if count == pieces:
+            before()
             started.set()
     ended_at = time.monotonic()
     thread.join(timeout=5)
@@ -229,12 +232,41 @@ def test_n_samples_from_a_server_that_ignores_n_come_from_separate_requests(back
     assert [stream.reply.finish_reason for stream in again] == [TRUNCATED, TRUNCATED]
 
 
-def test_cancel_from_another_thread_ends_the_reply_at_once_and_frees_the_server(backend):
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to `port`: its sockets (/proc/self/fd) found in the kernel's TCP
+    tables."""
+    inodes = set()
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{descriptor}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl, local, remote, state (01: established), ..., inode (the tenth)
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and fields[9] in inodes:
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads the connections from /proc")
+def test_cancel_from_another_thread_ends_the_reply_at_once_and_frees_the_server(backend, server):
     stream = backend.stream(PROMPT, LONG)
+    streaming = []
     # At once: milliseconds idle; the bound is for a loaded machine, far below the minutes of an uncancelled reply.
-    assert cancel_after(stream, pieces=3) < 10
+    assert cancel_after(stream, pieces=3, before=lambda: streaming.append(connections_to(server.port))) < 10
     assert stream.reply.interrupted and stream.reply.text
-    # The connection was closed and the server stopped generating: the 3000-token reply would hold it for minutes.
+    # Its connection is closed, which is what tells the server to stop: left open, the 3000-token reply would hold it
+    # for minutes (a follow-up request alone proves nothing: the server answers it alongside).
+    assert streaming[0] >= 1
+    assert wait_until(lambda: connections_to(server.port) < streaming[0], timeout_s=30), "the connection stayed open"
     started = time.monotonic()
     follow_up = backend.stream(PROMPT, SHORT)
     list(follow_up)
