@@ -124,7 +124,8 @@ class JudgeProcess:
         limit = float(request["timeout"])
         # Queued, the check waits for the judge's preparation to reach the end of a step: one sent, until its
         # deadline; else one the judge may be making on its own after its last check (prepare_again), as long again.
-        queued_until = time.monotonic() + PREPARE_TIMEOUT_S
+        # A judge that has checked nothing yet makes none: no bound (its start, under load, is no stuck reference).
+        queued_until = time.monotonic() + PREPARE_TIMEOUT_S if self.last_checked_reference is not None else None
         while True:
             now = time.monotonic()
             if cancel is not None and cancel.is_set() and cancel_sent is None:
