@@ -108,3 +108,54 @@ def test_a_cancelled_check_leaves_the_entry_its_last_verdict(tmp_path, stand_in_
     engine.check(stream.attempt, device="cpu")
     engine.check(stream.attempt, device="cpu")
     assert [entry.verdict for entry in log.recent()] == ["correct"]
+
+
+def test_a_cancel_that_races_the_replys_end_never_writes_interrupted_over_it():
+    # cancel() found the reply still streaming, then the reply finished all the same: the entry must keep the
+    # reader's end. The stand-in log holds the cancel's write until the reader's end is written (a second at most):
+    # where the two writes are one step apart (the recorder's lock), the reader cannot write meanwhile.
+    import time
+    from types import SimpleNamespace
+
+    from repl.generation import FINISHED, INTERRUPTED, Reply
+    from repl.recorder import RecordedStream
+
+    reader_may_end, end_written = threading.Event(), threading.Event()
+    writes = []
+
+    class HeldLog:
+        def append_reply_text(self, log_id, text, tokens):
+            pass
+
+        def finish_reply(self, log_id, reply):
+            if reply.finish_reason == INTERRUPTED:  # the cancel's
+                reader_may_end.set()
+                end_written.wait(1.0)
+            writes.append(reply.finish_reason)
+            if reply.finish_reason == FINISHED:
+                end_written.set()
+
+    class FinishesAnyway:
+        """A reply whose last piece was on its way when the cancel came: it ends finished."""
+
+        def __init__(self):
+            self.reply = Reply(model="stand-in", settings=SamplingSettings())
+
+        def cancel(self):
+            pass
+
+        def __iter__(self):
+            self.reply.text = "x = 1\n"
+            yield self.reply.text
+            assert reader_may_end.wait(30)
+            self.reply.finished_at, self.reply.finish_reason = time.monotonic(), FINISHED
+
+    stream = RecordedStream(FinishesAnyway(), SimpleNamespace(log_id=1), HeldLog())
+    reader = threading.Thread(target=lambda: list(stream))
+    reader.start()
+    stream.cancel()
+    reader.join(30)
+    assert not reader.is_alive()
+    assert writes == [INTERRUPTED, FINISHED]  # the cancel's at once, then the reply's own end over it
+    stream.cancel()  # once the reader has ended, a cancel writes nothing
+    assert writes == [INTERRUPTED, FINISHED]
