@@ -5,6 +5,7 @@ Command line: ``python kernelllm.py --help``, or ``kernelllm --help`` once insta
     from kernelllm import KernelLLM
     model = KernelLLM()                                   # facebook/KernelLLM, CUDA when present
     kernel_reply = model.generate_triton(module_source)   # the model's reply (prose + code block)
+    result = model.check(module_source, kernel_reply)     # right? how fast? (an isolated judge; CPU: correctness)
     for piece in model.stream_raw(prompt):                # any raw prompt, streamed
         print(piece, end="")
 
@@ -62,6 +63,21 @@ class KernelLLM:
         trained. ``extract_kernel_code(reply)`` gives the code block."""
         return self.generate_raw(build_prompt(code), temperature, top_p, max_new_tokens)
 
+    def check(self, module_source: str, kernel: str, *, device: str = "auto", trials: int | None = None,
+              timeout: float | None = None):
+        """Check a kernel against its module: ``kernel`` is a reply of generate_triton (its code block is checked)
+        or the kernel's code. It runs in an isolated judge of this object's, started at the first check and kept
+        warm for the next (close() ends it): correctness on random inputs (``trials`` sets, 5 by default); on a GPU
+        also its time against eager PyTorch and torch.compile; on the CPU under Triton's interpreter (correctness
+        only). ``timeout``: seconds for the kernel (its loading and trials). Returns a ``repl.checker.CheckResult``
+        (``.verdict``, ``.correct``, ``.message``, ``.kernel_ms``, ``.speedup_vs_eager``); ValueError for a device
+        that cannot be used."""
+        from repl.attempt import given_reply, new_attempt
+
+        options = {name: value for name, value in (("trials", trials), ("timeout", timeout)) if value is not None}
+        attempt = new_attempt(module_source, given_reply("api", kernel))
+        return self._engine.check(attempt, device=device, **options)
+
     def run_repl(self) -> None:
         """The interactive session, on this already loaded model."""
         from repl.ui.console import make_console
@@ -70,8 +86,8 @@ class KernelLLM:
         ReplSession(self._engine, make_console()).run()
 
     def close(self) -> None:
-        """End the judges a session started (run_repl); they also end with this process. A local model holds no
-        connection or thread to end: its memory goes with this object."""
+        """End the judges that checks and sessions (check, run_repl) started; they also end with this process. A
+        local model holds no connection or thread to end: its memory goes with this object."""
         self._engine.close()
 
     def __enter__(self) -> "KernelLLM":

@@ -9,7 +9,8 @@ from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
 
 @pytest.fixture(scope="module")
 def model(trained_model_dir):
-    return KernelLLM(model_name=str(trained_model_dir), device="cpu")
+    with KernelLLM(model_name=str(trained_model_dir), device="cpu") as model:
+        yield model  # close(): the judges its checks started end here
 
 
 def test_generate_triton_returns_the_whole_reply(model):
@@ -43,3 +44,16 @@ def test_sampling_defaults_are_the_model_cards(model):
 def test_a_missing_model_raises_a_one_line_error(tmp_path):
     with pytest.raises(GenerationError, match="no model directory"):
         KernelLLM(model_name=str(tmp_path / "nowhere"), device="cpu")
+
+
+def test_check_says_whether_a_reply_or_its_code_is_right_on_warm_judges(model):
+    reply = model.generate_triton(RELU_MODULE, temperature=0, max_new_tokens=600)
+    result = model.check(RELU_MODULE, reply, device="cpu", trials=2)
+    assert result.correct and result.verdict == "correct", result.message
+    assert result.trials == 2
+    wrong = PREPARED_KERNEL.replace("tl.where(x > 0, x, 0.0)", "x")  # the identity: not a ReLU
+    assert wrong != PREPARED_KERNEL
+    again = model.check(RELU_MODULE, wrong, device="cpu")
+    assert again.verdict == "mismatch", again.message
+    with pytest.raises(ValueError):
+        model.check(RELU_MODULE, reply, device="tpu")
