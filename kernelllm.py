@@ -6,6 +6,7 @@ Command line: ``python kernelllm.py --help``, or ``kernelllm --help`` once insta
     model = KernelLLM()                                   # facebook/KernelLLM, CUDA when present
     kernel_reply = model.generate_triton(module_source)   # the model's reply (prose + code block)
     result = model.check(module_source, kernel_reply)     # right? how fast? (an isolated judge; CPU: correctness)
+    ranked = model.best(module_source, 8)                 # 8 sampled, each checked, the best first
     for piece in model.stream_raw(prompt):                # any raw prompt, streamed
         print(piece, end="")
 
@@ -77,6 +78,29 @@ class KernelLLM:
         options = {name: value for name, value in (("trials", trials), ("timeout", timeout)) if value is not None}
         attempt = new_attempt(module_source, given_reply("api", kernel))
         return self._engine.check(attempt, device=device, **options)
+
+    def best(self, module_source: str, k: int, *, device: str = "auto", trials: int | None = None, jobs: int = 1,
+             temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list:
+        """Sample ``k`` replies for the module and check each as it completes (checks overlap the sampling; ``jobs``
+        at once), as ``:best K`` does. Returns them ranked: correct first, then the fastest (timed on a GPU), then
+        the lowest error. Each is a ``repl.attempt.Attempt``: ``.reply.text``, ``.kernel`` (its code) and ``.check``
+        (its CheckResult). ValueError for k > 1 under greedy decoding (temperature 0: k copies of one reply) or a
+        device that cannot be used. Ctrl-C stops the sampling and the checks, then is raised."""
+        from repl.best_of import BestOfRun, CheckOptions, rank
+
+        check = CheckOptions(device=device, jobs=jobs, **({"trials": trials} if trials is not None else {}))
+        run = BestOfRun(module_source, k, engine=self._engine, check=check,
+                        settings=self._settings(temperature, top_p, max_new_tokens)).start()
+        try:
+            run.wait()
+        except KeyboardInterrupt:
+            run.cancel()
+            run.wait()
+            raise
+        if run.error is not None:
+            raise run.error
+        return [candidate.attempt for candidate in rank(run.candidates) if candidate.attempt is not None]
 
     def run_repl(self) -> None:
         """The interactive session, on this already loaded model."""

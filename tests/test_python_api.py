@@ -57,3 +57,14 @@ def test_check_says_whether_a_reply_or_its_code_is_right_on_warm_judges(model):
     assert again.verdict == "mismatch", again.message
     with pytest.raises(ValueError):
         model.check(RELU_MODULE, reply, device="tpu")
+
+
+def test_best_samples_k_checks_each_and_ranks_the_correct_first(model):
+    ranked = model.best(RELU_MODULE, 3, device="cpu", trials=1, temperature=1.0, max_new_tokens=600)
+    assert len(ranked) == 3 and all(attempt.check is not None for attempt in ranked)
+    verdicts = [attempt.check.correct for attempt in ranked]
+    assert verdicts == sorted(verdicts, reverse=True)  # every correct one before any other
+    assert any(verdicts), [attempt.check.message for attempt in ranked]  # the trained model writes the ReLU
+    assert ranked[0].kernel and ranked[0].reply.text
+    with pytest.raises(ValueError):
+        model.best(RELU_MODULE, 2, temperature=0)  # two copies of one greedy reply
