@@ -10,6 +10,9 @@ Command line: ``python kernelllm.py --help``, or ``kernelllm --help`` once insta
     for piece in model.stream_raw(prompt):                # any raw prompt, streamed
         print(piece, end="")
 
+Checking alone, no model loaded: ``check_kernel(module_source, kernel)`` (a judge of its own for one check), or
+``with Checker(device="cpu") as checker: checker.check(module_source, kernel)`` (judges kept warm between checks).
+
 The class keeps the interface of the helper script published with the model, without its defects: the prompt is
 the trained one with a single BOS, the reply is cut by token ids, sampling defaults to the model card's evaluation
 setting (temperature 1.0, top_p 0.97), and the device is not hard-coded.
@@ -19,13 +22,14 @@ import os
 import sys
 from typing import Iterator
 
+from repl.checker import Checker, check_kernel
 from repl.engine import Engine, EngineOptions
 from repl.extract import extract_kernel_code
 from repl.generation.model_loading import DEFAULT_MODEL
 from repl.prompt import build_prompt
 from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, SamplingSettings
 
-__all__ = ["KernelLLM", "build_prompt", "extract_kernel_code", "main", "console_main"]
+__all__ = ["KernelLLM", "Checker", "build_prompt", "check_kernel", "extract_kernel_code", "main", "console_main"]
 
 
 class KernelLLM:

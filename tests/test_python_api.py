@@ -68,3 +68,11 @@ def test_best_samples_k_checks_each_and_ranks_the_correct_first(model):
     assert ranked[0].kernel and ranked[0].reply.text
     with pytest.raises(ValueError):
         model.best(RELU_MODULE, 2, temperature=0)  # two copies of one greedy reply
+
+
+def test_checking_needs_no_model():
+    from kernelllm import Checker, check_kernel
+
+    assert check_kernel(RELU_MODULE, PREPARED_KERNEL, device="cpu", trials=1).verdict == "correct"
+    with Checker(device="cpu") as checker:
+        assert checker.check(RELU_MODULE, PREPARED_REPLY, trials=1).correct
