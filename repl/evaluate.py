@@ -110,7 +110,7 @@ def not_a_problem(problem: Problem) -> str | None:
     source = inspect_module_source(problem.code)
     if source.problem():
         return source.problem()
-    missing = [name for name in ("get_inputs", "get_init_inputs") if name not in source.functions]
+    missing = source.missing_functions
     if missing:
         return f"no {' or '.join(f'{name}()' for name in missing)}, which a check builds and calls the module with"
     return None

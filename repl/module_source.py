@@ -37,7 +37,12 @@ class ModuleSource:
     @property
     def runnable(self) -> bool:
         """Has what the checker needs to build and call it."""
-        return self.is_module and {"get_inputs", "get_init_inputs"} <= self.functions
+        return self.is_module and not self.missing_functions
+
+    @property
+    def missing_functions(self) -> list[str]:
+        """Which of get_inputs and get_init_inputs, that a check builds and calls the module with, it lacks."""
+        return [name for name in ("get_inputs", "get_init_inputs") if name not in self.functions]
 
     @property
     def model_class(self) -> str | None:
@@ -64,7 +69,7 @@ class ModuleSource:
         """A one-line caveat for a module that can be sent but not checked."""
         if not self.is_module:
             return None
-        missing = [name for name in ("get_inputs", "get_init_inputs") if name not in self.functions]
+        missing = self.missing_functions
         if missing:
             return (f"No {' or '.join(f'{name}()' for name in missing)}: a kernel can be generated, but not checked "
                     "without them.")

@@ -128,9 +128,8 @@ class Checker:
         checks (every judge busy by then: None), up to `timeout` for it to start where it is starting (not started by
         then: None, and it is left to start), then up to `timeout` for its answer (a module whose import hangs: None,
         and that judge is stopped), so up to three times `timeout` in all; no wait is shortened by the ones before,
-        which would stop a healthy judge sizing a slow module. size=False returns
-        at once (None), never waiting for a judge busy with a check. Preparing is best effort: a judge that has died
-        meanwhile is skipped."""
+        which would stop a healthy judge sizing a slow module. size=False returns at once (None), never waiting for
+        a judge busy with a check. Preparing is best effort: a judge that has died meanwhile is skipped."""
         if self._closed:
             raise RuntimeError("this Checker is closed")
         prepare_id = next(self._ids)
