@@ -209,6 +209,33 @@ def test_kernels_match_the_reference_in_the_interpreter():
                                               piece_shape=(128, 4, 2, 32, 256)))
 
 
+SPLIT_CHECK = """
+import torch
+from repl.generation import quant_kernels
+from repl.generation.quantization import dequantize, quantize
+torch.manual_seed(0)
+counts = quant_kernels._arrival_counts(torch.device("cpu"))
+for mode, n, k, parts in [("int8", 40, 832, 3), ("int8", 72, 1024, 2), ("int4", 40, 1408, 2), ("int4", 200, 1024, 1)]:
+    block = quant_kernels.INTERPRETER_SMALL["BLOCK_N"]
+    assert quant_kernels._small_parts(n, k, mode == "int4", block, torch.device("cpu")) == parts, (mode, n, k)
+    q = quantize(torch.randn(n, k) / k ** 0.5, mode)
+    xs = torch.randn(5, k) + 1.0
+    reference = xs.double() @ dequantize(q).double().T
+    first = quant_kernels.quant_matmul_small(xs, *q)
+    error = ((first.double() - reference).norm() / reference.norm()).item()
+    assert error < 2e-5, (mode, n, k, error)
+    assert int(counts.abs().sum()) == 0, (mode, "counts left behind")
+    assert torch.equal(quant_kernels.quant_matmul_small(xs, *q), first), (mode, "a second call differs")
+print("ok")
+"""
+
+
+def test_the_small_product_splits_long_rows_and_adds_the_parts_back():
+    """Few outputs and long rows: the steps are cut into parts (ragged ones too), the last part to arrive adds them
+    up, and the counts are left at zero for the next product (which then gives the same output)."""
+    run_under_interpreter(SPLIT_CHECK)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 2e-5), ("torch.bfloat16", 1e-2)])

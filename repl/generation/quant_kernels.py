@@ -66,10 +66,11 @@ def _field_as_float(words, SHIFT: tl.constexpr, MASK: tl.constexpr, ONE: tl.cons
 
 
 @triton.jit
-def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
-    """Field (words >> SHIFT) & MASK as an exact float (for the tensor-core product, whose inputs must be the
-    integers themselves): 2^23 + field, less 2^23."""
-    return (((words >> SHIFT) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr, LESS: tl.constexpr = 0):
+    """Field (words >> SHIFT) & MASK, less LESS, as an exact float (for the tensor-core product, whose inputs must be
+    the integers themselves): 2^23 + field, less 2^23 + LESS in one subtraction (exact: every integer below 2^24 is
+    a float32)."""
+    return (((words >> SHIFT) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + LESS)
 
 
 @triton.jit
@@ -260,26 +261,36 @@ def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool
 # -- 2 to 16 rows: tensor cores --------------------------------------------------------------------------------------
 
 @triton.jit
-def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, stride_xm, stride_om,
-                  INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
+def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr, arrivals_ptr, m, n, k, stride_xm,
+                  stride_om, INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
     """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact numbers in x's dtype, 16 words a step
-    (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or at the end (int8).
+    (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or per part (int8).
     16-bit inputs take an int4 field as 128 + q (a shift and one OR, exact in bfloat16: 2.1x faster than converting
     q, tools/quant_kernel_variants.py), each row's input sum taking the 128 back out; float32 inputs (PRECISION
-    "ieee") take q itself, as that subtraction would cancel too much of a float32 product's precision."""
+    "ieee") take q itself, as that subtraction would cancel too much of a float32 product's precision.
+
+    Split K: the second grid axis cuts the steps into parts (``_small_parts``), so that products with few outputs
+    and long rows (the down projection: 4096 outputs, 14336 columns) still fill the GPU. Each part writes its sums
+    to ``partial_ptr`` (parts, 16, n) and counts itself in at ``arrivals_ptr``; the part that arrives last adds
+    them up, writes the output and sets the count back to zero for the next product."""
     rows = tl.arange(0, 16)
     row_ok = rows < m
-    outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    block = tl.program_id(0)
+    part, parts = tl.program_id(1), tl.num_programs(1)
+    outs = block * BLOCK_N + tl.arange(0, BLOCK_N)
     out_ok = outs < n
     # k is a multiple of 64 (the launch checks it): written so, the compiler sees that a row's words start 32-byte
     # aligned and copies them 16 bytes at a time (k // 8 alone: 8 bytes, and 1.4x the time for the down projection)
     words_per_row = (k // 64) * (8 if INT4 else 16)
+    steps_per_part = tl.cdiv(words_per_row // 16, parts)
+    first = part * steps_per_part * 16
+    last = tl.minimum(first + steps_per_part * 16, words_per_row)
     index = tl.arange(0, 16)
     acc = tl.zeros([16, BLOCK_N], tl.float32)
-    for start in range(0, words_per_row, 16):
+    for start in range(first, last, 16):
         words = tl.load(words_ptr + outs[None, :] * words_per_row + (start + index)[:, None],
                         mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16 words, BLOCK_N)
-        part = tl.zeros([16, BLOCK_N], tl.float32)
+        part_sum = tl.zeros([16, BLOCK_N], tl.float32)
         inputs = tl.zeros([16], tl.float32)
         for j in tl.static_range(8 if INT4 else 4):
             if INT4:
@@ -289,9 +300,9 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
                     q -= 128.0
             else:
                 cols = j * words_per_row + start + index
-                q = _exact_field(words, 8 * j, 255) - 128.0
+                q = _exact_field(words, 8 * j, 255, 128)
             x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=row_ok[:, None], other=0.0)
-            part = tl.dot(x, q.to(x.dtype), part, input_precision=PRECISION)
+            part_sum = tl.dot(x, q.to(x.dtype), part_sum, input_precision=PRECISION)
             if INT4:
                 inputs += tl.sum(x.to(tl.float32), 1)
         if INT4:
@@ -299,17 +310,71 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, m, n, k, str
             scale = tl.load(scale_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
             offset = tl.load(offset_ptr + outs * (k // 128) + group, mask=out_ok, other=0.0).to(tl.float32)
             if PRECISION != "ieee":
-                part -= 128.0 * inputs[:, None]
-            acc += part * scale[None, :] + inputs[:, None] * offset[None, :]
+                part_sum -= 128.0 * inputs[:, None]
+            acc += part_sum * scale[None, :] + inputs[:, None] * offset[None, :]
         else:
-            acc += part
+            acc += part_sum
     if not INT4:
         acc *= tl.load(scale_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(out_ptr + rows[:, None] * stride_om + outs[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & out_ok[None, :])
+    out_at = out_ptr + rows[:, None] * stride_om + outs[None, :]
+    out_mask = row_ok[:, None] & out_ok[None, :]
+    if parts == 1:
+        tl.store(out_at, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        partial_at = partial_ptr + rows[:, None] * n + outs[None, :]
+        tl.store(partial_at + part * 16 * n, acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's sums written before the count says so (the atomic releases them)
+        arrived = tl.atomic_add(arrivals_ptr + block, 1, sem="acq_rel", scope="gpu")
+        if arrived == parts - 1:
+            total = tl.zeros([16, BLOCK_N], tl.float32)
+            for other in range(0, parts):  # in order: the sum does not depend on which part came last
+                total += tl.load(partial_at + other * 16 * n, mask=out_mask, other=0.0, cache_modifier=".cg")
+            tl.store(out_at, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(arrivals_ptr + block, 0, sem="relaxed", scope="gpu")
 
 
 _small_tuned = _tune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
+_arrivals: dict = {}  # (device, stream) -> int32 zeros, a count per block of outputs, left at zero by each product
+MAX_PARTS = 8
+ARRIVALS = 1 << 16  # blocks of outputs: the output layer's 128256 rows in blocks of 16 take 8016
+
+
+def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -> int:
+    """Parts of the K steps (16 words each) for blocks of ``block`` outputs: enough programs for two on each SM (four
+    programs under the interpreter, so that the tests split too), at most MAX_PARTS, at least 4 steps a part."""
+    steps = (k // 64) * (8 if int4 else 16) // 16
+    target = 2 * _multiprocessors(device) if device.type == "cuda" else 4
+    return max(1, min(MAX_PARTS, triton.cdiv(target, triton.cdiv(n, block)), steps // 4))
+
+
+_parts_by_shape: dict = {}  # (n, k, int4, device) -> {BLOCK_N: parts}: a decode step asks for the same shapes
+
+
+def _parts_by_block(n: int, k: int, int4: bool, device: torch.device, configs) -> dict:
+    key = (n, k, int4, device)
+    if key not in _parts_by_shape:
+        _parts_by_shape[key] = {config.kwargs["BLOCK_N"]: _small_parts(n, k, int4, config.kwargs["BLOCK_N"], device)
+                                for config in configs}
+    return _parts_by_shape[key]
+
+
+_sm_counts: dict = {}
+
+
+def _multiprocessors(device: torch.device) -> int:
+    if device not in _sm_counts:
+        _sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sm_counts[device]
+
+
+def _arrival_counts(device: torch.device) -> torch.Tensor:
+    """The counts of ``_matmul_small``'s parts, one buffer per CUDA stream: products on one stream run one after
+    the other, so each finds the counts at zero; another thread's products on another stream (the plain path while
+    the fast path warms up) have counts of their own. The graphs captured on a stream keep that stream's buffer."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream) if device.type == "cuda" else (device, 0)
+    if key not in _arrivals:
+        _arrivals[key] = torch.zeros(ARRIVALS, dtype=torch.int32, device=device)
+    return _arrivals[key]
 
 
 @torch.library.custom_op("kernelllm::quant_matmul_small", mutates_args=())
@@ -317,14 +382,23 @@ def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor
                        offset: Optional[torch.Tensor]) -> torch.Tensor:
     m, k = x.shape
     n = words.shape[0]
-    if m > MAX_SMALL_ROWS or k != words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES) or k % 64:
+    int4 = offset is not None
+    if m > MAX_SMALL_ROWS or k != words.shape[1] * (INT4_PLANES if int4 else INT8_PLANES) or k % 64:
         raise ValueError(f"quant_matmul_small: x {tuple(x.shape)}, words {tuple(words.shape)}")
     x = x.contiguous()
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    offset = offset.contiguous() if offset is not None else scale
-    arguments = (x, words, scale.contiguous(), offset, out, m, n, k, x.stride(0), out.stride(0))
-    flags = dict(INT4=offset is not scale, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
-    _launch(_small_tuned, _matmul_small, INTERPRETER_SMALL, n, arguments, flags)
+    offset = offset.contiguous() if int4 else scale
+    parts = _parts_by_block(n, k, int4, x.device, SMALL_CONFIGS if x.is_cuda else [triton.Config(INTERPRETER_SMALL)])
+    most_parts = max(parts.values())
+    partials = torch.empty((most_parts * 16, n) if most_parts > 1 else (1,), dtype=torch.float32, device=x.device)
+    arguments = (x, words, scale.contiguous(), offset, out, partials, _arrival_counts(x.device), m, n, k,
+                 x.stride(0), out.stride(0))
+    flags = dict(INT4=int4, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), parts[meta["BLOCK_N"]])
+    if x.is_cuda:
+        _small_tuned[grid](*arguments, **flags)
+    else:
+        _matmul_small[grid(INTERPRETER_SMALL)](*arguments, **flags, **INTERPRETER_SMALL)
     return out
 
 
@@ -362,7 +436,7 @@ def _dequantize(words_ptr, scale_ptr, offset_ptr, out_ptr, n, k, INT4: tl.conste
     else:
         scale = tl.load(scale_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)[:, None]
         for j in tl.static_range(4):
-            value = (_exact_field(words, 8 * j, 255) - 128.0) * scale
+            value = _exact_field(words, 8 * j, 255, 128) * scale
             tl.store(out_rows + (j * words_per_row + index)[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
 
 
