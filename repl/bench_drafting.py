@@ -156,9 +156,11 @@ def _every_draft_rejected(fast, prompt_ids, sampling, new_tokens: int) -> float:
 
 
 def _measure_real(fast, loaded, options, report) -> dict:
-    """Real weights: tokens/s of a reply to ``MODULE`` at the card's sampling, first with no earlier reply, then
-    drafted from the first too, as a session's second reply would be (the reply ends at its end token)."""
+    """Real weights: tokens/s of a reply to ``MODULE`` at the card's sampling, first with no earlier reply (drafted
+    from the seed, as a session's first reply is), then drafted from the first too, as a session's second reply
+    would be (the reply ends at its end token)."""
     from repl.generation.drafting import SessionReplies
+    from repl.generation.drafting_seed import drafting_seed
     from repl.generation.local import encode_prompt
     from repl.prompt import build_prompt
     from repl.settings import SamplingSettings
@@ -166,7 +168,7 @@ def _measure_real(fast, loaded, options, report) -> dict:
     prompt_ids = encode_prompt(loaded.tokenizer, build_prompt(MODULE)).to(fast.decoder.weights.embed.device)
     room = fast.decoder.max_seq_len - prompt_ids.shape[1]
     settings = SamplingSettings(temperature=options.temperature, top_p=options.top_p, max_new_tokens=min(2048, room))
-    replies, measured = SessionReplies(), {}
+    replies, measured = SessionReplies(seed=drafting_seed(loaded.tokenizer)), {}
     prompt = prompt_ids[0].tolist()
     for label in ("first reply", "second reply"):
         times, tokens = [], []
