@@ -253,7 +253,7 @@ def test_the_acceptance_tool_adds_seed_rows_and_leaves_out_replies_to_seed_probl
                                   "level1/3_Scaled.py:default"]
     first, with_seed = result["drafters"]["prompt + reply (first reply of a session)"], \
         result["drafters"]["first reply + seed"]
-    assert "+ 4 earlier replies + seed" in result["drafters"]
+    assert "+ 4 earlier replies + seed" in result["drafters"] and "first reply + seed, eps 0.1" in result["straying"]
     assert with_seed["accepted"] > first["accepted"]  # the seed's header is drafted
 
 

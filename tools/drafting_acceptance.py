@@ -278,6 +278,8 @@ def main() -> int:
               f"projected greedy {sim['projected_tokens_per_s']['greedy']:.0f}, sampled "
               f"{sim['projected_tokens_per_s']['sampled']:.0f} tokens/s")
     configurations = {"first reply": lambda i, p: Drafter(p), "after 4 replies": earlier(4)}
+    if seed is not None:
+        configurations["first reply + seed"] = drafters["first reply + seed"][0]
     out["straying"] = {}
     for label, drafter_for in configurations.items():
         for eps in (0.05, 0.1, 0.2, 0.3):
