@@ -11,13 +11,15 @@ weights it measures: a reply to a KernelBench-style module, then a second one dr
 import statistics
 import time
 
-# Teacher-forced step counts of the shipped host loop on the corpus (60 KernelBench level-1 replies in KernelLLM's
-# trained format, 50,641 Llama-3 tokens; tools/drafting_acceptance.py, 2026-11-25): plain steps, verify steps (window
-# 8), tokens. "first reply": drafts from the prompt and the reply so far; "after 4 replies": also from 4 replies
-# to other problems generated earlier in the session.
+# Teacher-forced step counts of the shipped host loop on the corpus (221 replies in KernelLLM's trained format to
+# KernelBench problems, levels 1 and 2, 311,780 Llama-3 tokens; tools/drafting_acceptance.py --seed, 2026-11-27):
+# plain steps, verify steps (window 8), tokens. "first reply": drafts from the prompt, the reply so far and the
+# drafting seed (repl/generation/drafting_seed.txt), as a session's first reply does; "after 4 replies": also from 4
+# replies to other problems generated earlier in the session; "first reply, no seed": the prompt and reply only.
 CORPUS_STEPS = {
-    "first reply": {"plain_steps": 29302, "verify_steps": 6480, "tokens": 50641, "replies": 60},
-    "after 4 replies": {"plain_steps": 11377, "verify_steps": 8596, "tokens": 50641, "replies": 60},
+    "first reply": {"plain_steps": 71631, "verify_steps": 57389, "tokens": 311780, "replies": 221},
+    "after 4 replies": {"plain_steps": 64378, "verify_steps": 59153, "tokens": 311780, "replies": 221},
+    "first reply, no seed": {"plain_steps": 170096, "verify_steps": 43002, "tokens": 311780, "replies": 221},
 }
 
 MODULE = '''import torch

@@ -270,3 +270,13 @@ def test_the_acceptance_tools_session_searches_the_seed_after_its_replies():
     own = acceptance.session_drafter(len(everyone), everyone)(0, [9, 9])
     own.add([1, 3])
     assert own.propose(3) == []  # (1, 3) is in reply 0 only: a reply never drafts from itself
+
+
+def test_the_acceptance_tool_splits_the_corpus_by_level_and_by_operations_shared_with_the_seed():
+    acceptance = load_tool("drafting_acceptance")
+    names = ["level1/26_GELU_.py:default", "level1/27_SELU_.py:default", "level1/27_SELU_.py:dynamic",
+             "level2/1_Conv2D_ReLU_BiasAdd.py:default", "level1/23_Softmax.py:default", "level1/52_Argmin.py:default"]
+    subsets = acceptance.seed_subsets(names)
+    assert subsets["level1"] == [0, 1, 4, 5]  # problems with their own shapes only
+    assert subsets["level2"] == [3]
+    assert subsets["level1, no operation of the seed's"] == [1, 5]  # GELU and softmax are seed problems' operations

@@ -174,6 +174,26 @@ class StrayingSamples(TeacherForcedSteps):
         return super().agrees(token, at) and self.rng.random() >= self.eps
 
 
+# Words naming the seed problems' operations (tools/drafting_seed/problems), as KernelBench's file names spell them
+SEED_OPERATIONS = ("gelu", "softmax", "layernorm", "rmsnorm", "sum", "mean", "relu", "conv", "maxpool", "pooling",
+                   "matmul", "matrix", "gemm", "linear", "add", "multiply", "scale", "residual")
+
+
+def seed_subsets(names: list[str]) -> dict[str, list[int]]:
+    """Indexes of the corpus's replies (problems with their own shapes) by level, and the level-1 problems whose file
+    names share no operation with the seed's."""
+    subsets: dict[str, list[int]] = {"level1": [], "level2": [], "level1, no operation of the seed's": []}
+    for i, name in enumerate(names):
+        where, variant = name.rsplit(":", 1)
+        level, problem = where.split("/", 1)
+        if variant != "default" or level not in subsets:
+            continue
+        subsets[level].append(i)
+        if level == "level1" and not any(word in problem.lower().replace("_", "") for word in SEED_OPERATIONS):
+            subsets["level1, no operation of the seed's"].append(i)
+    return subsets
+
+
 def simulate(items, drafter_for, planner_for, device_for, max_draft: int = 7) -> dict:
     totals, accepted = Counter(), []
     for index, (prompt, reply) in enumerate(items):
@@ -277,6 +297,20 @@ def main() -> int:
               f"{sim['accepted_per_verify']:.2f}  verify {sim['verify_steps']} plain {sim['plain_steps']}  "
               f"projected greedy {sim['projected_tokens_per_s']['greedy']:.0f}, sampled "
               f"{sim['projected_tokens_per_s']['sampled']:.0f} tokens/s")
+    if seed is not None:  # is the seed's gain its operations' overlap with the corpus's, or the text they share?
+        out["seed_by_subset"] = {}
+        for subset, chosen in seed_subsets(names).items():
+            chosen_items = [items[i] for i in chosen]
+            if not chosen_items:
+                continue
+            for row, drafter_for in (("first reply", lambda i, p: Drafter(p)),
+                                     ("first reply + seed", lambda i, p: Drafter(p, sources=[seed]))):
+                sim = simulate(chosen_items, drafter_for, DraftPlanner, TeacherForcedSteps)
+                sim["replies"] = len(chosen_items)
+                sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
+                out["seed_by_subset"][f"{subset}, {row}"] = sim
+                print(f"{subset} ({len(chosen_items)} replies), {row}: tokens/step {sim['tokens_per_step']:.2f}, "
+                      f"projected sampled {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
     configurations = {"first reply": lambda i, p: Drafter(p), "after 4 replies": earlier(4)}
     if seed is not None:
         configurations["first reply + seed"] = drafters["first reply + seed"][0]
