@@ -11,13 +11,15 @@ weights it measures: a reply to a KernelBench-style module, then a second one dr
 import statistics
 import time
 
-# Teacher-forced step counts of the shipped host loop on the corpus (60 KernelBench level-1 replies in KernelLLM's
-# trained format, 50,641 Llama-3 tokens; tools/drafting_acceptance.py, 2026-11-25): plain steps, verify steps (window
-# 8), tokens. "first reply": drafts from the prompt and the reply so far; "after 4 replies": also from 4 replies
-# to other problems generated earlier in the session.
+# Teacher-forced step counts of the shipped host loop on the corpus (221 replies in KernelLLM's trained format to
+# KernelBench problems, levels 1 and 2, 311,780 Llama-3 tokens; tools/drafting_acceptance.py --seed, 2026-11-27):
+# plain steps, verify steps (window 8), tokens. "first reply": drafts from the prompt, the reply so far and the
+# drafting seed (repl/generation/drafting_seed.txt), as a session's first reply does; "after 4 replies": also from 4
+# replies to other problems generated earlier in the session; "first reply, no seed": the prompt and reply only.
 CORPUS_STEPS = {
-    "first reply": {"plain_steps": 29302, "verify_steps": 6480, "tokens": 50641, "replies": 60},
-    "after 4 replies": {"plain_steps": 11377, "verify_steps": 8596, "tokens": 50641, "replies": 60},
+    "first reply": {"plain_steps": 71631, "verify_steps": 57389, "tokens": 311780, "replies": 221},
+    "after 4 replies": {"plain_steps": 64378, "verify_steps": 59153, "tokens": 311780, "replies": 221},
+    "first reply, no seed": {"plain_steps": 170096, "verify_steps": 43002, "tokens": 311780, "replies": 221},
 }
 
 MODULE = '''import torch
@@ -156,9 +158,11 @@ def _every_draft_rejected(fast, prompt_ids, sampling, new_tokens: int) -> float:
 
 
 def _measure_real(fast, loaded, options, report) -> dict:
-    """Real weights: tokens/s of a reply to ``MODULE`` at the card's sampling, first with no earlier reply, then
-    drafted from the first too, as a session's second reply would be (the reply ends at its end token)."""
+    """Real weights: tokens/s of a reply to ``MODULE`` at the card's sampling, first with no earlier reply (drafted
+    from the seed, as a session's first reply is), then drafted from the first too, as a session's second reply
+    would be (the reply ends at its end token)."""
     from repl.generation.drafting import SessionReplies
+    from repl.generation.drafting_seed import drafting_seed
     from repl.generation.local import encode_prompt
     from repl.prompt import build_prompt
     from repl.settings import SamplingSettings
@@ -166,7 +170,7 @@ def _measure_real(fast, loaded, options, report) -> dict:
     prompt_ids = encode_prompt(loaded.tokenizer, build_prompt(MODULE)).to(fast.decoder.weights.embed.device)
     room = fast.decoder.max_seq_len - prompt_ids.shape[1]
     settings = SamplingSettings(temperature=options.temperature, top_p=options.top_p, max_new_tokens=min(2048, room))
-    replies, measured = SessionReplies(), {}
+    replies, measured = SessionReplies(seed=drafting_seed(loaded.tokenizer)), {}
     prompt = prompt_ids[0].tolist()
     for label in ("first reply", "second reply"):
         times, tokens = [], []

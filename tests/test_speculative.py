@@ -81,9 +81,35 @@ def test_session_replies_are_kept_per_prompt_newest_first_and_bounded():
     assert len(kept) <= 10 and kept[-4:] == [105, 105, 105, SEPARATOR]  # the newest replies survive the budget
 
 
-def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_from_itself_only(tiny, monkeypatch):
+def test_the_seed_is_searched_last_and_never_evicted_and_no_draft_spans_two_seed_replies():
+    seed = [[1, 3, 4, 70], [9, 3, 4, 80, 81], [5, 6, 90]]
+    replies = SessionReplies(budget=10, seed=seed)
+
+    def draft(suffix, prompt=(8,)):
+        drafter = Drafter(prompt=[0, 0], sources=replies.sources(list(prompt)), min_n=2)
+        drafter.add(suffix)
+        return drafter.propose(4)
+
+    assert draft([3, 4]) == [70]  # the first seed reply is the newest: its end ends the draft
+    assert draft([9, 3]) == [4, 80, 81] and draft([81, 1]) == [] and draft([90, 9]) == []  # nothing across replies
+    replies.remember([7], [2, 3, 4, 60])
+    assert draft([3, 4]) == [60]  # the session's own reply wins over the seed (at equal length)
+    assert draft([3, 4], prompt=(7,)) == [60]
+    for i in range(6):  # far past the budget: the session's index is rebuilt, the seed's is kept as it was
+        replies.remember([i], [100 + i] * 4)
+    assert replies.sources([8])[-1].tokens == joined(seed).tokens and draft([9, 3]) == [4, 80, 81]
+    assert len(SessionReplies().sources([8])) == len(SessionReplies(seed=[]).sources([8])) == 1  # no seed, no index
+
+
+def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_from_itself_only(tiny, monkeypatch,
+                                                                                                tmp_path):
+    from repl.generation import drafting_seed
     from repl.generation.fast_decode import FastLocalBackend
 
+    seed_file = tmp_path / "drafting_seed.txt"
+    seed_file.write_text(drafting_seed.format_seed(["def seed(x):\n    return x"]))
+    monkeypatch.setattr(drafting_seed, "SEED_FILE", seed_file)
+    seed = tiny.tokenizer.encode("def seed(x):\n    return x", add_special_tokens=False) + [SEPARATOR]
     backend = FastLocalBackend(tiny, compile=False, max_seq_len=1024, batch_sizes=(1,))
     assert backend.wait_until_ready(60) and backend.decoder.speculation is not None
     assert "drafting" in backend.warm_up_seconds
@@ -98,8 +124,8 @@ def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_f
     assert "".join(again) == text  # greedy: the same tokens, drafted from the first reply this time
     "".join(backend.stream("def add(x):", SamplingSettings(temperature=0, max_new_tokens=5)))
     "".join(backend.stream("def relu(x):", SamplingSettings(max_new_tokens=5, seed=1)))
-    assert seen[0] == [[]] and seen[1] == [first.sent + [SEPARATOR]] * 2
-    assert seen[2] == [first.sent + [SEPARATOR] + again.sent + [SEPARATOR]] and seen[3] == []
+    assert seen[0] == [[], seed] and seen[1] == [first.sent + [SEPARATOR]] * 2 + [seed]
+    assert seen[2] == [first.sent + [SEPARATOR] + again.sent + [SEPARATOR], seed] and seen[3] == []
 
 
 # -- greedy: generate()'s tokens whatever the drafts ------------------------------------------------------------------
@@ -357,18 +383,21 @@ def test_drive_emits_the_reply_once_keeps_plain_steps_ahead_and_checks_a_drafts_
     assert stopped == reply[:7]
 
 
-def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_ones(trained_model_dir, tiny):
+def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_ones(trained_model_dir, tiny,
+                                                                                    monkeypatch, tmp_path):
     """Real weights (the trained tiny model, which writes one prepared reply): the second reply to the benchmark's
     module is drafted from the first and accepts most drafts; random weights: the projection from the corpus's
     step counts and the costs measured here, never a measured figure."""
     from types import SimpleNamespace
 
     from repl.bench_drafting import CORPUS_STEPS, measure_drafting, project
+    from repl.generation import drafting_seed
     from repl.generation.fast_decode import FastLocalBackend
     from repl.generation.random_weights import synthetic_prompt_ids
 
     import repl.bench_drafting
 
+    monkeypatch.setattr(drafting_seed, "SEED_FILE", tmp_path / "absent.txt")  # the first reply has no seed here
     repl.bench_drafting.REPEATS, repl.bench_drafting.WARM = 2, 1  # timings are not checked here
     options = SimpleNamespace(arch=None, new_tokens=8, temperature=1.0, top_p=0.97, runs=1)
     sampling = SamplingSettings(max_new_tokens=8, seed=0)
@@ -388,6 +417,27 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
             assert "measured" not in result and set(result["projected_tokens_per_s"]) == set(CORPUS_STEPS)
     steps = {"plain_steps": 10, "verify_steps": 5, "tokens": 31, "replies": 1}
     assert project(steps, 5.0, 6.0, 1.0) == pytest.approx(30 / 0.085)
+
+
+def test_bench_drafts_its_first_reply_from_the_seed(trained_model_dir, monkeypatch, tmp_path):
+    """As a session's first reply does: with the trained tiny model's own reply as the seed, most of the benchmark's
+    first reply comes from accepted drafts."""
+    from types import SimpleNamespace
+
+    from repl.bench_drafting import _measure_real
+    from repl.generation import drafting_seed
+    from repl.generation.fast_decode import FastLocalBackend
+    from tiny_models import PREPARED_REPLY
+
+    seed_file = tmp_path / "drafting_seed.txt"
+    seed_file.write_text(drafting_seed.format_seed([PREPARED_REPLY]))
+    monkeypatch.setattr(drafting_seed, "SEED_FILE", seed_file)
+    loaded = load_model(str(trained_model_dir), device="cpu")
+    fast = FastLocalBackend(loaded, compile=False, max_seq_len=2048, batch_sizes=(1,))
+    assert fast.wait_until_ready(60) and fast.decoder.speculation is not None
+    measured = _measure_real(fast, loaded, SimpleNamespace(temperature=1.0, top_p=0.97), lambda message: None)
+    first = measured["first reply"]
+    assert first["tokens"] > 20 and first["steps"]["accepted"] > first["tokens"] // 2
 
 
 def test_repeatable_steps_feed_the_prompts_end_again_on_every_call(tiny):

@@ -12,6 +12,8 @@
    row rejects each agreeing draft token with probability eps, for samples that stray from the corpus.
 4. Projection: plain steps at the measured plain decode rate, verify steps at the measured verify-step time plus the
    measured per-step host overhead (tools/verify_step_timing.py's JSON).
+5. With ``--seed`` (repl/generation/drafting_seed.txt), rows that draft from the seed too, searched last as the
+   shipped ``SessionReplies`` does; replies to problems that share a seed problem's file name are then left out.
 
     python tools/drafting_acceptance.py corpus.jsonl.gz KernelBench/ tokenizer.model timing.json --json out.json
 """
@@ -31,12 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repl.generation.drafting import Drafter, DraftPlanner, TeacherForcedSteps, drive  # noqa: E402
+from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, TeacherForcedSteps, drive, joined  # noqa: E402
+from repl.generation.drafting_seed import split_seed  # noqa: E402
 from repl.prompt import build_prompt  # noqa: E402
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 BOS, EOT = 128000, 128009
+SEED_PROBLEMS = Path(__file__).resolve().parent / "drafting_seed" / "problems"
 
 HEADER = """import torch
 {extern}import triton
@@ -107,6 +111,10 @@ def call_source(code: str, configs: dict) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+# What ``__init__`` creates that Inductor lifts into ``call``'s arguments: a parameter, or a layer's weight and bias.
+LEARNED = re.compile(r"self\.(\w+) = nn\.(Parameter|Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(")
+
+
 def model_new(source: str, call: str) -> str:
     """``class ModelNew``: the module's docstring and ``__init__``, and a forward that hands its parameters and
     inputs to ``call`` (parameters first, as Inductor lifts them) and returns the first output."""
@@ -117,18 +125,18 @@ def model_new(source: str, call: str) -> str:
     if doc:
         lines.append(f'    """{doc}"""')
     init = next((node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"), None)
-    params = []
+    weights = []
     if init is not None:
         text = ast.get_source_segment(source, init)
         lines.append("")
         init_source = textwrap.dedent("    " + text).replace("super(Model, self)", "super(ModelNew, self)")
         lines.append(textwrap.indent(init_source, "    "))
-        params = re.findall(r"self\.(\w+) = nn\.(?:Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(", text)
+        for name, kind in LEARNED.findall(text):
+            weights += [f"self.{name}"] if kind == "Parameter" else [f"self.{name}.weight", f"self.{name}.bias"]
     forward = next(node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "forward")
     inputs = [arg.arg for arg in forward.args.args[1:]]
     names = re.search(r"^\s+(.*?),? = args$", call, re.M)
     names = [name.strip() for name in names.group(1).split(",") if name.strip()] if names else []
-    weights = [f"self.{module}.{kind}" for module in params for kind in ("weight", "bias")]
     lines += ["", f"    def forward(self, {', '.join(f'input_{i}' for i in range(len(inputs)))}):"]
     sources = weights[:max(len(names) - len(inputs), 0)] + [f"input_{i}" for i in range(len(inputs))]
     for name, value in zip(names, sources):
@@ -166,6 +174,26 @@ class StrayingSamples(TeacherForcedSteps):
         return super().agrees(token, at) and self.rng.random() >= self.eps
 
 
+# Words naming the seed problems' operations (tools/drafting_seed/problems), as KernelBench's file names spell them
+SEED_OPERATIONS = ("gelu", "softmax", "layernorm", "rmsnorm", "sum", "mean", "relu", "conv", "maxpool", "pooling",
+                   "matmul", "matrix", "gemm", "linear", "add", "multiply", "scale", "residual")
+
+
+def seed_subsets(names: list[str]) -> dict[str, list[int]]:
+    """Indexes of the corpus's replies (problems with their own shapes) by level, and the level-1 problems whose file
+    names share no operation with the seed's."""
+    subsets: dict[str, list[int]] = {"level1": [], "level2": [], "level1, no operation of the seed's": []}
+    for i, name in enumerate(names):
+        where, variant = name.rsplit(":", 1)
+        level, problem = where.split("/", 1)
+        if variant != "default" or level not in subsets:
+            continue
+        subsets[level].append(i)
+        if level == "level1" and not any(word in problem.lower().replace("_", "") for word in SEED_OPERATIONS):
+            subsets["level1, no operation of the seed's"].append(i)
+    return subsets
+
+
 def simulate(items, drafter_for, planner_for, device_for, max_draft: int = 7) -> dict:
     totals, accepted = Counter(), []
     for index, (prompt, reply) in enumerate(items):
@@ -179,6 +207,18 @@ def simulate(items, drafter_for, planner_for, device_for, max_draft: int = 7) ->
     return {**totals, "tokens_per_step": totals["tokens"] / (steps + len(items)),  # + the prefill's token
             "accepted_per_verify": totals["accepted"] / max(totals["verify_steps"], 1),
             "acceptance_histogram": dict(sorted(Counter(accepted).items()))}
+
+
+def session_drafter(count: int, everyone: list[list[int]], seed: NgramIndex | None = None):
+    """The drafter of reply i in a session that generated ``count`` replies to other problems before it (a sample of
+    ``everyone`` but reply i), with ``seed`` searched after them as ``SessionReplies.sources`` orders it."""
+    def drafter_for(i, prompt):
+        others = [reply for j, reply in enumerate(everyone) if j != i]
+        chosen = random.Random(i).sample(others, min(count, len(others)))
+        if seed is None:
+            return Drafter(prompt, others=chosen)
+        return Drafter(prompt, sources=[joined(chosen), seed])
+    return drafter_for
 
 
 def projected(sim: dict, plain_ms: float, verify_ms: float, overhead_ms: float) -> float:
@@ -195,12 +235,21 @@ def main() -> int:
     parser.add_argument("timing")
     parser.add_argument("--json")
     parser.add_argument("--show", type=int, default=0, help="print this many converted replies")
+    parser.add_argument("--seed", help="a drafting seed file (repl/generation/drafting_seed.txt): rows drafted from "
+                                       "it too")
     args = parser.parse_args()
     encoder = llama3_tokenizer(args.tokenizer)
     records = [json.loads(line) for line in gzip.open(args.corpus, "rt")]
+    seed, left_out = None, set()
+    if args.seed:
+        seed = joined([encoder.encode(reply) for reply in split_seed(Path(args.seed).read_text())])
+        left_out = {path.name for path in SEED_PROBLEMS.glob("*.py")}  # a reply must not draft from itself
     items, names = [], []
     for record in records:
         if "error" in record or not record["codes"]:
+            continue
+        if record["problem"] in left_out:
+            print(f"left out (a seed problem's name): {record['level']}/{record['problem']}")
             continue
         source = (Path(args.kernelbench) / record["level"] / record["problem"]).read_text()
         reply = kernelbook_reply(source, record["codes"][0], record["configs"])
@@ -221,13 +270,7 @@ def main() -> int:
            "prompt_tokens_median": statistics.median(len(prompt) for prompt, _ in items),
            "costs_ms": {"plain": plain, "verify_8": verify, "verify_overhead": overhead}, "drafters": {}}
     everyone = [reply for _, reply in items]
-
-    def earlier(count: int):
-        """The drafter of a reply in a session that generated ``count`` replies to other problems before it."""
-        def drafter_for(i, prompt):
-            others = [reply for j, reply in enumerate(everyone) if j != i]
-            return Drafter(prompt, others=random.Random(i).sample(others, min(count, len(others))))
-        return drafter_for
+    earlier = lambda count: session_drafter(count, everyone)
 
     drafters = {
         "prompt + reply (first reply of a session)": (lambda i, p: Drafter(p), DraftPlanner),
@@ -240,6 +283,10 @@ def main() -> int:
         "+ all other replies (leave one out)": (earlier(len(items)), DraftPlanner),
         "+ all other replies, no pause": (earlier(len(items)), lambda d: DraftPlanner(d, max_pause=0)),
     }
+    if seed is not None:
+        out["seed_tokens"] = len(seed.tokens)
+        drafters["first reply + seed"] = (lambda i, p: Drafter(p, sources=[seed]), DraftPlanner)
+        drafters["+ 4 earlier replies + seed"] = (session_drafter(4, everyone, seed), DraftPlanner)
     for name, (drafter_for, planner_for) in drafters.items():
         sim = simulate(items, drafter_for, planner_for, TeacherForcedSteps)
         sim["replies"] = len(items)
@@ -250,7 +297,23 @@ def main() -> int:
               f"{sim['accepted_per_verify']:.2f}  verify {sim['verify_steps']} plain {sim['plain_steps']}  "
               f"projected greedy {sim['projected_tokens_per_s']['greedy']:.0f}, sampled "
               f"{sim['projected_tokens_per_s']['sampled']:.0f} tokens/s")
+    if seed is not None:  # is the seed's gain its operations' overlap with the corpus's, or the text they share?
+        out["seed_by_subset"] = {}
+        for subset, chosen in seed_subsets(names).items():
+            chosen_items = [items[i] for i in chosen]
+            if not chosen_items:
+                continue
+            for row, drafter_for in (("first reply", lambda i, p: Drafter(p)),
+                                     ("first reply + seed", lambda i, p: Drafter(p, sources=[seed]))):
+                sim = simulate(chosen_items, drafter_for, DraftPlanner, TeacherForcedSteps)
+                sim["replies"] = len(chosen_items)
+                sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
+                out["seed_by_subset"][f"{subset}, {row}"] = sim
+                print(f"{subset} ({len(chosen_items)} replies), {row}: tokens/step {sim['tokens_per_step']:.2f}, "
+                      f"projected sampled {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
     configurations = {"first reply": lambda i, p: Drafter(p), "after 4 replies": earlier(4)}
+    if seed is not None:
+        configurations["first reply + seed"] = drafters["first reply + seed"][0]
     out["straying"] = {}
     for label, drafter_for in configurations.items():
         for eps in (0.05, 0.1, 0.2, 0.3):

@@ -9,7 +9,9 @@ forward pass (``speculative``), so a wrong draft costs time, never correctness.
 Sources, in the order a match is taken from (the longest matching n-gram wins; at equal length the earlier source):
 - the prompt and the reply so far (one growing sequence: "prompt lookup");
 - sibling replies: what the session generated before for the same prompt (``:regen``, ``:fix``, ``:best K``);
-- the session's replies to other prompts (a suffix index over earlier outputs, as SuffixDecoding keeps).
+- the session's replies to other prompts (a suffix index over earlier outputs, as SuffixDecoding keeps);
+- the drafting seed: a few replies in the model's format shipped with the project (``drafting_seed``), last, so that
+  a session's first reply has more than its prompt to draft from and anything the session wrote itself wins over it.
 Within a source the most recent occurrence wins: code repeats what it wrote last.
 """
 
@@ -99,13 +101,16 @@ class SessionReplies:
     """What the session generated, as drafts for later replies: per prompt the last ``per_prompt`` replies (of the
     last ``prompts`` prompts), and one index over them all, kept as replies arrive (built once, not per reply) and
     bounded to about ``budget`` tokens (rebuilt from the newest replies past it). Inductor-style replies share much
-    of their text across modules: headers, kernel preambles, ``call``, ``ModelNew``. Thread-safe."""
+    of their text across modules: headers, kernel preambles, ``call``, ``ModelNew``. ``seed``: replies the session
+    starts with (``drafting_seed``), in an index of their own that is searched last and never evicted. Thread-safe."""
 
-    def __init__(self, prompts: int = 64, per_prompt: int = 8, budget: int = 32768):
+    def __init__(self, prompts: int = 64, per_prompt: int = 8, budget: int = 32768,
+                 seed: list[list[int]] | None = None):
         # Per prompt, newest first; the dict's order: the least recently used prompt first.
         self._replies: dict[tuple[int, ...], list[list[int]]] = {}
         self._siblings: dict[tuple[int, ...], NgramIndex] = {}
         self._all = NgramIndex()
+        self._seed = joined(seed) if seed else None  # never changes: readers share it without the lock
         self._prompts, self._per_prompt, self._budget = prompts, per_prompt, budget
         self._lock = threading.Lock()
 
@@ -119,10 +124,13 @@ class SessionReplies:
             return [reply for other in reversed(self._replies) if other != key for reply in self._replies[other]]
 
     def sources(self, prompt: list[int]) -> list[NgramIndex]:
-        """The indexes a reply to ``prompt`` drafts from: that prompt's replies, then all of the session's."""
+        """The indexes a reply to ``prompt`` drafts from: that prompt's replies, all of the session's, the seed."""
         with self._lock:
             own = self._siblings.get(tuple(prompt))
-            return [own, self._all] if own is not None else [self._all]
+            found = [own, self._all] if own is not None else [self._all]
+        if self._seed is not None:
+            found.append(self._seed)
+        return found
 
     def remember(self, prompt: list[int], reply: list[int]) -> None:
         if not reply:

@@ -23,6 +23,7 @@ from repl.generation.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
 from repl.generation.model_loading import LoadedModel
 from repl.generation.drafting import SessionReplies
+from repl.generation.drafting_seed import drafting_seed
 from repl.generation.static_decoder import MAX_SEQ_LEN, FastDecoder
 from repl.settings import SamplingSettings
 
@@ -116,7 +117,8 @@ class FastLocalBackend(Backend):
                  attention: str | None = None, drafting: bool = True):
         self.loaded = loaded
         self.drafting = drafting
-        self.replies = SessionReplies()  # what this session generated: drafts for later replies
+        # What this session generated, drafts for later replies; the seed drafts even the first one.
+        self.replies = SessionReplies(seed=drafting_seed(loaded.tokenizer) if drafting else None)
         self.device = loaded.device
         self.context_tokens = loaded.context_tokens
         self.plain = LocalBackend(loaded)
