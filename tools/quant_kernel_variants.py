@@ -12,8 +12,14 @@ what was tried (docs/performance.md, "Fewer bytes per token"). Candidates, not a
   repo's kernel.
 - ``STAGES`` > 1: the K loop software-pipelined by Triton (``tl.range(..., num_stages)``: the next tiles' words are
   copied to shared memory while the current one is used): slower (as was the int8 form, since dropped from here).
+- ``int4_prmt``, ``int4_group_prmt`` (``_late``), ``int8_prmt`` (``--only prmt,group_prmt``): fields made floats by
+  byte permutes (PRMT), 19-42% fewer instructions a weight offline; no faster on the H100 (runs 12, 13), and int8's
+  form costs 100x the float32 error.
+- ``matmul_small_int8_before`` (``--only small_before``): the 8-row int8 product before its fields took one
+  subtraction (run 15/16: 8.14 against 7.89 ms a step); ``--only small`` times the shipped 8-row kernel in one part
+  and split along K (run 16: 5.15 ms int8, 4.34 ms int4 split).
 Adopted from this script's earlier candidates (now ``quant_kernels``' own): int8 without column masks, the 2-16-row
-int4 product with fields as 128 + q, the dequantization with 16-byte stores.
+int4 product with fields as 128 + q, the dequantization with 16-byte stores, the 8-row product split along K.
 """
 
 import argparse
