@@ -80,6 +80,21 @@ def test_the_fast_backend_builds_and_drafts_without_a_seed_file(random_model, mo
     assert reply.reply.tokens == 4
 
 
+def test_the_shipped_seed_is_a_reply_in_the_trained_format_for_each_seed_problem(tokenizer):
+    """repl/generation/drafting_seed.txt (tools/drafting_seed.py's output, committed): one KernelBook reply per seed
+    problem, each a Python code block with kernels, call and ModelNew. An emptied or lost file would silently leave
+    every first reply without a seed."""
+    import ast
+
+    replies = split_seed(drafting_seed.SEED_FILE.read_text(encoding="utf-8"))
+    assert len(replies) == len(PROBLEMS)
+    for reply in replies:
+        assert reply.startswith("```python\n") and reply.rstrip().endswith("```"), reply[:80]
+        ast.parse(reply.strip()[len("```python"):-len("```")])
+        assert "@triton.jit" in reply and "def call(args):" in reply and "class ModelNew(nn.Module):" in reply
+    assert len(drafting_seed.drafting_seed(tokenizer)) == len(PROBLEMS)
+
+
 # -- the seed problems ----------------------------------------------------------------------------------------------
 
 PROBLEMS = sorted((TOOLS / "drafting_seed" / "problems").glob("*.py"))

@@ -69,6 +69,13 @@ def test_the_python_api_imports_from_anywhere(installed, tmp_path):
     result = run_installed([installed / "python", "-c", probe], tmp_path)
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()).is_relative_to(installed.parent)  # the installed copy, not this tree
+    # package data: the drafting seed ships with the package (else an installed tool drafts its first replies from
+    # nothing, silently)
+    seed = run_installed([installed / "python", "-c", "from repl.generation.drafting_seed import SEED_FILE; "
+                          "print(SEED_FILE.is_relative_to(__import__('sys').prefix), len(SEED_FILE.read_text()))"],
+                         tmp_path)
+    assert seed.returncode == 0 and seed.stdout.split()[0] == "True" and int(seed.stdout.split()[1]) > 10000, \
+        seed.stdout + seed.stderr
 
 
 def test_the_package_depends_on_exactly_what_requirements_txt_lists(installed, tmp_path):

@@ -336,7 +336,9 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr,
 _small_tuned = _tune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
 _arrivals: dict = {}  # (device, stream) -> int32 zeros, a count per block of outputs, left at zero by each product
 MAX_PARTS = 8
-ARRIVALS = 1 << 16  # blocks of outputs: the output layer's 128256 rows in blocks of 16 take 8016
+# Counts, one per block of outputs of a split product. A product is split only when it has fewer blocks than two
+# programs per SM (``_small_parts``), so this many serve any GPU of up to 2048 SMs.
+ARRIVALS = 4096
 
 
 def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -> int:
@@ -344,7 +346,10 @@ def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -
     programs under the interpreter, so that the tests split too), at most MAX_PARTS, at least 4 steps a part."""
     steps = (k // 64) * (8 if int4 else 16) // 16
     target = 2 * _multiprocessors(device) if device.type == "cuda" else 4
-    return max(1, min(MAX_PARTS, triton.cdiv(target, triton.cdiv(n, block)), steps // 4))
+    blocks = triton.cdiv(n, block)
+    if blocks > ARRIVALS:  # more blocks than counts: never split (it would not be, below 2048 SMs)
+        return 1
+    return max(1, min(MAX_PARTS, triton.cdiv(target, blocks), steps // 4))
 
 
 _parts_by_shape: dict = {}  # (n, k, int4, device) -> {BLOCK_N: parts}: a decode step asks for the same shapes
