@@ -167,6 +167,15 @@ for mode in ("int8", "int4"):
               llama_math.rms_norm(x.double(), norm.double(), 1e-5) @ w.T, (mode, "norm"))
         close(quant_kernels.matvec(both, q, residual=residual, swiglu=True),
               residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu"))
+        # the norm or SwiGLU made by a kernel of its own before the product, and in each of its programs
+        launch = lambda first, *args: quant_kernels.quant_matvec_launch(*args, input_first=first)
+        made = {{first: (launch(first, x, *q, norm, None, False, 1e-5), launch(first, both, *q, None, residual, True, 0.0))
+                for first in (False, True)}}
+        for first, (normed, swiglu) in made.items():
+            close(normed, llama_math.rms_norm(x.double(), norm.double(), 1e-5) @ w.T, (mode, "norm", first))
+            close(swiglu, residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu", first))
+        if device == "cpu":  # the same tiles under the interpreter: the same inputs give the same sums
+            assert all(torch.equal(a, b) for a, b in zip(made[False], made[True])), (mode, "input made first")
         for rows in (2, 5, 16, 17):  # 17 rows and up: dequantized, then cuBLAS
             # inputs of mean 1: a product of 128 + q that takes 128 times the input sum out again lost float32
             # precision here (3e-5); the one-row kernels' 1 + q / 128 costs up to 2.2e-5 on such inputs, so they keep

@@ -12,7 +12,9 @@ So the kernels spend few operations per weight:
 
 Three products:
 - ``quant_matvec``: one row of input (a decode step), CUDA cores, with the norm before it (RMS norm), SwiGLU of its
-  input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call.
+  input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call, for
+  each fused variant on its own, and for a norm or SwiGLU the faster of making the input in every program or once,
+  in a kernel of its own, before the product.
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
@@ -30,14 +32,15 @@ from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeig
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
 # tile's columns take all the threads (BLOCK_W >= 128 * warps, BLOCK_G >= 8 * warps), the compiler gives each thread
-# the same columns of every row, so the inputs it loads and converts serve BLOCK_N weights. Chosen from 11-14 tiles
-# per kernel timed on an H100 and an H200 (tools/quant_kernel_variants.py, docs/performance.md): int8 (4, 512, 4) is
-# the fastest for every product of a layer; int4 products read 1.0-1.7 TB/s whatever the tile, load width or
-# pipelining (Triton's num_stages made them slower), so its list stays as first measured.
+# the same columns of every row, so the inputs it loads and converts serve BLOCK_N weights. The lists hold the
+# fastest tiles of each product of a decode step with its fusions (norm, SwiGLU, residual) on an H100, timed as a
+# step runs them, 32 distinct weights one after the other in a CUDA graph (tools/quant_step_chain.py --sweep, run
+# 21): no one tile is the fastest for every product (int8: (4, 512, 4) for o, (8, 512, 4) for q/k/v and down,
+# (32, 128, 4) for gate/up and the output layer after the norm), so each variant of each shape is tuned on its own.
 INT8_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_W": w}, num_warps=warps)
-                for n, w, warps in [(4, 512, 4), (16, 128, 4), (8, 256, 4), (16, 128, 8)]]
+                for n, w, warps in [(4, 512, 4), (8, 512, 4), (32, 128, 4), (16, 256, 4), (8, 256, 4)]]
 INT4_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_G": g}, num_warps=warps)
-                for n, g, warps in [(8, 8, 8), (8, 32, 4), (4, 32, 4), (8, 16, 2)]]
+                for n, g, warps in [(16, 16, 4), (16, 8, 4), (8, 32, 4), (16, 32, 8), (8, 16, 2)]]
 # 32 for o and down, 64 for q/k/v, 128 for gate/up and the output layer (H200, tools/quant_kernel_variants.py); 16:
 # twice the programs of 32 for the down projection's 4096 rows, whose 14336 columns leave 32 with one wave of 128
 SMALL_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=4, num_stages=3) for n in (16, 32, 64, 128)]
@@ -180,37 +183,59 @@ def _quick_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
-def _tuned_as_plain(tuner):
-    """Configurations to try for a fused variant (norm, SwiGLU, residual) of a product: the one tuned for the plain
-    variant of the same shape when there is one (the graphs tier tunes those first), else all. Each configuration
-    costs a compile of about a second, and the fused variants read the weights the same way."""
-    def prune(configs, named_args, **kwargs):
-        flags = {**named_args, **kwargs}
-        for key, config in getattr(tuner(), "cache", {}).items():
-            if key[:5] == (flags["n"], flags["k"], False, False, False):
-                return [config]
-        return configs
-
-    return prune
-
-
-def _tune(configs, key, prune=None):
-    extra = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
+def _tune(configs, key):
     try:
-        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench, **extra)
+        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench)
     except TypeError:  # a Triton without do_bench: its default timing
-        return triton.autotune(configs=configs, key=key, **extra)
+        return triton.autotune(configs=configs, key=key)
 
 
 FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL"]
-_int8_tuned = _tune(INT8_CONFIGS, FLAGS, _tuned_as_plain(lambda: _int8_tuned))(_int8_matvec)
-_int4_tuned = _tune(INT4_CONFIGS, FLAGS, _tuned_as_plain(lambda: _int4_tuned))(_int4_matvec)
+_int8_tuned = _tune(INT8_CONFIGS, FLAGS)(_int8_matvec)
+_int4_tuned = _tune(INT4_CONFIGS, FLAGS)(_int4_matvec)
+
+
+@triton.jit
+def _prepare_input(x_ptr, norm_ptr, out_ptr, k, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
+    """A product's input made once, as the fused kernels make it (``_input``): norm * rms_norm(x) or
+    SiLU(x[:k]) * x[k:], BLOCK inputs a program (each with its own pass over x for the RMS)."""
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, BLOCK)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = _input(x_ptr, norm_ptr, cols, cols < k, k, inverse_rms, NORM, SWIGLU)
+    tl.store(out_ptr + cols, v.to(out_ptr.dtype.element_ty), mask=cols < k)
+
+
+def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, k: int, eps: float) -> torch.Tensor:
+    """The k inputs of a product with the norm or SwiGLU before it, in x's dtype: the very values the fused kernel
+    computes (``_input`` rounds them to x's dtype), so either path gives the same product."""
+    out = torch.empty(k, dtype=x.dtype, device=x.device)
+    _prepare_input[(triton.cdiv(k, NORM_BLOCK),)](x, norm if norm is not None else out, out, k, eps,
+                                                  NORM=norm is not None, SWIGLU=swiglu, BLOCK=NORM_BLOCK)
+    return out
+
+
+# (rows, columns, norm, SwiGLU, residual, dtype, format, device) -> whether making the input first is faster.
+# Each program of a fused product makes its own inputs (and its own pass over x for the norm), which costs little
+# with few programs and more than a kernel of its own with many: on an H100 (run 21) the input made first was
+# faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for q/k/v (13.8
+# against 12.9), so the first call of each shape times both ways.
+_input_made_first: dict = {}
+
+
+def _make_input_first(key, fused, prepared) -> bool:
+    if key not in _input_made_first:
+        fused(), prepared()  # tuned (and compiled) before either is timed
+        _input_made_first[key] = _quick_bench(prepared, None) < _quick_bench(fused, None)
+    return _input_made_first[key]
 
 
 def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
                         norm: Optional[torch.Tensor], residual: Optional[torch.Tensor], swiglu: bool,
-                        eps: float) -> torch.Tensor:
-    """W @ v for one row, v = x (k,), norm * rms_norm(x), or SiLU(x[:k]) * x[k:] (x of 2k); plus the residual."""
+                        eps: float, input_first: Optional[bool] = None) -> torch.Tensor:
+    """W @ v for one row, v = x (k,), norm * rms_norm(x), or SiLU(x[:k]) * x[k:] (x of 2k); plus the residual.
+    With a norm or SwiGLU, ``input_first`` makes v in a kernel of its own (``prepared_input``) before the product
+    instead of in each of the product's programs; None: whichever was faster at this shape on CUDA, fused under the
+    interpreter."""
     n = words.shape[0]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x = x.reshape(-1).contiguous()
@@ -218,9 +243,17 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
             or (residual is not None and residual.numel() != n) or (norm is not None and norm.numel() != k)):
         raise ValueError(f"quant_matvec: x {tuple(x.shape)}, words {tuple(words.shape)}, "
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
+    norm = norm.contiguous() if norm is not None else None
+    if norm is not None or swiglu:
+        if input_first is None and x.is_cuda:
+            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
+            use = lambda first: lambda: quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
+            input_first = _make_input_first(key, use(False), use(True))
+        if input_first:
+            x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
-    norm = norm.contiguous() if norm is not None else out
+    norm = norm if norm is not None else out
     flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
     if offset is None:
         _launch(_int8_tuned, _int8_matvec, INTERPRETER_INT8, n,
@@ -482,7 +515,10 @@ def linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
 
 
 def tuned_configs() -> dict[str, str]:
-    """The block sizes the tuning chose, per tuning key: for the benchmark's record."""
+    """The block sizes the tuning chose, per tuning key, and which fused products make their input first: for the
+    benchmark's record."""
     return {f"{name} {key}": str(config)
             for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("small", _small_tuned))
-            for key, config in getattr(tuner, "cache", {}).items()}
+            for key, config in getattr(tuner, "cache", {}).items()} | {
+        f"{'int8' if key[6] else 'int4'} input made first {key[:6]}": str(first)
+        for key, first in _input_made_first.items()}
