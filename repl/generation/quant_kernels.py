@@ -76,6 +76,13 @@ def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr, LESS: tl.conste
     return (((words >> SHIFT) & MASK) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + LESS)
 
 
+def _rms_block(args) -> int:
+    """``_inverse_rms``'s block: the whole row at once up to 8192 inputs (the 8B's 4096), so that a program waits for
+    one round of loads before its products instead of one per 1024 inputs (2-3 us of a q/k/v product's 13 on an
+    H100, before its weights were asked for)."""
+    return min(triton.next_power_of_2(args["k"]), 8192)
+
+
 @triton.jit
 def _inverse_rms(x_ptr, k, eps, NORM: tl.constexpr, BLOCK: tl.constexpr):
     """1 / RMS(x) over k inputs (as llama_math.rms_norm), or 1 without a norm."""
@@ -106,22 +113,42 @@ def _input(x_ptr, norm_ptr, cols, mask, k, inverse_rms, NORM: tl.constexpr, SWIG
 
 # -- one row: CUDA cores --------------------------------------------------------------------------------------------
 
-@triton.heuristics({"EVEN": lambda args: (args["k"] // 4) % args["BLOCK_W"] == 0})
+@triton.jit
+def _int8_tile(words, acc, inputs, x_ptr, norm_ptr, start, ok, words_per_row, index, k, inverse_rms,
+               NORM: tl.constexpr, SWIGLU: tl.constexpr):
+    """acc and inputs with one tile of words (BLOCK_N rows, BLOCK_W words from ``start``) added in."""
+    for j in tl.static_range(4):
+        v = _input(x_ptr, norm_ptr, j * words_per_row + start + index, ok, k, inverse_rms, NORM, SWIGLU)
+        acc += _field_as_float(words, 15 - 8 * j, 0x007F8000) * v[None, :]
+        inputs += v
+    return acc, inputs
+
+
+@triton.heuristics({"EVEN": lambda args: (args["k"] // 4) % args["BLOCK_W"] == 0, "RMS_BLOCK": _rms_block})
 @triton.jit
 def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
     """EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
-    on an H200, tools/quant_kernel_variants.py; not compared on an H100)."""
+    on an H200, tools/quant_kernel_variants.py; not compared on an H100). The first tile's words are asked for before
+    the norm's pass over x, so that pass overlaps their memory latency."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     words_per_row = k // 4
-    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
     index = tl.arange(0, BLOCK_W)
     row_words = words_ptr + rows[:, None] * words_per_row + index[None, :]
+    if EVEN:
+        ok = True
+        words = tl.load(row_words, mask=row_ok[:, None], other=0, eviction_policy="evict_first")
+    else:
+        ok = index < words_per_row
+        words = tl.load(row_words, mask=row_ok[:, None] & ok[None, :], other=0, eviction_policy="evict_first")
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     inputs = tl.zeros([BLOCK_W], tl.float32)
-    for start in range(0, words_per_row, BLOCK_W):
+    acc, inputs = _int8_tile(words, acc, inputs, x_ptr, norm_ptr, 0, ok, words_per_row, index, k, inverse_rms,
+                             NORM, SWIGLU)
+    for start in range(BLOCK_W, words_per_row, BLOCK_W):
         if EVEN:
             ok = True
             words = tl.load(row_words + start, mask=row_ok[:, None], other=0, eviction_policy="evict_first")
@@ -129,10 +156,8 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
             ok = start + index < words_per_row
             words = tl.load(row_words + start, mask=row_ok[:, None] & ok[None, :], other=0,
                             eviction_policy="evict_first")
-        for j in tl.static_range(4):
-            v = _input(x_ptr, norm_ptr, j * words_per_row + start + index, ok, k, inverse_rms, NORM, SWIGLU)
-            acc += _field_as_float(words, 15 - 8 * j, 0x007F8000) * v[None, :]
-            inputs += v
+        acc, inputs = _int8_tile(words, acc, inputs, x_ptr, norm_ptr, start, ok, words_per_row, index, k,
+                                 inverse_rms, NORM, SWIGLU)
     # acc sums (1 + (q + 128) / 256) * v = 1.5 v + q v / 256
     total = 256.0 * tl.sum(acc, 1) - 384.0 * tl.sum(inputs, 0)
     total *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -141,14 +166,15 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
+@triton.heuristics({"RMS_BLOCK": _rms_block})
 @triton.jit
 def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     groups_per_row, words_per_row = k // 128, k // 8
-    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     word_in_group = tl.arange(0, 16)
     acc = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)
     for start in range(0, groups_per_row, BLOCK_G):
@@ -195,11 +221,13 @@ _int8_tuned = _tune(INT8_CONFIGS, FLAGS)(_int8_matvec)
 _int4_tuned = _tune(INT4_CONFIGS, FLAGS)(_int4_matvec)
 
 
+@triton.heuristics({"RMS_BLOCK": _rms_block})
 @triton.jit
-def _prepare_input(x_ptr, norm_ptr, out_ptr, k, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
+def _prepare_input(x_ptr, norm_ptr, out_ptr, k, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr,
+                   RMS_BLOCK: tl.constexpr):
     """A product's input made once, as the fused kernels make it (``_input``): norm * rms_norm(x) or
     SiLU(x[:k]) * x[k:], BLOCK inputs a program (each with its own pass over x for the RMS)."""
-    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, BLOCK)
+    inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     v = _input(x_ptr, norm_ptr, cols, cols < k, k, inverse_rms, NORM, SWIGLU)
     tl.store(out_ptr + cols, v.to(out_ptr.dtype.element_ty), mask=cols < k)
