@@ -212,9 +212,10 @@ print("ok")
 
 def test_kernels_match_the_reference_in_the_interpreter():
     """Shapes with ragged edges for the interpreter's tiles (64 rows a program; rows of words that the tiles divide
-    and rows that they do not, for each format): every product and fused piece."""
+    and rows that they do not, for each format), and a row longer than the norm's one round of loads (8192 inputs):
+    every product and fused piece."""
     run_under_interpreter(KERNEL_CHECK.format(device="cpu", dtype="torch.float32", tolerance=2e-5,
-                                              backend="aot_eager", shapes=[(72, 384), (40, 200), (40, 256)],
+                                              backend="aot_eager", shapes=[(72, 384), (40, 200), (40, 256), (24, 8320)],
                                               piece_shape=(128, 4, 2, 32, 256)))
 
 
