@@ -169,8 +169,8 @@ for mode in ("int8", "int4"):
               residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu"))
         # the norm or SwiGLU made by a kernel of its own before the product, and in each of its programs
         launch = lambda first, *args: quant_kernels.quant_matvec_launch(*args, input_first=first)
-        made = {{first: (launch(first, x, *q, norm, None, False, 1e-5), launch(first, both, *q, None, residual, True, 0.0))
-                for first in (False, True)}}
+        made = {{first: (launch(first, x, *q, norm, None, False, 1e-5),
+                        launch(first, both, *q, None, residual, True, 0.0)) for first in (False, True)}}
         for first, (normed, swiglu) in made.items():
             close(normed, llama_math.rms_norm(x.double(), norm.double(), 1e-5) @ w.T, (mode, "norm", first))
             close(swiglu, residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu", first))
