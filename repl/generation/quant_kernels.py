@@ -78,8 +78,8 @@ def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr, LESS: tl.conste
 
 def _rms_block(args) -> int:
     """``_inverse_rms``'s block: the whole row at once up to 8192 inputs (the 8B's 4096), so that a program waits for
-    one round of loads before its products instead of one per 1024 inputs (2-3 us of a q/k/v product's 13 on an
-    H100, before its weights were asked for)."""
+    one round of loads before its products instead of one per 1024 inputs (with int8's first tile of weights asked
+    for before it: the int8 products of a decode step 3.32 -> 3.16 ms on an H100, run 24; int4 unchanged)."""
     return min(triton.next_power_of_2(args["k"]), 8192)
 
 
