@@ -193,16 +193,16 @@ def step(matvec, layers, lm_head, final_norm, h, eps=1e-5):
     return matvec(h, *lm_head, final_norm, None, False, eps)
 
 
-def time_step(matvec, layers, lm_head, final_norm, replays: int):
-    h = torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16)
-    for _ in range(2):  # tunes and compiles outside the capture
-        step(matvec, layers, lm_head, final_norm, h)
+def replay_times(run, replays: int):
+    """``run`` twice outside a capture (tuning and compiling happen there), then captured in one CUDA graph and
+    replayed ``replays`` times: the milliseconds of each replay, and what the captured run returned."""
+    for _ in range(2):
+        run()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        logits = step(matvec, layers, lm_head, final_norm, h)
+        output = run()
     graph.replay()
-    torch.cuda.synchronize()
     times = []
     for _ in range(replays):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -211,6 +211,12 @@ def time_step(matvec, layers, lm_head, final_norm, replays: int):
         end.record()
         end.synchronize()
         times.append(begin.elapsed_time(end))
+    return times, output
+
+
+def time_step(matvec, layers, lm_head, final_norm, replays: int):
+    h = torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16)
+    times, logits = replay_times(lambda: step(matvec, layers, lm_head, final_norm, h), replays)
     reference = step(shipped.quant_matvec_launch, layers, lm_head, final_norm, h)
     torch.cuda.synchronize()
     difference = (logits.float() - reference.float()).abs().max().item() / reference.float().abs().max().item()
@@ -263,23 +269,7 @@ def product_call(family: str, mode: str, tile, flags: dict, x, weight, norm, res
 
 def graph_time(calls, replays: int) -> float:
     """Median ms of one replay of a graph of ``calls`` one after the other."""
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(replay_times(lambda: [call() for call in calls], replays)[0])
 
 
 def sweep(mode: str, layers, lm_head, families, replays: int) -> dict:
