@@ -275,8 +275,11 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     if norm is not None or swiglu:
         if input_first is None and x.is_cuda:
             key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
-            use = lambda first: lambda: quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
-            input_first = _make_input_first(key, use(False), use(True))
+
+            def way(first: bool):
+                return lambda: quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
+
+            input_first = _make_input_first(key, way(False), way(True))
         if input_first:
             x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     out = torch.empty(n, dtype=x.dtype, device=x.device)
