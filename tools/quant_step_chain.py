@@ -35,6 +35,7 @@ import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from repl.generation import quant_kernels as shipped  # noqa: E402
+from repl.generation.kernel_timing import autotune  # noqa: E402
 from repl.generation.quant_kernels import _field_as_float, _input, _inverse_rms  # noqa: E402
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
 
@@ -130,8 +131,8 @@ def int4_early(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, 
 
 
 FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL", "PDL"]
-_int8_early = shipped._tune(shipped.INT8_CONFIGS, FLAGS)(int8_early)
-_int4_early = shipped._tune(shipped.INT4_CONFIGS, FLAGS)(int4_early)
+_int8_early = autotune(shipped.INT8_CONFIGS, FLAGS)(int8_early)
+_int4_early = autotune(shipped.INT4_CONFIGS, FLAGS)(int4_early)
 
 
 def early_matvec(pdl: bool):
@@ -333,6 +334,10 @@ def main() -> None:
                   f"logits differ by {difference:.1e} of their largest", flush=True)
         del layers, lm_head
         torch.cuda.empty_cache()
+    # What the shipped tuning chose in this process: the sweep's winners are what it should choose
+    results["tuned"] = shipped.tuned_configs()
+    for key, choice in results["tuned"].items():
+        print(f"tuned: {key}: {choice}", flush=True)
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=1))
 

@@ -9,8 +9,8 @@ once for all of them (for the down projection SiLU(gate) * up from the gate/up p
 the hidden state), accumulates elementwise products in float32 and reduces once at the end; then the o and down
 kernel adds the residual, and the q/k/v kernel, whose programs hold a dimension and its rotate-half partner, applies
 RoPE, returns q and writes k and v into the cache at the position read on the device. Block sizes are tuned on the
-real shapes at the first call (``triton.autotune``): the decoder makes that call while compiling its pieces, on
-scratch inputs, before any graph is captured.
+real shapes at the first call (``kernel_timing.autotune``, the L2 cache emptied by reads): the decoder makes that
+call while compiling its pieces, on scratch inputs, before any graph is captured.
 
 The kernels are torch custom ops, so the compiled pieces call them between Inductor's own kernels (the norm and
 gate/up product stay Inductor's). Batches of more rows keep ``llama_math``'s pieces (cuBLAS products).
@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from repl.generation import llama_math
+from repl.generation.kernel_timing import autotune
 
 # Tried on the real shapes at the first call (4096 x 4096 and 4096 x 14336 on the 8B): rows per program, tile width.
 CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps)
@@ -50,7 +51,7 @@ def _matvec_residual(vector_ptr, weight_ptr, residual_ptr, out_ptr, n, k, stride
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-_tuned = triton.autotune(configs=CONFIGS, key=["n", "k", "SWIGLU"])(_matvec_residual)
+_tuned = autotune(CONFIGS, ["n", "k", "SWIGLU"], warmup_ms=25, rep_ms=100)(_matvec_residual)
 
 
 def matvec_residual_launch(vector: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
@@ -146,7 +147,7 @@ def _qkv_rope_cache(x_ptr, norm_ptr, weight_ptr, cos_ptr, sin_ptr, position_ptr,
         tl.store(at + HALF, rb.to(v_cache_ptr.dtype.element_ty))
 
 
-_qkv_tuned = triton.autotune(configs=QKV_CONFIGS, key=["k", "HEADS", "KV_HEADS", "DIM"])(_qkv_rope_cache)
+_qkv_tuned = autotune(QKV_CONFIGS, ["k", "HEADS", "KV_HEADS", "DIM"], warmup_ms=25, rep_ms=100)(_qkv_rope_cache)
 
 
 def qkv_rope_cache_launch(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int,

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from repl.generation.kernel_timing import autotune, time_as_in_a_step
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
@@ -124,16 +125,15 @@ def _int8_tile(words, acc, inputs, x_ptr, norm_ptr, start, ok, words_per_row, in
     return acc, inputs
 
 
-@triton.heuristics({"EVEN": lambda args: (args["k"] // 4) % args["BLOCK_W"] == 0, "RMS_BLOCK": _rms_block})
 @triton.jit
-def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
-                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
-    """EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
+def _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
+               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
+               RMS_BLOCK: tl.constexpr):
+    """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32.
+
+    EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
     on an H200, tools/quant_kernel_variants.py; not compared on an H100). The first tile's words are asked for before
     the norm's pass over x, so that pass overlaps their memory latency."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n
     words_per_row = k // 4
     index = tl.arange(0, BLOCK_W)
     row_words = words_ptr + rows[:, None] * words_per_row + index[None, :]
@@ -160,19 +160,13 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
                                  inverse_rms, NORM, SWIGLU)
     # acc sums (1 + (q + 128) / 256) * v = 1.5 v + q v / 256
     total = 256.0 * tl.sum(acc, 1) - 384.0 * tl.sum(inputs, 0)
-    total *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+    return total * tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
 
 
-@triton.heuristics({"RMS_BLOCK": _rms_block})
 @triton.jit
-def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
-                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n
+def _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
+               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
+    """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32."""
     groups_per_row, words_per_row = k // 128, k // 8
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     word_in_group = tl.arange(0, 16)
@@ -197,28 +191,185 @@ def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr
         offset = tl.load(offset_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
         # group_sums = X + (q . v) / 128, X = group_inputs; the group's weights are scale * q + offset
         acc += scale * 128.0 * (group_sums - group_inputs) + offset * group_inputs
-    total = tl.sum(acc, 1)
+    return tl.sum(acc, 1)
+
+
+@triton.jit
+def _store_output(total, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: tl.constexpr):
     if RESIDUAL:
         total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def _quick_bench(kernel_call, quantiles):
-    """Each configuration timed over ~20 ms (Triton's default is 100 ms after 25 ms of warm-up): tuning happens
-    while the fast path warms up, and the timings of a memory-bound product settle within a few runs."""
-    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+def _even(args) -> bool:
+    return (args["k"] // 4) % args["BLOCK_W"] == 0
 
 
-def _tune(configs, key):
-    try:
-        return triton.autotune(configs=configs, key=key, do_bench=_quick_bench)
-    except TypeError:  # a Triton without do_bench: its default timing
-        return triton.autotune(configs=configs, key=key)
+@triton.heuristics({"EVEN": _even, "RMS_BLOCK": _rms_block})
+@triton.jit
+def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    total = _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU, BLOCK_N,
+                       BLOCK_W, EVEN, RMS_BLOCK)
+    _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
+
+
+@triton.heuristics({"RMS_BLOCK": _rms_block})
+@triton.jit
+def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
+                 NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU,
+                       BLOCK_N, BLOCK_G, RMS_BLOCK)
+    _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
+
+
+# -- one row of q/k/v, with RoPE and the cache writes -----------------------------------------------------------------
+# After the q/k/v product a step ran one more kernel a layer (RoPE and the cache writes, fused by Inductor): some
+# 3.4 us of a layer's ~110 on the H100 (int4 profile, run 2). Here the product's programs do it: a program holds
+# BLOCK_N // 2 dims of one head and their rotate-half partners (dim + HALF), as decode_matvec's bf16 kernel does.
+
+@triton.jit
+def _rope_rows(DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's head, its BLOCK_N // 2 dims, and the rows of the fused weight they need: each dim followed by
+    its partner (dim, dim + HALF, next dim, ...)."""
+    head = tl.program_id(0) // (HALF // (BLOCK_N // 2))
+    first = (tl.program_id(0) % (HALF // (BLOCK_N // 2))) * (BLOCK_N // 2)
+    i = tl.arange(0, BLOCK_N)
+    return head, first + tl.arange(0, BLOCK_N // 2), head * DIM + first + i // 2 + (i % 2) * HALF
+
+
+@triton.jit
+def _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+                    stride_kh, stride_kn, stride_vh, stride_vn, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+                    HALF: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``llama_math.rope_and_cache`` for ``_rope_rows``' rows: the products rounded to the model's dtype (as the
+    product's output would be), rotated in float32 (q and k heads), then q stored and k, v written into the cache
+    at the position."""
+    a, b = tl.split(tl.reshape(total.to(q_ptr.dtype.element_ty).to(tl.float32), [BLOCK_N // 2, 2]))
+    rotated = head < HEADS + KV_HEADS
+    ra = tl.where(rotated, a * tl.load(cos_ptr + dims).to(tl.float32) - b * tl.load(sin_ptr + dims).to(tl.float32), a)
+    rb = tl.where(rotated, b * tl.load(cos_ptr + HALF + dims).to(tl.float32)
+                  + a * tl.load(sin_ptr + HALF + dims).to(tl.float32), b)
+    if head < HEADS:
+        at = q_ptr + head * 2 * HALF + dims
+        tl.store(at, ra.to(q_ptr.dtype.element_ty))
+        tl.store(at + HALF, rb.to(q_ptr.dtype.element_ty))
+    elif head < HEADS + KV_HEADS:
+        at = k_cache_ptr + (head - HEADS) * stride_kh + tl.load(position_ptr) * stride_kn + dims
+        tl.store(at, ra.to(k_cache_ptr.dtype.element_ty))
+        tl.store(at + HALF, rb.to(k_cache_ptr.dtype.element_ty))
+    else:
+        at = v_cache_ptr + (head - HEADS - KV_HEADS) * stride_vh + tl.load(position_ptr) * stride_vn + dims
+        tl.store(at, ra.to(v_cache_ptr.dtype.element_ty))
+        tl.store(at + HALF, rb.to(v_cache_ptr.dtype.element_ty))
+
+
+@triton.heuristics({"EVEN": _even, "RMS_BLOCK": _rms_block})
+@triton.jit
+def _int8_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, norm_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr,
+                         v_cache_ptr, k, eps, stride_kh, stride_kn, stride_vh, stride_vn,
+                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
+    head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
+    total = _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False, BLOCK_N,
+                       BLOCK_W, EVEN, RMS_BLOCK)
+    _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
+                    stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
+
+
+@triton.heuristics({"RMS_BLOCK": _rms_block})
+@triton.jit
+def _int4_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr,
+                         k_cache_ptr, v_cache_ptr, k, eps, stride_kh, stride_kn, stride_vh, stride_vn,
+                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
+    head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
+    total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False,
+                       BLOCK_N, BLOCK_G, RMS_BLOCK)
+    _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
+                    stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
 
 FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL"]
-_int8_tuned = _tune(INT8_CONFIGS, FLAGS)(_int8_matvec)
-_int4_tuned = _tune(INT4_CONFIGS, FLAGS)(_int4_matvec)
+_int8_tuned = autotune(INT8_CONFIGS, FLAGS)(_int8_matvec)
+_int4_tuned = autotune(INT4_CONFIGS, FLAGS)(_int4_matvec)
+
+
+def _tiles_within_a_head(configs, named_args, **kwargs):
+    """The tiles whose BLOCK_N // 2 dims divide half a head (``_rope_rows``)."""
+    half = kwargs.get("HALF", named_args.get("HALF"))
+    return [c for c in configs if c.kwargs["BLOCK_N"] % 2 == 0 and half % (c.kwargs["BLOCK_N"] // 2) == 0]
+
+
+ROPE_KEY = ["k", "HEADS", "KV_HEADS", "DIM"]
+_int8_rope_tuned = autotune(INT8_CONFIGS, ROPE_KEY, prune=_tiles_within_a_head)(_int8_qkv_rope_cache)
+_int4_rope_tuned = autotune(INT4_CONFIGS, ROPE_KEY, prune=_tiles_within_a_head)(_int4_qkv_rope_cache)
+
+
+def rope_fits(dim: int) -> bool:
+    """Whether ``quant_qkv_rope_cache`` serves heads of ``dim``: a power of two, so every tile of up to 64 rows
+    holds whole pairs of dims within half a head (Llama's 128)."""
+    return dim >= 4 and dim & (dim - 1) == 0
+
+
+def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
+                                offset: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,
+                                k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, heads: int,
+                                kv_heads: int, eps: float) -> torch.Tensor:
+    """q (1, heads, 1, dim) of one token x (1, 1, hidden) at ``positions`` (1,): the quantized q/k/v product of
+    norm * rms_norm(x), rotated; its k and v written into the caches (1, kv_heads, length, dim). As
+    ``llama_math.attention_input`` for one row of one token."""
+    dim = k_cache.shape[-1]
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    x, norm = x.reshape(-1).contiguous(), norm.contiguous()
+    cos, sin = cos.reshape(-1).contiguous(), sin.reshape(-1).contiguous()
+    if (x.numel() != k or norm.numel() != k or words.shape[0] != (heads + 2 * kv_heads) * dim
+            or not words.is_contiguous() or cos.numel() != dim or sin.numel() != dim or not rope_fits(dim)
+            or k_cache.shape[0] != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1
+            or v_cache.shape != k_cache.shape or k_cache.shape[1] != kv_heads):
+        raise ValueError(f"quant_qkv_rope_cache: x {tuple(x.shape)}, words {tuple(words.shape)}, "
+                         f"cos {tuple(cos.shape)}, caches {tuple(k_cache.shape)} {tuple(v_cache.shape)}")
+    q = torch.empty((1, heads, 1, dim), dtype=x.dtype, device=x.device)
+    grid = lambda meta: ((heads + 2 * kv_heads) * dim // meta["BLOCK_N"],)
+    rest = (cos, sin, positions, q, k_cache, v_cache, k, eps, k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(1), v_cache.stride(2))
+    shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
+    if offset is None:
+        arguments, tuned, kernel, tiles = (x, words, scale.contiguous(), norm) + rest, _int8_rope_tuned, \
+            _int8_qkv_rope_cache, INTERPRETER_INT8
+    else:
+        arguments, tuned, kernel, tiles = (x, words, scale.contiguous(), offset.contiguous(), norm) + rest, \
+            _int4_rope_tuned, _int4_qkv_rope_cache, INTERPRETER_INT4
+    if x.is_cuda:
+        tuned[grid](*arguments, **shape)
+    else:
+        kernel[grid](*arguments, **shape, **dict(tiles, BLOCK_N=min(tiles["BLOCK_N"], dim)))
+    return q
+
+
+@torch.library.custom_op("kernelllm::quant_qkv_rope_cache", mutates_args=("k_cache", "v_cache"))
+def quant_qkv_rope_cache(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
+                         offset: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor, positions: torch.Tensor, heads: int, kv_heads: int,
+                         eps: float) -> torch.Tensor:
+    return quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, k_cache, v_cache, positions, heads,
+                                       kv_heads, eps)
+
+
+@quant_qkv_rope_cache.register_fake
+def _(x, norm, words, scale, offset, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps):
+    return x.new_empty((1, heads, 1, k_cache.shape[-1]))
+
+
+def qkv_rope_cache(x, norm, weight: QuantizedWeight, cos, sin, k_cache, v_cache, positions, heads: int,
+                   kv_heads: int, eps: float):
+    """``quant_qkv_rope_cache`` on a quantized weight."""
+    return quant_qkv_rope_cache(x, norm, weight.words, weight.scale, weight.offset, cos, sin, k_cache, v_cache,
+                                positions, heads, kv_heads, eps)
 
 
 @triton.heuristics({"RMS_BLOCK": _rms_block})
@@ -253,7 +404,7 @@ _input_made_first: dict = {}
 def _make_input_first(key, fused, prepared) -> bool:
     if key not in _input_made_first:
         fused(), prepared()  # tuned (and compiled) before either is timed
-        _input_made_first[key] = _quick_bench(prepared, None) < _quick_bench(fused, None)
+        _input_made_first[key] = time_as_in_a_step(prepared) < time_as_in_a_step(fused)
     return _input_made_first[key]
 
 
@@ -397,7 +548,7 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr,
             tl.atomic_xchg(arrivals_ptr + block, 0, sem="relaxed", scope="gpu")
 
 
-_small_tuned = _tune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
+_small_tuned = autotune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
 _arrivals: dict = {}  # (device, stream) -> int32 zeros, a count per block of outputs, left at zero by each product
 MAX_PARTS = 8
 # Counts, one per block of outputs of a split product. A product is split only when it has fewer blocks than two
@@ -549,7 +700,8 @@ def tuned_configs() -> dict[str, str]:
     """The block sizes the tuning chose, per tuning key, and which fused products make their input first: for the
     benchmark's record."""
     return {f"{name} {key}": str(config)
-            for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("small", _small_tuned))
+            for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("int8 q/k/v", _int8_rope_tuned),
+                                ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
         f"{'int8' if key[6] else 'int4'} input made first {key[:6]}": str(first)
         for key, first in _input_made_first.items()}

@@ -3,7 +3,7 @@ one token (the norm, SwiGLU and the residual fused in); the decoder compiles the
 for full-precision weights. More rows, or full-precision weights, take ``llama_math``'s own pieces."""
 
 from repl.generation import llama_math
-from repl.generation.quant_kernels import matvec
+from repl.generation.quant_kernels import matvec, qkv_rope_cache, rope_fits
 from repl.generation.quantization import QuantizedWeight
 
 
@@ -12,9 +12,13 @@ def _one_row(x) -> bool:
 
 
 def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
-    """``llama_math.attention_input`` with the norm fused into the q/k/v product, for one row of one token."""
+    """``llama_math.attention_input`` for one row of one token as one kernel (the norm, the q/k/v product, RoPE and
+    the cache writes), which returns q only (k and v are in the cache, where a decode step reads them: None for
+    them); with heads it cannot hold, the norm fused into the product and RoPE after it."""
     if not _one_row(x) or not isinstance(qkv, QuantizedWeight):
         return llama_math.attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps)
+    if rope_fits(k_cache.shape[-1]) and k_cache.shape[0] == 1:
+        return qkv_rope_cache(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps), None, None
     projected = matvec(x, qkv, norm=norm, eps=eps)
     return llama_math.rope_and_cache(projected, cos, sin, k_cache, v_cache, positions, heads, kv_heads)
 
