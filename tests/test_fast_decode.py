@@ -342,10 +342,6 @@ for batch, heads, kv_heads, dim, length, position, attended in [
     ref = attend_cache(q.double(), k_cache.double(), v_cache.double(), at, attended)
     error = ((out - ref).norm() / ref.norm()).item()
     assert error < {tolerance}, (batch, heads, position, error)
-    # weights asked of the L2 cache for the next kernel (a size no program's share divides) change nothing
-    weights = torch.empty(1_000_003, dtype=torch.int32, device=device)
-    prefetched = decode_attention(q, k_cache, v_cache, at, attended, prefetch=weights).double()
-    assert torch.equal(prefetched, out), (batch, heads, position, "prefetch")
 print("ok")
 """
 

@@ -5,11 +5,6 @@ casts, softmax); at batch 1 each reads a few megabytes, so launches and gaps cos
 6.5 ms step on the H100. Here each program reads one slice of one key/value head's cache for the query heads that
 share it (an online softmax over blocks), and a second kernel combines the slices. The cache is read up to the
 position held on the device, so one captured graph serves every position of its length bucket.
-
-The attention reads a few megabytes a layer with long waits between its reads, so the memory is mostly idle while
-it runs (some 7 us a layer on the H100), and the next kernel, the o projection, reads 17-34 MB of weights: the
-programs ask the L2 cache (50 MB on the H100) to load those weights (``prefetch``) before they start on the cache,
-without waiting for them, so the o projection finds them there.
 """
 
 import torch
@@ -20,34 +15,14 @@ SPLITS = 16  # slices of the attended length: 8 KV heads x 16 = 128 programs at 
 BLOCK_N = 32  # cached positions per loop step
 
 
-PREFETCH_LINES = tl.constexpr(128)  # 128-byte lines a program asks for at a time: one a thread at 4 warps
-
-
 @triton.jit
-def _prefetch_l2(ptr, nbytes, program, programs, LINES: tl.constexpr):
-    """Ask the L2 cache to load this program's share of the ``nbytes`` from ``ptr``, a 128-byte line a thread at a
-    time, without waiting for them (``prefetch.global.L2``: no register receives the data)."""
-    base = ptr.to(tl.pointer_type(tl.int8))
-    share = tl.cdiv(tl.cdiv(nbytes, 128), programs) * 128
-    first = program.to(tl.int64) * share
-    for start in range(0, share, LINES * 128):
-        offsets = tl.minimum(first + start + tl.arange(0, LINES) * 128, nbytes - 1)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [base + offsets],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr, prefetch_ptr, prefetch_bytes,
+def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
                    stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
                    chunk, scale,
                    KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
-                   WINDOW: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
-                   PREFETCH: tl.constexpr):
+                   WINDOW: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
     row_head = tl.program_id(0)  # batch row * KV_HEADS + key/value head
     split = tl.program_id(1)
-    if PREFETCH:
-        _prefetch_l2(prefetch_ptr, prefetch_bytes, row_head * SPLITS + split, tl.num_programs(0) * SPLITS,
-                     PREFETCH_LINES)
     b = row_head // KV_HEADS
     kv_head = row_head % KV_HEADS
     rows = tl.arange(0, GROUP_PAD)  # query head in the group * WINDOW + query in the window
@@ -111,10 +86,9 @@ def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr,
     tl.store(result_ptr + head_row * DIM + dims, value.to(result_ptr.dtype.element_ty))
 
 
-def decode_attention(q, k_cache, v_cache, position, attended: int, prefetch: torch.Tensor | None = None):
+def decode_attention(q, k_cache, v_cache, position, attended: int):
     """Same contract as ``llama_math.attend_cache``: q (B, H, 1, D) against the first ``attended`` cached positions,
-    masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype. ``prefetch``: a contiguous
-    tensor the next kernel reads, asked of the L2 cache on CUDA (the result does not depend on it).
+    masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype.
 
     Also a window of T queries (a speculative verify step): q (B, H, T, D), query i at ``position`` + i, each masked
     after its own position (as ``llama_math.attend_cache`` too); returns (B, H, T, D)."""
@@ -128,15 +102,12 @@ def decode_attention(q, k_cache, v_cache, position, attended: int, prefetch: tor
     best = torch.empty(slices, dtype=torch.float32, device=q.device)
     total = torch.empty(slices, dtype=torch.float32, device=q.device)
     result = torch.empty((batch, heads, window, dim), dtype=q.dtype, device=q.device)
-    # Inline assembly is CUDA's: the interpreter (CPU) runs without the prefetch
-    prefetching = prefetch is not None and q.is_cuda and prefetch.is_contiguous()
     _attend_slices[(batch * kv_heads, SPLITS)](
-        q, k_cache, v_cache, position, partial, best, total, prefetch if prefetching else partial,
-        prefetch.numel() * prefetch.element_size() if prefetching else 0,
+        q, k_cache, v_cache, position, partial, best, total,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), chunk, dim ** -0.5,
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, WINDOW=window, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
-        IEEE=q.dtype == torch.float32, PREFETCH=prefetching)
+        IEEE=q.dtype == torch.float32)
     # The combine treats the window's queries of one key/value head as one larger group.
     _combine_slices[(batch * heads * window,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group * window,
                                                   GROUP_PAD=group_pad, DIM=dim, SPLITS=SPLITS)

@@ -146,12 +146,11 @@ def final_logits(x, norm, lm_head, eps: float):
     return linear(rms_norm(x[:, -1], norm, eps), lm_head).float()
 
 
-def attend_cache(q, k_cache, v_cache, position, attended: int, prefetch=None):
+def attend_cache(q, k_cache, v_cache, position, attended: int):
     """Each row's queries against the first ``attended`` cached positions (the filled part, rounded up to a bucket):
     q (B, H, T, D), query i at ``position`` + i (a (1,) tensor) and masked after it; T = 1 for a decode step, T > 1
     for a speculative verify step. The query heads that share a key/value head are grouped into one matrix, so each
-    cached key is read once (no repeat_kv copy of the cache). ``prefetch`` (weights the next kernel reads, which
-    ``decode_attention`` asks the L2 cache for) is ignored here."""
+    cached key is read once (no repeat_kv copy of the cache)."""
     batch, heads, window, dim = q.shape
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
@@ -192,8 +191,7 @@ def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = N
         if length > 1 and not window:
             attention = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            attention = pieces.attend_cache(q, k_cache, v_cache, positions[:1], attended or k_cache.shape[2],
-                                            prefetch=layer.o if isinstance(layer.o, torch.Tensor) else layer.o.words)
+            attention = pieces.attend_cache(q, k_cache, v_cache, positions[:1], attended or k_cache.shape[2])
         attention = attention.transpose(1, 2).reshape(batch, length, w.heads * w.head_dim)
         x = pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
     return pieces.final_logits(x, w.norm, w.lm_head, w.eps)
