@@ -22,14 +22,15 @@ _flush_buffers: dict = {}  # device index -> a buffer of four times the L2 cache
 def _flush_buffer(device: int) -> torch.Tensor:
     if device not in _flush_buffers:
         cache_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
-        _flush_buffers[device] = torch.empty(4 * cache_bytes, dtype=torch.uint8, device=device)
+        _flush_buffers[device] = torch.empty(cache_bytes, dtype=torch.float32, device=device)  # 4 bytes each
     return _flush_buffers[device]
 
 
 def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: float = 20.0):
     """Milliseconds of ``call`` (CUDA work on the current stream) with the L2 cache holding only clean lines of
     other data, each call timed alone by events; ``do_bench``'s contract (``triton.autotune(do_bench=...)``): the
-    median, or the given quantiles of the timings (a list)."""
+    median, or the given quantiles of the timings (a list). About ``warmup_ms + rep_ms`` of GPU time, the reads
+    included."""
     device = torch.cuda.current_device()
     flush = _flush_buffer(device)
     call()
@@ -37,18 +38,19 @@ def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: floa
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
+        flush.sum()
         call()
     end.record()
     torch.cuda.synchronize(device)
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate))):
+    round_ms = max(start.elapsed_time(end) / 5, 1e-3)  # a read of the buffer (~0.07 ms on an H100) and a call
+    for _ in range(max(1, int(warmup_ms / round_ms))):
         call()
-    # Each timed call follows a read of the whole buffer (~0.1 ms on an H100), so the host, which launches faster
-    # than that, has the call queued before the read ends: the call starts on a busy GPU, as in a CUDA graph.
-    repeats = max(5, int(rep_ms / (estimate + 0.1)))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    # The host launches faster than the buffer is read, so each call is queued before the read ends and starts on
+    # a busy GPU, as in a CUDA graph.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(max(5, int(rep_ms / round_ms)))]
     for begin, finish in events:
-        flush.max()
+        flush.sum()
         begin.record()
         call()
         finish.record()
