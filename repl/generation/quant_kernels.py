@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import autotune, time_as_in_a_step
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
 
@@ -247,25 +248,10 @@ def _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_
                     stride_kh, stride_kn, stride_vh, stride_vn, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
                     HALF: tl.constexpr, BLOCK_N: tl.constexpr):
     """``llama_math.rope_and_cache`` for ``_rope_rows``' rows: the products rounded to the model's dtype (as the
-    product's output would be), rotated in float32 (q and k heads), then q stored and k, v written into the cache
-    at the position."""
+    product's output would be), then rotated and stored as decode_matvec's bf16 kernel does."""
     a, b = tl.split(tl.reshape(total.to(q_ptr.dtype.element_ty).to(tl.float32), [BLOCK_N // 2, 2]))
-    rotated = head < HEADS + KV_HEADS
-    ra = tl.where(rotated, a * tl.load(cos_ptr + dims).to(tl.float32) - b * tl.load(sin_ptr + dims).to(tl.float32), a)
-    rb = tl.where(rotated, b * tl.load(cos_ptr + HALF + dims).to(tl.float32)
-                  + a * tl.load(sin_ptr + HALF + dims).to(tl.float32), b)
-    if head < HEADS:
-        at = q_ptr + head * 2 * HALF + dims
-        tl.store(at, ra.to(q_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(q_ptr.dtype.element_ty))
-    elif head < HEADS + KV_HEADS:
-        at = k_cache_ptr + (head - HEADS) * stride_kh + tl.load(position_ptr) * stride_kn + dims
-        tl.store(at, ra.to(k_cache_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(k_cache_ptr.dtype.element_ty))
-    else:
-        at = v_cache_ptr + (head - HEADS - KV_HEADS) * stride_vh + tl.load(position_ptr) * stride_vn + dims
-        tl.store(at, ra.to(v_cache_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(v_cache_ptr.dtype.element_ty))
+    rope_and_store(a, b, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
+                   stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF)
 
 
 @triton.heuristics({"EVEN": _even, "RMS_BLOCK": _rms_block})
