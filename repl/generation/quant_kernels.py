@@ -14,7 +14,8 @@ Three products:
 - ``quant_matvec``: one row of input (a decode step), CUDA cores, with the norm before it (RMS norm), SwiGLU of its
   input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call, for
   each fused variant on its own, and for a norm or SwiGLU the faster of making the input in every program or once,
-  in a kernel of its own, before the product.
+  in a kernel of its own, before the product. ``quant_qkv_rope_cache``: the same for q/k/v, with RoPE and the
+  cache writes in the product's programs.
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
