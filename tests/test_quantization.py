@@ -219,6 +219,36 @@ def test_kernels_match_the_reference_in_the_interpreter():
                                               piece_shape=(128, 4, 2, 32, 256)))
 
 
+ROPE_FALLBACK_CHECK = """
+import torch
+from repl.generation import llama_math, quant_kernels, quant_pieces
+from repl.generation.quantization import dequantize, quantize
+torch.manual_seed(0)
+assert quant_kernels.rope_fits(128) and quant_kernels.rope_fits(32) and not quant_kernels.rope_fits(24)
+hidden, heads, kv_heads = 128, 4, 2
+for mode in ("int8", "int4"):
+    for dim, fused in ((24, False), (32, True)):
+        qkv = quantize(torch.randn((heads + 2 * kv_heads) * dim, hidden) / hidden ** 0.5, mode)
+        x, norm = torch.randn(1, 1, hidden), torch.rand(hidden) + 0.5
+        cos, sin = torch.randn(1, dim), torch.randn(1, dim)
+        caches = [torch.zeros(1, kv_heads, 6, dim) for _ in range(4)]
+        at = torch.tensor([2])
+        q, k, v = quant_pieces.attention_input(x, norm, qkv, cos, sin, caches[0], caches[1], at, heads, kv_heads, 1e-5)
+        assert (k is None) == fused, (mode, dim, "which path")  # the fused kernel leaves k and v in the cache only
+        q_ref = llama_math.attention_input(x, norm, dequantize(qkv), cos, sin, caches[2], caches[3], at, heads,
+                                           kv_heads, 1e-5)[0]
+        for out, ref in ((q, q_ref), (caches[0], caches[2]), (caches[1], caches[3])):
+            assert ((out - ref).norm() / ref.norm()).item() < 2e-5, (mode, dim)
+print("ok")
+"""
+
+
+def test_q_k_v_takes_the_rope_kernel_where_its_tiles_fit_a_head_and_the_product_then_rope_elsewhere():
+    """Heads of a power-of-two size take the one kernel (q/k/v, RoPE, cache writes); others (24 here) the fused
+    product followed by llama_math's RoPE and cache writes; both as llama_math computes on the dequantized weights."""
+    run_under_interpreter(ROPE_FALLBACK_CHECK)
+
+
 SPLIT_CHECK = """
 import torch
 from repl.generation import quant_kernels

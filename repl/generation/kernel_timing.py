@@ -4,10 +4,10 @@ In a decode step a product's weights are not in the L2 cache (the step reads som
 weight), and what the cache holds instead is clean: lines other kernels read. Triton's ``do_bench`` empties the cache
 before each timed call by *writing* 256 MB (``cache.zero_()``), so a timed product also waits while up to the
 cache's 50 MB of dirty lines are written back as its reads evict them: for a 25 MB product (int8 q/k/v of the 8B)
-that doubles the memory's traffic. Which tile wins then depends on how each tile meets the write-back, not on how
-it runs in a step, and it changed from one process start to the next (docs/performance.md, issue 27, run 24: q/k/v
-took a tile the step-like sweep timed 13% slower). Here the cache is emptied by *reading* a buffer four times its
-size, so each timed call finds only clean lines of other data, as in a step.
+that can double the memory's traffic, which no decode step pays. Here the cache is emptied by *reading* a buffer
+four times its size, so each timed call finds only clean lines of other data, as in a step. That removes an error
+of method, not the scatter: on an H100 single launches still time every tile 3-8 us above a graph of distinct
+weights and can rank close tiles differently from it (runs 28 and 31, tools/quant_tile_timing.py; docs/performance.md).
 """
 
 import statistics
@@ -16,14 +16,11 @@ from functools import partial
 import torch
 import triton
 
-_flush_buffers: dict = {}  # device index -> a buffer of four times the L2 cache, read to empty the cache
-
-
 def _flush_buffer(device: int) -> torch.Tensor:
-    if device not in _flush_buffers:
-        cache_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
-        _flush_buffers[device] = torch.empty(cache_bytes, dtype=torch.float32, device=device)  # 4 bytes each
-    return _flush_buffers[device]
+    """Four times the L2 cache, read to empty it. Not kept between timings: the caching allocator keeps the block
+    for the next timing, and the KV cache or a prompt's products can use it meanwhile."""
+    cache_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
+    return torch.empty(cache_bytes, dtype=torch.float32, device=device)  # 4 bytes each
 
 
 def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: float = 20.0):

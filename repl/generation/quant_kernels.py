@@ -300,7 +300,7 @@ _int4_rope_tuned = autotune(INT4_CONFIGS, ROPE_KEY, prune=_tiles_within_a_head)(
 def rope_fits(dim: int) -> bool:
     """Whether ``quant_qkv_rope_cache`` serves heads of ``dim``: a power of two, so every tile of up to 64 rows
     holds whole pairs of dims within half a head (Llama's 128)."""
-    return dim >= 4 and dim & (dim - 1) == 0
+    return dim >= 4 and (dim & (dim - 1)) == 0
 
 
 def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,

@@ -1,0 +1,80 @@
+"""How three ways of timing a tile rank the int8 one-row tiles (issue 27; docs/performance.md, "Measured again
+(2026-11-28)"):
+
+    python tools/quant_tile_timing.py
+
+For q/k/v after the norm, gate/up after the norm and o, at the Llama-3.1-8B shapes, each tile of
+``quant_kernels.INT8_CONFIGS`` timed by Triton's ``do_bench`` (the L2 emptied by writes), by
+``kernel_timing.time_as_in_a_step`` (emptied by reads: what the tuning uses) and as a CUDA graph of launches on
+distinct weights, which is how a decode step meets a product. Microseconds a product, and the seconds each timing
+took.
+"""
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from repl.generation import quant_kernels  # noqa: E402
+from repl.generation.kernel_timing import time_as_in_a_step  # noqa: E402
+from repl.generation.quantization import quantize  # noqa: E402
+
+PRODUCTS = [("q/k/v + norm", 6144, 4096, True), ("gate/up + norm", 28672, 4096, True), ("o", 4096, 4096, False)]
+
+
+def graph_us(calls, replays: int = 20) -> float:
+    """Median microseconds a call of a CUDA graph of ``calls``, one after the other."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    times = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times) / len(calls) * 1000
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    for name, n, k, norm_on in PRODUCTS:
+        copies = 8 if n < 10000 else 3  # distinct weights well past the 50 MB L2 of an H100
+        weights = [quantize((torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16), "int8")
+                   for _ in range(copies)]
+        x = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+        norm = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+        for config in quant_kernels.INT8_CONFIGS:
+            meta = dict(config.kwargs, num_warps=config.num_warps)
+
+            def call(weight=weights[0]):
+                quant_kernels._int8_matvec[(triton.cdiv(n, meta["BLOCK_N"]),)](
+                    x, weight.words, weight.scale, norm, out, out, n, k, 1e-5, NORM=norm_on, SWIGLU=False,
+                    RESIDUAL=False, **meta)
+            call()
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            written = triton.testing.do_bench(call, warmup=5, rep=20, quantiles=(0.5, 0.2, 0.8))[0] * 1000
+            written_s, started = time.perf_counter() - started, time.perf_counter()
+            read = time_as_in_a_step(call, (0.5, 0.2, 0.8))[0] * 1000
+            read_s = time.perf_counter() - started
+            step = graph_us([lambda weight=weight: call(weight) for weight in weights])
+            tile = (meta["BLOCK_N"], meta["BLOCK_W"], meta["num_warps"])
+            print(f"{name:15} {str(tile):14} do_bench {written:7.2f} us ({written_s:.2f} s)  "
+                  f"reads {read:7.2f} us ({read_s:.2f} s)  graph of {copies} distinct {step:7.2f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
