@@ -35,7 +35,7 @@ import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from repl.generation import quant_kernels as shipped  # noqa: E402
-from repl.generation.kernel_timing import autotune  # noqa: E402
+from repl.generation.kernel_timing import GraphTuner  # noqa: E402
 from repl.generation.quant_kernels import _field_as_float, _input, _inverse_rms  # noqa: E402
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
 
@@ -130,9 +130,8 @@ def int4_early(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, 
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL", "PDL"]
-_int8_early = autotune(shipped.INT8_CONFIGS, FLAGS)(int8_early)
-_int4_early = autotune(shipped.INT4_CONFIGS, FLAGS)(int4_early)
+_int8_early = GraphTuner(int8_early, shipped.INT8_CONFIGS)
+_int4_early = GraphTuner(int4_early, shipped.INT4_CONFIGS)
 
 
 def early_matvec(pdl: bool):
@@ -147,10 +146,12 @@ def early_matvec(pdl: bool):
         residual = residual.reshape(-1) if residual is not None else out
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
         extra = {"launch_pdl": True} if pdl else {}
+        key = (n, k, *flags.values(), x.dtype)
         if offset is None:
-            _int8_early[grid](x, words, scale, norm, residual, out, n, k, eps, **flags, **extra)
+            _int8_early.launch(grid, (x, words, scale, norm, residual, out, n, k, eps), (1, 2), key, **flags, **extra)
         else:
-            _int4_early[grid](x, words, scale, offset, norm, residual, out, n, k, eps, **flags, **extra)
+            _int4_early.launch(grid, (x, words, scale, offset, norm, residual, out, n, k, eps), (1, 2, 3), key,
+                               **flags, **extra)
         return out
     return launch
 

@@ -5,9 +5,10 @@
 
 For q/k/v after the norm, gate/up after the norm and o, at the Llama-3.1-8B shapes, each tile of
 ``quant_kernels.INT8_CONFIGS`` timed by Triton's ``do_bench`` (the L2 emptied by writes), by
-``kernel_timing.time_as_in_a_step`` (emptied by reads: what the tuning uses) and as a CUDA graph of launches on
-distinct weights, which is how a decode step meets a product. Microseconds a product, and the seconds each timing
-took.
+``time_as_in_a_step`` (emptied by reads: what the tuning used until the graphs replaced it) and as a CUDA graph of
+launches on distinct weights, which is how a decode step meets a product; and as ``kernel_timing.GraphTuner``
+times it now (a graph of launches on the weight and scratch copies of it). Microseconds a product, and the seconds
+each timing took.
 """
 
 import statistics
@@ -21,8 +22,51 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from repl.generation import quant_kernels  # noqa: E402
-from repl.generation.kernel_timing import time_as_in_a_step  # noqa: E402
+from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies  # noqa: E402
 from repl.generation.quantization import quantize  # noqa: E402
+
+
+def _flush_buffer(device: int) -> torch.Tensor:
+    """Four times the L2 cache, read to empty it. Not kept between timings: the caching allocator keeps the block
+    for the next timing, and the KV cache or a prompt's products can use it meanwhile."""
+    cache_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
+    return torch.empty(cache_bytes, dtype=torch.float32, device=device)  # 4 bytes each
+
+
+def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: float = 20.0):
+    """Milliseconds of ``call`` (CUDA work on the current stream) with the L2 cache holding only clean lines of
+    other data, each call timed alone by events; ``do_bench``'s contract (``triton.autotune(do_bench=...)``): the
+    median, or the given quantiles of the timings (a list). About ``warmup_ms + rep_ms`` of GPU time, the reads
+    included."""
+    device = torch.cuda.current_device()
+    flush = _flush_buffer(device)
+    call()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.sum()
+        call()
+    end.record()
+    torch.cuda.synchronize(device)
+    round_ms = max(start.elapsed_time(end) / 5, 1e-3)  # a read of the buffer (~0.07 ms on an H100) and a call
+    for _ in range(max(1, int(warmup_ms / round_ms))):
+        call()
+    # The host launches faster than the buffer is read, so each call is queued before the read ends and starts on
+    # a busy GPU, as in a CUDA graph.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(max(5, int(rep_ms / round_ms)))]
+    for begin, finish in events:
+        flush.sum()
+        begin.record()
+        call()
+        finish.record()
+    torch.cuda.synchronize(device)
+    times = sorted(begin.elapsed_time(finish) for begin, finish in events)
+    if quantiles is None:
+        return statistics.median(times)
+    return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
+
 
 PRODUCTS = [("q/k/v + norm", 6144, 4096, True), ("gate/up + norm", 28672, 4096, True), ("o", 4096, 4096, False)]
 
@@ -60,9 +104,11 @@ def main() -> None:
             meta = dict(config.kwargs, num_warps=config.num_warps)
 
             def call(weight=weights[0]):
+                launch(weight.words, weight.scale)
+
+            def launch(words, scale):
                 quant_kernels._int8_matvec[(triton.cdiv(n, meta["BLOCK_N"]),)](
-                    x, weight.words, weight.scale, norm, out, out, n, k, 1e-5, NORM=norm_on, SWIGLU=False,
-                    RESIDUAL=False, **meta)
+                    x, words, scale, norm, out, out, n, k, 1e-5, NORM=norm_on, SWIGLU=False, RESIDUAL=False, **meta)
             call()
             torch.cuda.synchronize()
             started = time.perf_counter()
@@ -71,9 +117,14 @@ def main() -> None:
             read = time_as_in_a_step(call, (0.5, 0.2, 0.8))[0] * 1000
             read_s = time.perf_counter() - started
             step = graph_us([lambda weight=weight: call(weight) for weight in weights])
+            started = time.perf_counter()
+            scratch = with_scratch_copies((weights[0].words, weights[0].scale))
+            tuner = time_in_a_graph([lambda copy=copy: launch(*copy) for copy in scratch]) * 1000
+            tuner_s = time.perf_counter() - started
             tile = (meta["BLOCK_N"], meta["BLOCK_W"], meta["num_warps"])
             print(f"{name:15} {str(tile):14} do_bench {written:7.2f} us ({written_s:.2f} s)  "
-                  f"reads {read:7.2f} us ({read_s:.2f} s)  graph of {copies} distinct {step:7.2f} us", flush=True)
+                  f"reads {read:7.2f} us ({read_s:.2f} s)  graph of {copies} distinct {step:7.2f} us  "
+                  f"tuner's graph ({len(scratch)} weights) {tuner:7.2f} us ({tuner_s:.2f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ once for all of them (for the down projection SiLU(gate) * up from the gate/up p
 the hidden state), accumulates elementwise products in float32 and reduces once at the end; then the o and down
 kernel adds the residual, and the q/k/v kernel, whose programs hold a dimension and its rotate-half partner, applies
 RoPE, returns q and writes k and v into the cache at the position read on the device. Block sizes are tuned on the
-real shapes at the first call (``kernel_timing.autotune``, the L2 cache emptied by reads): the decoder makes that
-call while compiling its pieces, on scratch inputs, before any graph is captured.
+real shapes at the first call (``kernel_timing.GraphTuner``: each tile timed in a CUDA graph of launches on
+distinct weights): the decoder makes that call while compiling its pieces, on scratch inputs, before any graph is
+captured.
 
 The kernels are torch custom ops, so the compiled pieces call them between Inductor's own kernels (the norm and
 gate/up product stay Inductor's). Batches of more rows keep ``llama_math``'s pieces (cuBLAS products).
@@ -21,7 +22,7 @@ import triton
 import triton.language as tl
 
 from repl.generation import llama_math
-from repl.generation.kernel_timing import autotune
+from repl.generation.kernel_timing import GraphTuner
 
 # Tried on the real shapes at the first call (4096 x 4096 and 4096 x 14336 on the 8B): rows per program, tile width.
 CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps)
@@ -51,7 +52,7 @@ def _matvec_residual(vector_ptr, weight_ptr, residual_ptr, out_ptr, n, k, stride
     tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-_tuned = autotune(CONFIGS, ["n", "k", "SWIGLU"], warmup_ms=25, rep_ms=100)(_matvec_residual)
+_tuned = GraphTuner(_matvec_residual, CONFIGS)
 
 
 def matvec_residual_launch(vector: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
@@ -65,7 +66,8 @@ def matvec_residual_launch(vector: torch.Tensor, weight: torch.Tensor, residual:
     out = torch.empty_like(residual)
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
     if vector.is_cuda:
-        _tuned[grid](vector, weight, residual, out, n, k, weight.stride(0), SWIGLU=swiglu)
+        _tuned.launch(grid, (vector, weight, residual, out, n, k, weight.stride(0)), (1,),
+                      (n, k, swiglu, weight.dtype, vector.device), SWIGLU=swiglu)
     else:  # the Triton interpreter (tests)
         _matvec_residual[grid](vector, weight, residual, out, n, k, weight.stride(0), SWIGLU=swiglu,
                                **INTERPRETER_CONFIG)
@@ -156,7 +158,7 @@ def rope_and_store(a, b, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_ca
         tl.store(at + HALF, rb.to(v_cache_ptr.dtype.element_ty))
 
 
-_qkv_tuned = autotune(QKV_CONFIGS, ["k", "HEADS", "KV_HEADS", "DIM"], warmup_ms=25, rep_ms=100)(_qkv_rope_cache)
+_qkv_tuned = GraphTuner(_qkv_rope_cache, QKV_CONFIGS)
 
 
 def qkv_rope_cache_launch(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int,
@@ -177,7 +179,8 @@ def qkv_rope_cache_launch(x, norm, qkv, cos, sin, k_cache, v_cache, positions, h
     arguments = (x, norm, qkv, cos, sin, positions, q, k_cache, v_cache, hidden, qkv.stride(0), k_cache.stride(1),
                  k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), eps)
     if x.is_cuda:
-        _qkv_tuned[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
+        _qkv_tuned.launch(grid, arguments, (2,), (hidden, heads, kv_heads, dim, qkv.dtype, x.device), HEADS=heads,
+                          KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
     else:  # the Triton interpreter (tests)
         _qkv_rope_cache[grid](*arguments, HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2,
                                **INTERPRETER_QKV_CONFIG)

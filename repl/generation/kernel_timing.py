@@ -1,71 +1,133 @@
-"""How a kernel's block sizes are timed while the fast path warms up: as a decode step meets the kernel.
+"""How the fast path's kernels choose their block sizes while it warms up: timed as a decode step meets them.
 
-In a decode step a product's weights are not in the L2 cache (the step reads some 5-16 GB between two reads of one
-weight), and what the cache holds instead is clean: lines other kernels read. Triton's ``do_bench`` empties the cache
-before each timed call by *writing* 256 MB (``cache.zero_()``), so a timed product also waits while up to the
-cache's 50 MB of dirty lines are written back as its reads evict them: for a 25 MB product (int8 q/k/v of the 8B)
-that can double the memory's traffic, which no decode step pays. Here the cache is emptied by *reading* a buffer
-four times its size, so each timed call finds only clean lines of other data, as in a step. That removes an error
-of method, not the scatter: on an H100 single launches still time every tile 3-8 us above a graph of distinct
-weights and can rank close tiles differently from it (runs 28 and 31, tools/quant_tile_timing.py; docs/performance.md).
+In a decode step each product reads weights that are not in the L2 cache (the step reads 5-16 GB between two reads
+of one weight), right after another kernel, inside a CUDA graph. Timing a single launch, as ``triton.autotune``
+does, measures something else: on an H100 single launches timed every int8 tile 3-8 us above a CUDA graph of
+launches on distinct weights, however the cache was emptied before them (Triton's ``do_bench`` writes 256 MB, whose
+write-back a timed product then waits on; reading a buffer instead removed that error but not the scatter), and
+ranked close tiles differently from the graph from one process to the next (q/k/v took a tile 9% slower in the
+graph in one run of two, and the decode step moved by 0.09 ms with it: runs 26-31, tools/quant_tile_timing.py,
+docs/performance.md). So each candidate is timed here as a CUDA graph of launches, one after another, on the real
+weights and scratch copies of them: enough copies that no launch finds its weights in the cache.
 """
 
+import math
 import statistics
-from functools import partial
+from typing import Callable, Optional, Sequence
 
 import torch
-import triton
+from triton.compiler.errors import CompileTimeAssertionFailure
+from triton.runtime.errors import OutOfResources
 
-def _flush_buffer(device: int) -> torch.Tensor:
-    """Four times the L2 cache, read to empty it. Not kept between timings: the caching allocator keeps the block
-    for the next timing, and the KV cache or a prompt's products can use it meanwhile."""
-    cache_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
-    return torch.empty(cache_bytes, dtype=torch.float32, device=device)  # 4 bytes each
+try:
+    from triton.runtime.errors import PTXASError
+except ImportError:  # older Triton
+    PTXASError = OutOfResources
 
-
-def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: float = 20.0):
-    """Milliseconds of ``call`` (CUDA work on the current stream) with the L2 cache holding only clean lines of
-    other data, each call timed alone by events; ``do_bench``'s contract (``triton.autotune(do_bench=...)``): the
-    median, or the given quantiles of the timings (a list). About ``warmup_ms + rep_ms`` of GPU time, the reads
-    included."""
-    device = torch.cuda.current_device()
-    flush = _flush_buffer(device)
-    call()
-    torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        flush.sum()
-        call()
-    end.record()
-    torch.cuda.synchronize(device)
-    round_ms = max(start.elapsed_time(end) / 5, 1e-3)  # a read of the buffer (~0.07 ms on an H100) and a call
-    for _ in range(max(1, int(warmup_ms / round_ms))):
-        call()
-    # The host launches faster than the buffer is read, so each call is queued before the read ends and starts on
-    # a busy GPU, as in a CUDA graph.
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(max(5, int(rep_ms / round_ms)))]
-    for begin, finish in events:
-        flush.sum()
-        begin.record()
-        call()
-        finish.record()
-    torch.cuda.synchronize(device)
-    times = sorted(begin.elapsed_time(finish) for begin, finish in events)
-    if quantiles is None:
-        return statistics.median(times)
-    return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
+MIN_LAUNCHES = 4  # launches in a timed graph: a product larger than twice the L2 is launched on one weight this often
+MAX_COPIES = 16  # distinct weights at most (a product of 6 MB or less: launch and ramp dominate it anyway)
+REPLAYS = 15  # timed replays of each graph; the median is kept
+OUT_OF_REACH = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
 
 
-def autotune(configs, key, warmup_ms: float = 5.0, rep_ms: float = 20.0, prune=None):
-    """``triton.autotune`` timing each configuration with ``time_as_in_a_step`` (over ~``rep_ms``: tuning happens
-    while the fast path warms up, and a memory-bound kernel's timings settle within a few runs); a Triton without
-    ``do_bench`` times its own way. ``prune``: Triton's ``early_config_prune`` (the configurations a call can
-    take)."""
-    timing = partial(time_as_in_a_step, warmup_ms=warmup_ms, rep_ms=rep_ms)
-    pruning = {"prune_configs_by": {"early_config_prune": prune}} if prune else {}
-    try:
-        return triton.autotune(configs=configs, key=key, do_bench=timing, **pruning)
-    except TypeError:
-        return triton.autotune(configs=configs, key=key, **pruning)
+def l2_bytes(device: torch.device) -> int:
+    """The L2 cache of a CUDA device; 50 MB (an H100's) elsewhere."""
+    if device.type != "cuda":
+        return 50 * 2**20
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 * 2**20
+
+
+def with_scratch_copies(weights: Sequence[Optional[torch.Tensor]]) -> list[tuple]:
+    """``weights`` (a product's weight tensors; None for one it lacks) and as many scratch copies of them (same
+    shapes and dtypes, values left unset: a product's time does not depend on them) as it takes for launches on each
+    in turn to read twice the L2 cache, so that every launch reads its weights from memory, as in a step."""
+    present = [tensor for tensor in weights if tensor is not None]
+    size = sum(tensor.numel() * tensor.element_size() for tensor in present) or 1
+    copies = min(MAX_COPIES, max(1, math.ceil(2 * l2_bytes(present[0].device) / size)))
+    return [tuple(weights)] + [tuple(None if tensor is None else torch.empty_like(tensor) for tensor in weights)
+                               for _ in range(copies - 1)]
+
+
+def time_in_a_graph(launches: Sequence[Callable[[], None]]) -> float:
+    """Milliseconds a launch when a CUDA graph replays ``launches`` (repeated up to MIN_LAUNCHES) one after another:
+    the median of REPLAYS replays. Captured without ``torch.cuda.graph``'s garbage collection and cache emptying
+    (a tuning times dozens of graphs), on a stream of its own, in thread-local mode: the plain path may be using
+    the GPU from another thread meanwhile."""
+    launches = list(launches) * math.ceil(MIN_LAUNCHES / len(launches))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for launch in launches:  # compiled, and first runs outside the capture, as a capture requires
+            launch()
+        side.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for launch in launches:
+                launch()
+        finally:
+            graph.capture_end()
+        graph.replay()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(REPLAYS)]
+        for begin, end in events:
+            begin.record()
+            graph.replay()
+            end.record()
+        side.synchronize()
+    torch.cuda.current_stream().wait_stream(side)
+    return statistics.median(begin.elapsed_time(end) for begin, end in events) / len(launches)
+
+
+def launch_options(config) -> dict:
+    """A ``triton.Config``'s block sizes and launch options, as keyword arguments of a launch."""
+    return dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+class GraphTuner:
+    """A Triton kernel launched with the fastest of ``configs`` for each key, each candidate timed at the key's
+    first launch by ``time_in_a_graph`` on the real arguments, their weights (``weights``: the arguments' indexes)
+    replaced in turn by scratch copies, and ``counters`` (indexes of buffers of counts the kernel leaves at zero)
+    by zeroed buffers of the timing's own: the graph runs on a stream of its own, the real counts may be in use on
+    the caller's. ``prune(configs, flags)``: the configurations a launch with these keyword arguments can take.
+    ``cache``: key -> the chosen configuration (as ``triton.autotune``'s)."""
+
+    def __init__(self, kernel, configs: list, prune: Optional[Callable] = None, timing=time_in_a_graph):
+        self.kernel, self.configs, self.prune, self.timing = kernel, configs, prune, timing
+        self.cache: dict = {}
+
+    def launch(self, grid, arguments: tuple, weights: Sequence[int], key, counters: Sequence[int] = (),
+               **flags) -> None:
+        if key not in self.cache:
+            self.cache[key] = self.choose(grid, arguments, weights, counters, flags)
+        self.kernel[grid](*arguments, **flags, **launch_options(self.cache[key]))
+
+    def choose(self, grid, arguments: tuple, weights: Sequence[int], counters: Sequence[int], flags: dict):
+        candidates = self.prune(self.configs, flags) if self.prune else self.configs
+        if len(candidates) == 1:
+            return candidates[0]
+        arguments = _replaced(arguments, counters, [torch.zeros_like(arguments[i]) for i in counters])
+        variants = [_replaced(arguments, weights, copy)
+                    for copy in with_scratch_copies([arguments[i] for i in weights])]
+
+        def launches(config):
+            options = dict(flags, **launch_options(config))
+            return [lambda variant=variant: self.kernel[grid](*variant, **options) for variant in variants]
+
+        times = [self._time(launches, config) for config in candidates]
+        if min(times) == math.inf:
+            raise RuntimeError(f"no configuration of {getattr(self.kernel, '__name__', self.kernel)} compiles here")
+        return candidates[times.index(min(times))]
+
+    def _time(self, launches, config) -> float:
+        try:
+            return self.timing(launches(config))
+        except OUT_OF_REACH:  # as triton.autotune: a tile this GPU cannot run is not a candidate
+            return math.inf
+
+
+def _replaced(arguments: tuple, indexes: Sequence[int], values: tuple) -> tuple:
+    replaced = list(arguments)
+    for index, value in zip(indexes, values):
+        replaced[index] = value
+    return tuple(replaced)

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from repl.generation.decode_matvec import rope_and_store
-from repl.generation.kernel_timing import autotune, time_as_in_a_step
+from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
@@ -281,20 +281,18 @@ def _int4_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, cos_
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
 
-FLAGS = ["n", "k", "NORM", "SWIGLU", "RESIDUAL"]
-_int8_tuned = autotune(INT8_CONFIGS, FLAGS)(_int8_matvec)
-_int4_tuned = autotune(INT4_CONFIGS, FLAGS)(_int4_matvec)
+_int8_tuned = GraphTuner(_int8_matvec, INT8_CONFIGS)
+_int4_tuned = GraphTuner(_int4_matvec, INT4_CONFIGS)
 
 
-def _tiles_within_a_head(configs, named_args, **kwargs):
+def _tiles_within_a_head(configs, flags: dict):
     """The tiles whose BLOCK_N // 2 dims divide half a head (``_rope_rows``)."""
-    half = kwargs.get("HALF", named_args.get("HALF"))
+    half = flags["HALF"]
     return [c for c in configs if c.kwargs["BLOCK_N"] % 2 == 0 and half % (c.kwargs["BLOCK_N"] // 2) == 0]
 
 
-ROPE_KEY = ["k", "HEADS", "KV_HEADS", "DIM"]
-_int8_rope_tuned = autotune(INT8_CONFIGS, ROPE_KEY, prune=_tiles_within_a_head)(_int8_qkv_rope_cache)
-_int4_rope_tuned = autotune(INT4_CONFIGS, ROPE_KEY, prune=_tiles_within_a_head)(_int4_qkv_rope_cache)
+_int8_rope_tuned = GraphTuner(_int8_qkv_rope_cache, INT8_CONFIGS, prune=_tiles_within_a_head)
+_int4_rope_tuned = GraphTuner(_int4_qkv_rope_cache, INT4_CONFIGS, prune=_tiles_within_a_head)
 
 
 def rope_fits(dim: int) -> bool:
@@ -326,13 +324,13 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
             v_cache.stride(1), v_cache.stride(2))
     shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
     if offset is None:
-        arguments, tuned, kernel, tiles = (x, words, scale.contiguous(), norm) + rest, _int8_rope_tuned, \
-            _int8_qkv_rope_cache, INTERPRETER_INT8
+        arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), norm) + rest, (1, 2), \
+            _int8_rope_tuned, _int8_qkv_rope_cache, INTERPRETER_INT8
     else:
-        arguments, tuned, kernel, tiles = (x, words, scale.contiguous(), offset.contiguous(), norm) + rest, \
-            _int4_rope_tuned, _int4_qkv_rope_cache, INTERPRETER_INT4
+        arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), offset.contiguous(), norm) + rest, \
+            (1, 2, 3), _int4_rope_tuned, _int4_qkv_rope_cache, INTERPRETER_INT4
     if x.is_cuda:
-        tuned[grid](*arguments, **shape)
+        tuned.launch(grid, arguments, weights, (k, heads, kv_heads, dim, x.dtype, x.device), **shape)
     else:
         kernel[grid](*arguments, **shape, **dict(tiles, BLOCK_N=min(tiles["BLOCK_N"], dim)))
     return q
@@ -388,10 +386,15 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
 _input_made_first: dict = {}
 
 
-def _make_input_first(key, fused, prepared) -> bool:
+def _make_input_first(key, weights: tuple, way) -> bool:
+    """Whether ``way(True, *weights)`` (the input made first) is faster than ``way(False, *weights)`` (fused), each
+    timed as a step meets it (``kernel_timing``)."""
     if key not in _input_made_first:
-        fused(), prepared()  # tuned (and compiled) before either is timed
-        _input_made_first[key] = time_as_in_a_step(prepared) < time_as_in_a_step(fused)
+        way(False, *weights), way(True, *weights)  # tuned (and compiled) before either is timed
+        copies = with_scratch_copies(weights)
+        fused, first = ([lambda copy=copy, made_first=made_first: way(made_first, *copy) for copy in copies]
+                        for made_first in (False, True))
+        _input_made_first[key] = time_in_a_graph(first) < time_in_a_graph(fused)
     return _input_made_first[key]
 
 
@@ -414,10 +417,10 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
         if input_first is None and x.is_cuda:
             key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
 
-            def way(first: bool):
-                return lambda: quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
+            def way(first: bool, words, scale, offset):
+                quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
 
-            input_first = _make_input_first(key, way(False), way(True))
+            input_first = _make_input_first(key, (words, scale, offset), way)
         if input_first:
             x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     out = torch.empty(n, dtype=x.dtype, device=x.device)
@@ -425,21 +428,23 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     norm = norm if norm is not None else out
     flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
     if offset is None:
-        _launch(_int8_tuned, _int8_matvec, INTERPRETER_INT8, n,
-                (x, words, scale.contiguous(), norm, residual, out, n, k, eps), flags)
+        _launch(_int8_tuned, INTERPRETER_INT8, n, (x, words, scale.contiguous(), norm, residual, out, n, k, eps),
+                (1, 2), flags)
     else:
-        _launch(_int4_tuned, _int4_matvec, INTERPRETER_INT4, n,
-                (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps), flags)
+        _launch(_int4_tuned, INTERPRETER_INT4, n,
+                (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps), (1, 2, 3), flags)
     return out
 
 
-def _launch(tuned, kernel, interpreter_tiles: dict, rows: int, arguments: tuple, flags: dict) -> None:
+def _launch(tuned: GraphTuner, interpreter_tiles: dict, rows: int, arguments: tuple, weights: tuple,
+            flags: dict) -> None:
     """The tuned kernel on CUDA, fixed tiles under the interpreter; a program per BLOCK_N of the ``rows``."""
     grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_N"]),)
-    if arguments[0].is_cuda:
-        tuned[grid](*arguments, **flags)
+    x, k = arguments[0], arguments[-2]
+    if x.is_cuda:
+        tuned.launch(grid, arguments, weights, (rows, k, *flags.values(), x.dtype, x.device), **flags)
     else:
-        kernel[grid](*arguments, **flags, **interpreter_tiles)
+        tuned.kernel[grid](*arguments, **flags, **interpreter_tiles)
 
 
 @torch.library.custom_op("kernelllm::quant_matvec", mutates_args=())
@@ -535,7 +540,7 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr,
             tl.atomic_xchg(arrivals_ptr + block, 0, sem="relaxed", scope="gpu")
 
 
-_small_tuned = autotune(SMALL_CONFIGS, ["m", "n", "k", "INT4"])(_matmul_small)
+_small_tuned = GraphTuner(_matmul_small, SMALL_CONFIGS)
 _arrivals: dict = {}  # (device, stream) -> int32 zeros, a count per block of outputs, left at zero by each product
 MAX_PARTS = 8
 # Counts, one per block of outputs of a split product. A product is split only when it has fewer blocks than two
@@ -603,7 +608,8 @@ def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor
     flags = dict(INT4=int4, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), parts[meta["BLOCK_N"]])
     if x.is_cuda:
-        _small_tuned[grid](*arguments, **flags)
+        _small_tuned.launch(grid, arguments, (1, 2, 3) if int4 else (1, 2), (m, n, k, int4, x.dtype, x.device),
+                            counters=(6,), **flags)
     else:
         _matmul_small[grid(INTERPRETER_SMALL)](*arguments, **flags, **INTERPRETER_SMALL)
     return out
