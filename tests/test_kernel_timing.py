@@ -55,7 +55,7 @@ def test_the_tuner_launches_the_fastest_tile_for_each_key_timed_once_per_key():
 def test_each_timed_launch_reads_weights_of_its_own_and_never_the_callers_counts():
     timed = []
     kernel, timing = stand_in_timing({16: 0.03, 32: 0.01, 64: 0.02}, timed)
-    weight = torch.zeros(1024, 1024)  # 4 MB: copies up to twice a 50 MB cache
+    weight = torch.zeros(1024, 1024)  # 4 MB: more copies than MAX_COPIES would reach four times a 50 MB cache
     counts = torch.full((8,), 7, dtype=torch.int32)  # in use on the caller's stream
     GraphTuner(kernel, CONFIGS, timing=timing).launch("grid", (torch.ones(1024), weight, counts), (1,), "key",
                                                       counters=(2,))
@@ -68,12 +68,13 @@ def test_each_timed_launch_reads_weights_of_its_own_and_never_the_callers_counts
     assert torch.equal(counts, torch.full((8,), 7, dtype=torch.int32))
 
 
-def test_scratch_copies_add_up_to_twice_the_cache_and_a_large_weight_is_read_alone():
+def test_scratch_copies_add_up_to_four_times_the_cache_and_a_large_weight_is_read_alone():
     cache = l2_bytes(torch.device("cpu"))
-    words, scale = torch.zeros(cache // 16, dtype=torch.uint8), torch.zeros(cache // 64, dtype=torch.float32)
-    copies = with_scratch_copies((words, scale, None))  # 1/8 of the cache a set: 16 sets
-    assert len(copies) == 16 and copies[0][0] is words and all(copy[2] is None for copy in copies)
-    assert len(with_scratch_copies((torch.zeros(2 * cache, dtype=torch.uint8),))) == 1
+    words, scale = torch.zeros(cache // 4, dtype=torch.uint8), torch.zeros(cache // 16, dtype=torch.float32)
+    copies = with_scratch_copies((words, scale, None))  # half the cache a set: 8 sets
+    assert len(copies) == 8 and copies[0][0] is words and all(copy[2] is None for copy in copies)
+    assert len(with_scratch_copies((torch.zeros(3 * cache, dtype=torch.uint8),))) == 2
+    assert len(with_scratch_copies((torch.zeros(4 * cache, dtype=torch.uint8),))) == 1
 
 
 def test_pruned_tiles_are_not_timed_and_a_tile_the_gpu_cannot_run_is_skipped():
