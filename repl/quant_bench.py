@@ -115,8 +115,9 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
 
     batch_sizes = (1, options.samples) if options.samples > 1 else (1,)
     first_tier = "graphs" if cuda else "eager"
+    # Without drafts, as bench.py measures bf16: drafting is measured on its own (bench_drafting.py).
     fast = FastLocalBackend(loaded, compile=cuda, max_seq_len=options.max_seq_len, batch_sizes=batch_sizes,
-                            tiers=(first_tier,), attention=options.attention)
+                            tiers=(first_tier,), attention=options.attention, drafting=False)
     fast.wait_until_ready()
     figures.update(state=fast.state, reason=fast.reason, serving_after_s=fast.serving_after_s,
                    warm_up_s={first_tier: fast.warm_up_seconds.get(first_tier, {})})
