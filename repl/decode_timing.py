@@ -197,7 +197,7 @@ def _kernel_kind(name: str) -> str:
         return "q/k/v, o, down products (decode_matvec)"
     if lowered.startswith(("_int8_matvec", "_int4_matvec", "_matmul_small", "_dequantize")):
         return "quantized products (quant_kernels)"
-    if lowered.startswith(("_attend_slices", "_combine_slices")):
+    if lowered.startswith("_attend_slices"):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
         return "matmul (cuBLAS)"

@@ -359,6 +359,88 @@ def test_cuda_triton_attention_matches_torch_attention(dtype, tolerance):
     exec(ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
 
 
+ARRIVALS_CHECK = """
+import torch
+from repl.generation import decode_attention as attention
+from repl.generation.llama_math import attend_cache
+torch.manual_seed(0)
+device, dtype = {device!r}, {dtype}
+counts = attention._arrival_counts(torch.empty(0, device=device).device, 1)  # cuda:0, as q.device, not cuda
+# (batch, heads, kv heads, head dim, cache, position, window, attended, q's scale), one call after another on the
+# same counts
+for batch, heads, kv_heads, dim, length, position, window, attended, spread in [
+        (2, 4, 2, 16, 512, 40, 1, 512, 1),  # slices of 32: 2 to 15 empty; 2 x 2 counts
+        (3, 6, 3, 16, 128, 100, 3, 128, 1),  # 9 counts, the first 4 as the call before left them; 2 x 3 rows of 16
+        (1, 2, 2, 16, 64, 0, 1, 64, 1),  # a group of one: 1 row of 16
+        (2, 12, 2, 16, 96, 62, 4, 96, 1),  # 6 x 4 rows: 32 with the padding; the window crosses slices 1 and 2
+        (2, 4, 2, 16, 512, 509, 3, 512, 1),  # the first's shapes again, every slice used, the window at the end
+        (1, 4, 2, 16, 512, 300, 2, 512, 100)]:  # scores in the hundreds: exp overflows unless taken from the max
+    q = torch.randn(batch, heads, window, dim, device=device, dtype=dtype) * spread
+    k_cache, v_cache = (torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype) for _ in range(2))
+    at = torch.tensor([position], device=device)
+    out = attention.decode_attention(q, k_cache, v_cache, at, attended)
+    assert int(counts.abs().sum()) == 0, ("counts left behind", batch, heads, position, window)
+    ref = attend_cache(q.double(), k_cache.double(), v_cache.double(), at, attended)
+    error = ((out.double() - ref).norm() / ref.norm()).item()
+    assert error < {tolerance}, (batch, heads, position, window, error)
+    assert torch.equal(attention.decode_attention(q, k_cache, v_cache, at, attended), out), "a second call differs"
+print("ok")
+"""
+
+
+def test_triton_attention_combines_in_the_last_slice_and_leaves_the_counts_at_zero_in_the_interpreter():
+    """The last program of each head to finish combines its slices and sets its count back to zero: calls one after
+    another (other batches, heads, windows, positions; slices after the position empty; groups padded) all give
+    attend_cache's result, each leaves the counts at zero, and a repeated call gives the same output."""
+    from interpreter import run_under_interpreter
+
+    run_under_interpreter(ARRIVALS_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
+
+
+def test_triton_attention_refuses_more_rows_and_heads_than_it_has_counts():
+    from repl.generation import decode_attention as attention
+
+    q = torch.zeros(1).expand(65, 256, 1, 16)
+    cache = torch.zeros(1).expand(65, 128, 32, 16)
+    with pytest.raises(ValueError, match="counts"):
+        attention.decode_attention(q, cache, cache, torch.zeros(1, dtype=torch.long), 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
+def test_cuda_triton_attention_combines_in_the_last_slice_and_leaves_the_counts_at_zero(dtype, tolerance):
+    exec(ARRIVALS_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_of_triton_attention_replays_on_counts_made_before_its_capture():
+    """Captured as the decoder captures its steps (a first run, then the capture, on a side stream): every replay
+    finds the counts at zero, at any position, between eager calls on the default stream."""
+    from types import SimpleNamespace
+
+    from repl.generation import decode_attention as attention
+    from repl.generation.llama_math import attend_cache
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k_cache, v_cache = (torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    batch = SimpleNamespace(position=torch.zeros(1, dtype=torch.long, device="cuda"))
+    out = torch.empty_like(q)
+    replay = FastDecoder._capture(batch, lambda: out.copy_(attention.decode_attention(q, k_cache, v_cache,
+                                                                                      batch.position, 512)),
+                                  torch.cuda.graph_pool_handle())
+    for at in (0, 300, 511, 17):
+        batch.position.fill_(at)
+        replay()
+        ref = attend_cache(q.double(), k_cache.double(), v_cache.double(), batch.position, 512)
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, at
+        assert torch.equal(attention.decode_attention(q, k_cache, v_cache, batch.position, 512), out), at
+    torch.cuda.synchronize()
+    assert all(int(counts.abs().sum()) == 0 for counts in attention._arrivals.values())
+
+
 def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(capsys):
     """One-shot, --samples and eval wait while fast decoding warms up: an unseeded reply started before then would
     take the plain path to its end. Where the fast path is off (the CPU) or a server generates, nothing waits."""
