@@ -36,6 +36,11 @@ def sample(logits, temperature, top_p):
     """Nucleus sampling with transformers' semantics (temperature, then the smallest set of most probable tokens
     whose mass reaches top_p; no top-k). The draw is argmax(p / E) with E ~ Exp(1), as torch.multinomial draws one
     sample, so nothing waits on the host and the whole step fits in a CUDA graph."""
+    return torch_sample(logits, temperature, top_p)
+
+
+def torch_sample(logits, temperature, top_p):
+    """``sample`` in torch ops: the CPU's path and the reference of the kernels'."""
     probs = torch.softmax(logits / temperature, dim=-1)
     probs, order = probs.sort(dim=-1, descending=True)
     probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
