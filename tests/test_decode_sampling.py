@@ -171,3 +171,37 @@ def test_sampling_kernel_matches_torch_in_the_interpreter(check):
 def test_cuda_sampling_kernel_matches_torch(check):
     exec(check.format(device="cuda", shapes=SHAPES + [(64, 128256)]), {})
 
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_sample_and_greedy_run_the_kernels_and_replay_in_a_graph(monkeypatch):
+    from repl.generation import decode_sampling
+    from repl.generation.static_decoder import greedy, sample
+
+    launched = []
+    for name in ("sample", "argmax_rows"):
+        kernel_path = getattr(decode_sampling, name)
+        monkeypatch.setattr(decode_sampling, name, lambda *args, f=kernel_path, n=name: launched.append(n) or f(*args))
+    logits = torch.randn(4, 128256, device="cuda") * 3
+    temperature, top_p = torch.full((4, 1), 0.7, device="cuda"), torch.full((4, 1), 0.9, device="cuda")
+    drawn, chosen = (torch.zeros((4, 1), dtype=torch.long, device="cuda") for _ in range(2))
+
+    def step():
+        drawn.copy_(sample(logits, temperature, top_p))
+        chosen.copy_(greedy(logits))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile the kernels before the capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    assert launched == ["sample", "argmax_rows"] * 2
+    for seed in range(3):
+        torch.manual_seed(seed)
+        graph.replay()
+        torch.manual_seed(seed)
+        assert torch.equal(drawn, sample(logits, temperature, top_p))
+        assert torch.equal(chosen, logits.argmax(dim=-1, keepdim=True))
