@@ -35,7 +35,17 @@ MATVECS = ("triton", "inductor")  # who writes the compiled tier's batch-1 produ
 def sample(logits, temperature, top_p):
     """Nucleus sampling with transformers' semantics (temperature, then the smallest set of most probable tokens
     whose mass reaches top_p; no top-k). The draw is argmax(p / E) with E ~ Exp(1), as torch.multinomial draws one
-    sample, so nothing waits on the host and the whole step fits in a CUDA graph."""
+    sample, so nothing waits on the host and the whole step fits in a CUDA graph. On CUDA the softmax and the draw
+    are ``decode_sampling``'s kernels (torch's are single-block there), the same steps with the same RNG use."""
+    if logits.is_cuda:
+        from repl.generation import decode_sampling
+
+        return decode_sampling.sample(logits, temperature, top_p)
+    return torch_sample(logits, temperature, top_p)
+
+
+def torch_sample(logits, temperature, top_p):
+    """``sample`` in torch ops: the CPU's path and the reference of the kernels'."""
     probs = torch.softmax(logits / temperature, dim=-1)
     probs, order = probs.sort(dim=-1, descending=True)
     probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
@@ -44,6 +54,10 @@ def sample(logits, temperature, top_p):
 
 
 def greedy(logits):
+    if logits.is_cuda:  # torch's argmax of a row is a single block: see decode_sampling
+        from repl.generation.decode_sampling import argmax_rows
+
+        return argmax_rows(logits)
     return logits.argmax(dim=-1, keepdim=True)
 
 
