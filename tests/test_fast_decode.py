@@ -365,7 +365,8 @@ from repl.generation import decode_attention as attention
 from repl.generation.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
-counts = attention._arrival_counts(torch.empty(0, device=device).device, 1)  # cuda:0, as q.device, not cuda
+from repl.generation.arrival_counts import arrival_counts
+counts = arrival_counts(torch.empty(0, device=device).device, 1, "test")  # cuda:0, as q.device, not cuda
 # (batch, heads, kv heads, head dim, cache, position, window, attended, q's scale), one call after another on the
 # same counts
 for batch, heads, kv_heads, dim, length, position, window, attended, spread in [
@@ -420,6 +421,7 @@ def test_cuda_graph_of_triton_attention_replays_on_counts_made_before_its_captur
     finds the counts at zero, at any position, between eager calls on the default stream."""
     from types import SimpleNamespace
 
+    from repl.generation import arrival_counts
     from repl.generation import decode_attention as attention
     from repl.generation.llama_math import attend_cache
 
@@ -438,7 +440,7 @@ def test_cuda_graph_of_triton_attention_replays_on_counts_made_before_its_captur
         assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, at
         assert torch.equal(attention.decode_attention(q, k_cache, v_cache, batch.position, 512), out), at
     torch.cuda.synchronize()
-    assert all(int(counts.abs().sum()) == 0 for counts in attention._arrivals.values())
+    assert arrival_counts.all_zero()
 
 
 def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(capsys):

@@ -34,6 +34,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from repl.generation import quant_kernels as shipped  # noqa: E402
+from repl.generation.arrival_counts import arrival_counts  # noqa: E402
 from repl.generation.quant_kernels import _exact_field, _field_as_float, _input, _inverse_rms  # noqa: E402
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
 
@@ -382,7 +383,7 @@ def main() -> None:
                 small_reference = xs.float() @ shipped.quant_dequantize(q.words, q.scale, q.offset, torch.float32).T
                 small_out = torch.empty((8, n), device="cuda", dtype=torch.float32)
                 partials = torch.empty((shipped.MAX_PARTS * 16, n), device="cuda", dtype=torch.float32)
-                arrivals = shipped._arrival_counts(xs.device)
+                arrivals = arrival_counts(xs.device, 0, "quant_kernel_variants")
                 for config in shipped.SMALL_CONFIGS:
                     block = config.kwargs["BLOCK_N"]
                     split = shipped._small_parts(n, k, mode == "int4", block, xs.device)

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from repl.generation.arrival_counts import arrival_counts
+
 SPLITS = 16  # slices of the attended length: 8 KV heads x 16 = 128 programs at batch 1, about one per SM
 BLOCK_N = 32  # cached positions per loop step
 
@@ -103,7 +105,7 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
     group_pad = max(16, triton.next_power_of_2(group * window))
-    counts = _arrival_counts(q.device, batch * kv_heads)
+    counts = arrival_counts(q.device, batch * kv_heads, "decode_attention")  # one per batch row and head
     chunk = triton.cdiv(triton.cdiv(attended, SPLITS), BLOCK_N) * BLOCK_N
     slices = batch * kv_heads * SPLITS * group_pad
     partial = torch.empty((slices, dim), dtype=torch.float32, device=q.device)
@@ -117,30 +119,3 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, WINDOW=window, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
         IEEE=q.dtype == torch.float32)
     return result
-
-
-# Arrival counts, one per (batch row, key/value head): batches of 64 rows of up to 128 heads (the 8B has 8). Zeroed
-# once and left at zero by every call, so a captured graph needs no memset of its own.
-COUNTS = 64 * 128
-_arrivals: dict = {}  # (device, stream) -> COUNTS int32 zeros
-
-
-def _arrival_counts(device: torch.device, needed: int) -> torch.Tensor:
-    """The counts for calls on the current stream: calls on one stream run one after the other, so each finds the
-    counts at zero; another thread's calls on another stream (a warm-up on a side stream) have counts of their own.
-    The graphs captured on a stream keep that stream's buffer: replaying them while that stream runs calls of its
-    own would share it, which the engine's one-generation-at-a-time lock rules out. A buffer made during a capture
-    would be zeroed only when that graph replays, so capture on a stream that has run an uncaptured call first."""
-    if needed > COUNTS:
-        raise ValueError(f"decode_attention: {needed} batch rows x key/value heads, more than its {COUNTS} counts")
-    if device.type != "cuda":
-        key = (device, 0)
-    else:
-        stream = torch.cuda.current_stream(device)
-        key = (device, stream.cuda_stream)
-        if key not in _arrivals and torch.cuda.is_current_stream_capturing():
-            raise ValueError("decode_attention: capturing on a stream that has run no uncaptured call; run one on "
-                             "that stream first (the warm-up of a capture) so that its counts exist, zeroed")
-    if key not in _arrivals:
-        _arrivals[key] = torch.zeros(COUNTS, dtype=torch.int32, device=device)
-    return _arrivals[key]

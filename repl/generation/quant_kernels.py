@@ -29,6 +29,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from repl.generation.arrival_counts import COUNTS, arrival_counts
 from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
@@ -541,11 +542,7 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr,
 
 
 _small_tuned = GraphTuner(_matmul_small, SMALL_CONFIGS)
-_arrivals: dict = {}  # (device, stream) -> int32 zeros, a count per block of outputs, left at zero by each product
 MAX_PARTS = 8
-# Counts, one per block of outputs of a split product. A product is split only when it has fewer blocks than two
-# programs per SM (``_small_parts``), so this many serve any GPU of up to 2048 SMs.
-ARRIVALS = 4096
 
 
 def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -> int:
@@ -554,7 +551,7 @@ def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -
     steps = (k // 64) * (8 if int4 else 16) // 16
     target = 2 * _multiprocessors(device) if device.type == "cuda" else 4
     blocks = triton.cdiv(n, block)
-    if blocks > ARRIVALS:  # more blocks than counts: never split (it would not be, below 2048 SMs)
+    if blocks > COUNTS:  # more blocks than counts (a count per block): never split (it would not be, below 2048 SMs)
         return 1
     return max(1, min(MAX_PARTS, triton.cdiv(target, blocks), steps // 4))
 
@@ -579,16 +576,6 @@ def _multiprocessors(device: torch.device) -> int:
     return _sm_counts[device]
 
 
-def _arrival_counts(device: torch.device) -> torch.Tensor:
-    """The counts of ``_matmul_small``'s parts, one buffer per CUDA stream: products on one stream run one after
-    the other, so each finds the counts at zero; another thread's products on another stream (the plain path while
-    the fast path warms up) have counts of their own. The graphs captured on a stream keep that stream's buffer."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream) if device.type == "cuda" else (device, 0)
-    if key not in _arrivals:
-        _arrivals[key] = torch.zeros(ARRIVALS, dtype=torch.int32, device=device)
-    return _arrivals[key]
-
-
 @torch.library.custom_op("kernelllm::quant_matmul_small", mutates_args=())
 def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
                        offset: Optional[torch.Tensor]) -> torch.Tensor:
@@ -603,8 +590,9 @@ def quant_matmul_small(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor
     parts = _parts_by_block(n, k, int4, x.device, SMALL_CONFIGS if x.is_cuda else [triton.Config(INTERPRETER_SMALL)])
     most_parts = max(parts.values())
     partials = torch.empty((most_parts * 16, n) if most_parts > 1 else (1,), dtype=torch.float32, device=x.device)
-    arguments = (x, words, scale.contiguous(), offset, out, partials, _arrival_counts(x.device), m, n, k,
-                 x.stride(0), out.stride(0))
+    split_blocks = max((triton.cdiv(n, block) for block, count in parts.items() if count > 1), default=0)
+    counts = arrival_counts(x.device, split_blocks, "quant_matmul_small")  # one per block of a split product
+    arguments = (x, words, scale.contiguous(), offset, out, partials, counts, m, n, k, x.stride(0), out.stride(0))
     flags = dict(INT4=int4, PRECISION="ieee" if x.dtype == torch.float32 else "tf32")
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), parts[meta["BLOCK_N"]])
     if x.is_cuda:

@@ -1,0 +1,39 @@
+"""Counts that a kernel's programs raise as they finish a share of a result, so that the last one to arrive finishes
+it in the same launch (``quant_kernels``' split products, ``decode_attention``'s combine of its slices) instead of a
+second kernel. Each kernel sets a count back to zero once its last program has read it, so one zeroed buffer serves
+every call and every replay of a captured graph without a memset of its own.
+
+One buffer per CUDA stream: calls on one stream run one after the other, so each finds its counts at zero, whichever
+kernel used them before; another thread's calls on another stream (the plain path while the fast path warms up)
+have a buffer of their own. A graph keeps the buffer of the stream it was captured on: replaying it while that
+stream runs calls of its own would share it, which the engine's one-generation-at-a-time lock rules out. A buffer
+made during a capture would be zeroed only when that graph replays, so a capture must follow an uncaptured call on
+its stream (as ``FastDecoder._capture``'s first run does).
+"""
+
+import torch
+
+COUNTS = 64 * 128  # a batch of 64 rows of 128 key/value heads; a split product's blocks on a GPU of 2048 SMs
+_buffers: dict = {}  # (device, stream) -> COUNTS int32 zeros
+
+
+def arrival_counts(device: torch.device, needed: int, user: str) -> torch.Tensor:
+    """The zeroed counts for calls on the current stream of ``device``; ValueError naming ``user`` if it needs more
+    than COUNTS, or if the stream is being captured before any uncaptured call made its buffer."""
+    if needed > COUNTS:
+        raise ValueError(f"{user}: {needed} counts needed, more than the {COUNTS} kept")
+    if device.type != "cuda":
+        key = (device, 0)
+    else:
+        key = (device, torch.cuda.current_stream(device).cuda_stream)
+        if key not in _buffers and torch.cuda.is_current_stream_capturing():
+            raise ValueError(f"{user}: capturing on a stream that has run no uncaptured call; run one on that stream "
+                             f"first (the warm-up of a capture) so that its counts exist, zeroed")
+    if key not in _buffers:
+        _buffers[key] = torch.zeros(COUNTS, dtype=torch.int32, device=device)
+    return _buffers[key]
+
+
+def all_zero() -> bool:
+    """Whether every buffer's counts are back at zero (tests)."""
+    return all(int(counts.abs().sum()) == 0 for counts in _buffers.values())
