@@ -4,6 +4,8 @@ the two; the GPU's copy bandwidth and the ceiling it sets; a profile of the fast
 ``kernelllm.py bench`` (repl/bench.py) and its quantized settings (repl/quant_bench.py).
 """
 
+import contextlib
+import gc
 import statistics
 import time
 
@@ -69,10 +71,34 @@ def plain_generate(model, prompt_ids, settings, new_tokens: int, k: int) -> dict
 
 
 def fast_generate(fast, prompt_ids, settings, new_tokens: int, k: int) -> dict:
-    times = []
-    started = time.perf_counter()
-    fast.decode_tokens(prompt_ids, settings, k, new_tokens, lambda tokens: times.append(time.perf_counter()) or True)
-    return _timings(started, times, k)
+    times, pauses = [], []
+    with garbage_collections(pauses):
+        started = time.perf_counter()
+        fast.decode_tokens(prompt_ids, settings, k, new_tokens,
+                           lambda tokens: times.append(time.perf_counter()) or True)
+    figures = _timings(started, times, k)
+    # Python's collector stops the host: a pause before the first token delays it (a diagnosis of the first token).
+    figures["gc_before_first_ms"] = sum(ms for at, ms in pauses if at < times[0]) if times else None
+    return figures
+
+
+@contextlib.contextmanager
+def garbage_collections(pauses: list):
+    """Appends (when it began, milliseconds) for each collection by Python's garbage collector meanwhile."""
+    began = []
+
+    def record(phase, info):
+        if phase == "start":
+            began.append(time.perf_counter())
+        elif began:
+            start = began.pop()
+            pauses.append((start, (time.perf_counter() - start) * 1e3))
+
+    gc.callbacks.append(record)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(record)
 
 
 def _timings(started: float, times: list[float], k: int) -> dict:
@@ -197,7 +223,7 @@ def _kernel_kind(name: str) -> str:
         return "q/k/v, o, down products (decode_matvec)"
     if lowered.startswith(("_int8_matvec", "_int4_matvec", "_matmul_small", "_dequantize")):
         return "quantized products (quant_kernels)"
-    if lowered.startswith("_attend_slices"):
+    if lowered.startswith(("_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
         return "matmul (cuBLAS)"

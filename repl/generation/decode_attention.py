@@ -1,25 +1,22 @@
-"""Attention of one decode step over the static KV cache as one Triton kernel (split-K "flash decoding").
+"""Attention of one decode step over the static KV cache as two Triton kernels (split-K "flash decoding").
 
 The torch version (``llama_math.attend_cache``) is nine small kernels per layer (two batched products, scale, mask,
 casts, softmax); at batch 1 each reads a few megabytes, so launches and gaps cost more than the reads: 0.67 ms of a
 6.5 ms step on the H100. Here each program reads one slice of one key/value head's cache for the query heads that
-share it (an online softmax over blocks), and the last program of each head to finish combines the slices (a
-second kernel did, at 2 us a layer on the H100, mostly launch and gap). The cache is read up to the position held on
-the device, so one captured graph serves every position of its length bucket.
+share it (an online softmax over blocks), and a second kernel combines the slices. The cache is read up to the
+position held on the device, so one captured graph serves every position of its length bucket.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from repl.generation.arrival_counts import arrival_counts
-
 SPLITS = 16  # slices of the attended length: 8 KV heads x 16 = 128 programs at batch 1, about one per SM
 BLOCK_N = 32  # cached positions per loop step
 
 
 @triton.jit
-def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr, count_ptr, result_ptr,
+def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
                    stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
                    chunk, scale,
                    KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
@@ -29,11 +26,10 @@ def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
     b = row_head // KV_HEADS
     kv_head = row_head % KV_HEADS
     rows = tl.arange(0, GROUP_PAD)  # query head in the group * WINDOW + query in the window
-    real = rows < GROUP * WINDOW
     dims = tl.arange(0, DIM)
     step = rows % WINDOW
     q = tl.load(q_ptr + b * stride_qb + (kv_head * GROUP + rows // WINDOW)[:, None] * stride_qh
-                + step[:, None] * stride_qt + dims[None, :], mask=real[:, None], other=0.0)
+                + step[:, None] * stride_qt + dims[None, :], mask=(rows < GROUP * WINDOW)[:, None], other=0.0)
     k_base = k_ptr + b * stride_kb + kv_head * stride_kh
     v_base = v_ptr + b * stride_vb + kv_head * stride_vh
     position = tl.load(position_ptr)
@@ -65,34 +61,29 @@ def _attend_slices(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr,
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         best = new_best
-    slot = row_head * SPLITS * GROUP_PAD + rows  # the head's scratch rows of slice 0; slice s at + s * GROUP_PAD
-    mine = slot + split * GROUP_PAD  # padding rows are neither stored nor read
-    tl.store(max_ptr + mine, best, mask=real)
-    tl.store(sum_ptr + mine, total, mask=real)
-    tl.store(out_ptr + mine[:, None] * DIM + dims[None, :], acc, mask=real[:, None])
-    # The last slice of this head to arrive combines them all. One thread performs the atomic: the barrier orders
-    # every thread's stores before it, its release publishes them with the count, and the last slice's acquire (the
-    # adds to one count form one chain) sees the stores of every slice.
-    tl.debug_barrier()
-    arrived = tl.atomic_add(count_ptr + row_head, 1, sem="acq_rel", scope="gpu")
-    if arrived == SPLITS - 1:
-        # .cg: read at L2, where the other SMs' stores are; this SM's L1 may hold stale lines of these addresses
-        # (the same scratch, from an earlier call or graph replay), which L1 does not learn of.
-        best = tl.max(tl.load(max_ptr + slot[None, :] + tl.arange(0, SPLITS)[:, None] * GROUP_PAD,
-                              mask=real[None, :], other=0.0, cache_modifier=".cg"), 0)
-        total = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, DIM], tl.float32)
-        for s in tl.static_range(SPLITS):  # in order: the result does not depend on which slice came last
-            at = slot + s * GROUP_PAD
-            # empty slices (after the position) weigh exp(-inf) = 0
-            weight = tl.exp(tl.load(max_ptr + at, mask=real, other=0.0, cache_modifier=".cg") - best)
-            total += tl.load(sum_ptr + at, mask=real, other=0.0, cache_modifier=".cg") * weight
-            acc += tl.load(out_ptr + at[:, None] * DIM + dims[None, :], mask=real[:, None], other=0.0,
-                           cache_modifier=".cg") * weight[:, None]
-        # With the result laid out (batch, heads, window, dim), row_head * GROUP * WINDOW + row is its row.
-        tl.store(result_ptr + (row_head * GROUP * WINDOW + rows)[:, None] * DIM + dims[None, :],
-                 (acc / total[:, None]).to(result_ptr.dtype.element_ty), mask=real[:, None])
-        tl.atomic_xchg(count_ptr + row_head, 0, sem="relaxed", scope="gpu")  # all have counted: zero for the next call
+    slot = (row_head * SPLITS + split) * GROUP_PAD + rows
+    tl.store(max_ptr + slot, best)
+    tl.store(sum_ptr + slot, total)
+    tl.store(out_ptr + slot[:, None] * DIM + dims[None, :], acc)
+
+
+@triton.jit
+def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr,
+                    KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
+                    SPLITS: tl.constexpr):
+    # (batch row * KV_HEADS + key/value head) * GROUP * WINDOW + query head in the group * WINDOW + query in the
+    # window: with the result laid out (batch, heads, window, dim), that is also the result's row.
+    head_row = tl.program_id(0)
+    row_head = head_row // GROUP
+    r = head_row % GROUP
+    splits = tl.arange(0, SPLITS)
+    dims = tl.arange(0, DIM)
+    slot = (row_head * SPLITS + splits) * GROUP_PAD + r
+    best = tl.load(max_ptr + slot)
+    weight = tl.exp(best - tl.max(best, 0))  # empty slices (after the position) weigh exp(-inf) = 0
+    acc = tl.load(out_ptr + slot[:, None] * DIM + dims[None, :])
+    value = tl.sum(acc * weight[:, None], 0) / tl.sum(tl.load(sum_ptr + slot) * weight, 0)
+    tl.store(result_ptr + head_row * DIM + dims, value.to(result_ptr.dtype.element_ty))
 
 
 def decode_attention(q, k_cache, v_cache, position, attended: int):
@@ -105,7 +96,6 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
     group_pad = max(16, triton.next_power_of_2(group * window))
-    counts = arrival_counts(q.device, batch * kv_heads, "decode_attention")  # one per batch row and head
     chunk = triton.cdiv(triton.cdiv(attended, SPLITS), BLOCK_N) * BLOCK_N
     slices = batch * kv_heads * SPLITS * group_pad
     partial = torch.empty((slices, dim), dtype=torch.float32, device=q.device)
@@ -113,9 +103,12 @@ def decode_attention(q, k_cache, v_cache, position, attended: int):
     total = torch.empty(slices, dtype=torch.float32, device=q.device)
     result = torch.empty((batch, heads, window, dim), dtype=q.dtype, device=q.device)
     _attend_slices[(batch * kv_heads, SPLITS)](
-        q, k_cache, v_cache, position, partial, best, total, counts, result,
+        q, k_cache, v_cache, position, partial, best, total,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), chunk, dim ** -0.5,
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=group_pad, DIM=dim, WINDOW=window, BLOCK_N=BLOCK_N, SPLITS=SPLITS,
         IEEE=q.dtype == torch.float32)
+    # The combine treats the window's queries of one key/value head as one larger group.
+    _combine_slices[(batch * heads * window,)](partial, best, total, result, KV_HEADS=kv_heads, GROUP=group * window,
+                                                  GROUP_PAD=group_pad, DIM=dim, SPLITS=SPLITS)
     return result

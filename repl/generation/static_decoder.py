@@ -190,8 +190,8 @@ class FastDecoder:
         batch.position.fill_(0)
         graph = torch.cuda.CUDAGraph()
         # thread_local: the plain path may be using the GPU from another thread meanwhile. On the stream of the first
-        # run: kernels that keep zeroed counts per stream (decode_attention, quant_kernels) made them there, outside
-        # the capture (made inside, they would be zeroed only when this graph replays).
+        # run: kernels that keep zeroed counts per stream (``arrival_counts``) made them there, outside the capture
+        # (made inside, they would be zeroed only when this graph replays).
         with torch.cuda.graph(graph, pool=pool, stream=side, capture_error_mode="thread_local"):
             step()
         return graph.replay
