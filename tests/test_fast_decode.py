@@ -361,19 +361,6 @@ print("ok")
 """
 
 
-def test_triton_attention_matches_torch_attention_in_the_interpreter():
-    from interpreter import run_under_interpreter
-
-    run_under_interpreter(ATTENTION_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
-def test_cuda_triton_attention_matches_torch_attention(dtype, tolerance):
-    exec(ATTENTION_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
-
-
 SHAPES_CHECK = """
 import torch
 from repl.generation import decode_attention as attention
@@ -382,8 +369,8 @@ torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 # (batch, heads, kv heads, head dim, cache, position, window, attended, q's scale), one call after another
 for batch, heads, kv_heads, dim, length, position, window, attended, spread in [
-        (2, 4, 2, 16, 512, 40, 1, 512, 1),  # slices of 32: 2 to 15 empty; 2 x 2 counts
-        (3, 6, 3, 16, 128, 100, 3, 128, 1),  # 9 counts, the first 4 as the call before left them; 2 x 3 rows of 16
+        (2, 4, 2, 16, 512, 40, 1, 512, 1),  # slices of 32: 2 to 15 empty
+        (3, 6, 3, 16, 128, 100, 3, 128, 1),  # groups of 2 x a window of 3 rows, padded to 16
         (1, 2, 2, 16, 64, 0, 1, 64, 1),  # a group of one: 1 row of 16
         (2, 12, 2, 16, 96, 62, 4, 96, 1),  # 6 x 4 rows: 32 with the padding; the window crosses slices 1 and 2
         (2, 4, 2, 16, 512, 509, 3, 512, 1),  # the first's shapes again, every slice used, the window at the end
@@ -400,19 +387,24 @@ print("ok")
 """
 
 
-def test_triton_attention_matches_torch_over_batches_windows_and_empty_slices_in_the_interpreter():
-    """Calls one after another (other batches, heads, windows, positions; slices after the position empty; groups
-    padded; scores in the hundreds) all give attend_cache's result, and a repeated call the same output."""
+ATTENTION_CHECKS = {"8B shapes": ATTENTION_CHECK, "batches, windows and empty slices": SHAPES_CHECK}
+
+
+@pytest.mark.parametrize("check", ATTENTION_CHECKS.values(), ids=ATTENTION_CHECKS.keys())
+def test_triton_attention_matches_torch_attention_in_the_interpreter(check):
+    """SHAPES_CHECK: calls one after another (other batches, heads, windows, positions; slices after the position
+    empty; groups padded; scores in the hundreds) all give attend_cache's result, a repeated call the same output."""
     from interpreter import run_under_interpreter
 
-    run_under_interpreter(SHAPES_CHECK.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
+    run_under_interpreter(check.format(device="cpu", dtype="torch.float32", tolerance=1e-5))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("check", ATTENTION_CHECKS.values(), ids=ATTENTION_CHECKS.keys())
 @pytest.mark.parametrize("dtype,tolerance", [("torch.float32", 1e-5), ("torch.bfloat16", 1e-2)])
-def test_cuda_triton_attention_matches_torch_over_batches_windows_and_empty_slices(dtype, tolerance):
-    exec(SHAPES_CHECK.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
+def test_cuda_triton_attention_matches_torch_attention(check, dtype, tolerance):
+    exec(check.format(device="cuda", dtype=dtype, tolerance=tolerance), {})
 
 
 @pytest.mark.gpu

@@ -429,21 +429,21 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     norm = norm if norm is not None else out
     flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
     if offset is None:
-        _launch(_int8_tuned, INTERPRETER_INT8, n, (x, words, scale.contiguous(), norm, residual, out, n, k, eps),
+        _launch(_int8_tuned, INTERPRETER_INT8, (x, words, scale.contiguous(), norm, residual, out, n, k, eps),
                 (1, 2), flags)
     else:
-        _launch(_int4_tuned, INTERPRETER_INT4, n,
+        _launch(_int4_tuned, INTERPRETER_INT4,
                 (x, words, scale.contiguous(), offset.contiguous(), norm, residual, out, n, k, eps), (1, 2, 3), flags)
     return out
 
 
-def _launch(tuned: GraphTuner, interpreter_tiles: dict, rows: int, arguments: tuple, weights: tuple,
-            flags: dict) -> None:
-    """The tuned kernel on CUDA, fixed tiles under the interpreter; a program per BLOCK_N of the ``rows``."""
-    grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_N"]),)
-    x, k = arguments[0], arguments[-2]
+def _launch(tuned: GraphTuner, interpreter_tiles: dict, arguments: tuple, weights: tuple, flags: dict) -> None:
+    """The tuned kernel on CUDA, fixed tiles under the interpreter; a program per BLOCK_N of the n rows.
+    ``arguments``: the matvec kernel's, from x to eps; ``weights``: the indexes of the weight's tensors in them."""
+    x, n, k = arguments[0], arguments[-3], arguments[-2]
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
     if x.is_cuda:
-        tuned.launch(grid, arguments, weights, (rows, k, *flags.values(), x.dtype, x.device), **flags)
+        tuned.launch(grid, arguments, weights, (n, k, *flags.values(), x.dtype, x.device), **flags)
     else:
         tuned.kernel[grid](*arguments, **flags, **interpreter_tiles)
 
