@@ -87,6 +87,9 @@ def test_pruned_tiles_are_not_timed_and_a_tile_the_gpu_cannot_run_is_skipped():
         OutOfResources(1, 0, "registers")))
     with pytest.raises(RuntimeError, match="no configuration"):
         nothing_runs.launch("grid", (torch.ones(4), torch.zeros(4, 4)), (1,), "key")
+    nothing_fits = GraphTuner(RecordingKernel(), CONFIGS, prune=lambda configs, flags: [], timing=lambda launches: 1.0)
+    with pytest.raises(RuntimeError, match="fits"):
+        nothing_fits.launch("grid", (torch.ones(4), torch.zeros(4, 4)), (1,), "key")
 
 
 @triton.jit

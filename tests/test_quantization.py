@@ -224,7 +224,11 @@ import torch
 from repl.generation import llama_math, quant_kernels, quant_pieces
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
-assert quant_kernels.rope_fits(128) and quant_kernels.rope_fits(32) and not quant_kernels.rope_fits(24)
+assert quant_kernels.rope_fits(128) and quant_kernels.rope_fits(8) and not quant_kernels.rope_fits(24)
+assert not quant_kernels.rope_fits(4)  # int4 has no tile whose rows fit half a head of 2 dims
+for dim in (8, 16, 32, 64, 128):  # every format has a tile that fits
+    for configs in (quant_kernels.INT8_CONFIGS, quant_kernels.INT4_CONFIGS):
+        assert quant_kernels._tiles_within_a_head(configs, dict(HALF=dim // 2)), (dim, configs)
 hidden, heads, kv_heads = 128, 4, 2
 for mode in ("int8", "int4"):
     for dim, fused in ((24, False), (32, True)):

@@ -117,8 +117,9 @@ class GraphTuner:
             return [lambda variant=variant: self.kernel[grid](*variant, **options) for variant in variants]
 
         times = [self._time(launches, config) for config in candidates]
-        if min(times) == math.inf:
-            raise RuntimeError(f"no configuration of {getattr(self.kernel, '__name__', self.kernel)} compiles here")
+        if not times or min(times) == math.inf:
+            raise RuntimeError(f"no configuration of {getattr(self.kernel, '__name__', self.kernel)} fits these "
+                               f"arguments and compiles here")
         return candidates[times.index(min(times))]
 
     def _time(self, launches, config) -> float:

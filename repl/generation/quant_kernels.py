@@ -297,9 +297,10 @@ _int4_rope_tuned = GraphTuner(_int4_qkv_rope_cache, INT4_CONFIGS, prune=_tiles_w
 
 
 def rope_fits(dim: int) -> bool:
-    """Whether ``quant_qkv_rope_cache`` serves heads of ``dim``: a power of two, so every tile of up to 64 rows
-    holds whole pairs of dims within half a head (Llama's 128)."""
-    return dim >= 4 and (dim & (dim - 1)) == 0
+    """Whether ``quant_qkv_rope_cache`` serves heads of ``dim``: a power of two, so a tile holds whole pairs of dims
+    within half a head (Llama's 128); at least 8, so that each format has tiles that do (int4's come by 8 and 16
+    rows: half a head of 4 dims or more)."""
+    return dim >= 8 and (dim & (dim - 1)) == 0
 
 
 def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
