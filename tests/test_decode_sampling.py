@@ -156,18 +156,17 @@ print("ok")
 
 # Blocks that are not full, several blocks, one block, and Llama 3's vocabulary at batch 1.
 SHAPES = [(8, 2 * 2048 + 77), (8, 7), (3, 2048), (1, 128256)]
+CHECKS = {"softmax": SOFTMAX_CHECK, "argmax": ARGMAX_CHECK, "top_p_draw": DRAW_CHECK, "sample": SAMPLE_CHECK}
 
 
-@pytest.mark.parametrize("check", [SOFTMAX_CHECK, ARGMAX_CHECK, DRAW_CHECK, SAMPLE_CHECK],
-                         ids=["softmax", "argmax", "top_p_draw", "sample"])
+@pytest.mark.parametrize("check", CHECKS.values(), ids=CHECKS.keys())
 def test_sampling_kernel_matches_torch_in_the_interpreter(check):
     run_under_interpreter(check.format(device="cpu", shapes=SHAPES))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("check", [SOFTMAX_CHECK, ARGMAX_CHECK, DRAW_CHECK, SAMPLE_CHECK],
-                         ids=["softmax", "argmax", "top_p_draw", "sample"])
+@pytest.mark.parametrize("check", CHECKS.values(), ids=CHECKS.keys())
 def test_cuda_sampling_kernel_matches_torch(check):
     exec(check.format(device="cuda", shapes=SHAPES + [(64, 128256)]), {})
 

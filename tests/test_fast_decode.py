@@ -299,8 +299,10 @@ def test_garbage_collections_are_recorded_with_when_they_began():
     before = time.perf_counter()
     with garbage_collections([]) as pauses:
         gc.collect()
+    recorded = len(pauses)  # at least the explicit one (an automatic one may come too)
     gc.collect()  # after the block: not recorded
-    assert len(pauses) == 1 and pauses[0][0] >= before and pauses[0][1] >= 0, pauses
+    assert recorded >= 1 and len(pauses) == recorded, pauses
+    assert all(began >= before and ms >= 0 for began, ms in pauses), pauses
 
 
 # -- on a GPU: compiled, captured, and still the same tokens --------------------------------------------------------

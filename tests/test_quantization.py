@@ -256,10 +256,10 @@ def test_q_k_v_takes_the_rope_kernel_where_its_tiles_fit_a_head_and_the_product_
 SPLIT_CHECK = """
 import torch
 from repl.generation import quant_kernels
+from repl.generation.arrival_counts import arrival_counts
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
-from repl.generation.arrival_counts import arrival_counts
-counts = arrival_counts(torch.device("cpu"), 0, "test")
+counts = arrival_counts(torch.device("cpu"), 0, "test")  # the buffer the products on this device use
 for mode, n, k, parts in [("int8", 40, 832, 3), ("int8", 72, 1024, 2), ("int4", 40, 1408, 2), ("int4", 200, 1024, 1)]:
     block = quant_kernels.INTERPRETER_SMALL["BLOCK_N"]
     assert quant_kernels._small_parts(n, k, mode == "int4", block, torch.device("cpu")) == parts, (mode, n, k)

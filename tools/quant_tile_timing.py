@@ -1,15 +1,14 @@
-"""How three ways of timing a tile rank the int8 one-row tiles (issue 27; docs/performance.md, "Measured again
-(2026-11-28)"):
+"""How four ways of timing a tile rank the int8 one-row tiles (issue 27; docs/performance.md, "Measured again
+(2026-11-28)" and "(2026-11-28, later)"):
 
     python tools/quant_tile_timing.py
 
 For q/k/v after the norm, gate/up after the norm and o, at the Llama-3.1-8B shapes, each tile of
 ``quant_kernels.INT8_CONFIGS`` timed by Triton's ``do_bench`` (the L2 emptied by writes), by
-``time_as_in_a_step`` (emptied by reads: what the tuning used until the graphs replaced it) and as a CUDA graph of
-launches on distinct weights, which is how a decode step meets a product; and as ``kernel_timing.GraphTuner``
-times it now (a graph of launches on the weight and scratch copies of it). Microseconds a product, and the seconds
-each timing took.
-"""
+``time_as_in_a_step`` (emptied by reads: what the tuning used until the graphs replaced it), as a CUDA graph of
+launches on distinct random weights (``kernel_timing.time_in_a_graph``: how a decode step meets a product), and as
+``kernel_timing.GraphTuner`` times it now (the same graph on the weight and scratch copies of it). Microseconds a
+product, and the seconds the timings took."""
 
 import statistics
 import sys
@@ -22,7 +21,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from repl.generation import quant_kernels  # noqa: E402
-from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies  # noqa: E402
+from repl.generation.kernel_timing import launch_options, time_in_a_graph, with_scratch_copies  # noqa: E402
 from repl.generation.quantization import quantize  # noqa: E402
 
 
@@ -71,26 +70,6 @@ def time_as_in_a_step(call, quantiles=None, warmup_ms: float = 5.0, rep_ms: floa
 PRODUCTS = [("q/k/v + norm", 6144, 4096, True), ("gate/up + norm", 28672, 4096, True), ("o", 4096, 4096, False)]
 
 
-def graph_us(calls, replays: int = 20) -> float:
-    """Median microseconds a call of a CUDA graph of ``calls``, one after the other."""
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    times = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times) / len(calls) * 1000
-
-
 def main() -> None:
     torch.manual_seed(0)
     for name, n, k, norm_on in PRODUCTS:
@@ -101,7 +80,7 @@ def main() -> None:
         norm = torch.ones(k, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(n, device="cuda", dtype=torch.bfloat16)
         for config in quant_kernels.INT8_CONFIGS:
-            meta = dict(config.kwargs, num_warps=config.num_warps)
+            meta = launch_options(config)
 
             def call(weight=weights[0]):
                 launch(weight.words, weight.scale)
@@ -116,7 +95,7 @@ def main() -> None:
             written_s, started = time.perf_counter() - started, time.perf_counter()
             read = time_as_in_a_step(call, (0.5, 0.2, 0.8))[0] * 1000
             read_s = time.perf_counter() - started
-            step = graph_us([lambda weight=weight: call(weight) for weight in weights])
+            step = time_in_a_graph([lambda weight=weight: call(weight) for weight in weights]) * 1000
             started = time.perf_counter()
             scratch = with_scratch_copies((weights[0].words, weights[0].scale))
             tuner = time_in_a_graph([lambda copy=copy: launch(*copy) for copy in scratch]) * 1000

@@ -110,8 +110,8 @@ class GraphTuner:
             return candidates[0]
         on_cuda = any(isinstance(argument, torch.Tensor) and argument.is_cuda for argument in arguments)
         if on_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(f"{getattr(self.kernel, '__name__', self.kernel)}: a first launch of these shapes inside "
-                               f"a CUDA graph capture; run it once before capturing (its tile is chosen then)")
+            raise RuntimeError(f"{getattr(self.kernel, '__name__', self.kernel)}: a first launch of these shapes "
+                               f"inside a CUDA graph capture; run it once before capturing (its tile is chosen then)")
         arguments = _replaced(arguments, counters, [torch.zeros_like(arguments[i]) for i in counters])
         variants = [_replaced(arguments, weights, copy)
                     for copy in with_scratch_copies([arguments[i] for i in weights])]
