@@ -188,6 +188,7 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
         if options.profile_steps and cuda:
             report("profiling the fast decode step")
             results["profile"] = decode_timing.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
+            results["profile"].update(decode_timing.profile_first_token(fast, prompt_ids, sampling))
             for line in decode_timing.profile_lines(results["profile"]):
                 report(line)
             save(results)

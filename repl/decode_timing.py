@@ -163,9 +163,10 @@ def ceiling(model, options, bandwidth_gb_s: float) -> float:
     return bandwidth_gb_s * 1e9 / (weight_bytes + kv_bytes)
 
 
-def profile_decode(fast, prompt_ids, settings, steps: int) -> dict:
+def profile_decode(fast, prompt_ids, settings, steps: int, detach_cupti: bool = True) -> dict:
     """Where a decode step's time goes: the GPU kernels of ``steps`` steps of a fast-path generation, profiled from
-    its 4th token on (torch.profiler), grouped by kind. Milliseconds per step."""
+    its 4th token on (torch.profiler), grouped by kind. Milliseconds per step. With ``detach_cupti`` the profiler
+    leaves nothing attached behind it (``cupti_detached_after``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -182,7 +183,8 @@ def profile_decode(fast, prompt_ids, settings, steps: int) -> dict:
         elif count == first + steps:
             torch.cuda.synchronize()
             marks["wall"] = time.perf_counter() - marks["started"]
-            profiler.__exit__(None, None, None)
+            with cupti_detached_after() if detach_cupti else contextlib.nullcontext():
+                profiler.__exit__(None, None, None)
         return True
 
     fast.decode_tokens(prompt_ids, settings, 1, first + steps + 1, emit)
@@ -195,6 +197,54 @@ def profile_decode(fast, prompt_ids, settings, steps: int) -> dict:
     return {"graph": {"wall_ms_per_step": marks["wall"] * 1e3 / steps, "gpu_ms_per_step": sum(per_kind.values()),
                       "by_kind_ms": per_kind,
                       "top_kernels": [{"ms": ms, "per_step": count, "name": key} for ms, count, key in rows[:20]]}}
+
+
+def profile_first_token(fast, prompt_ids, settings) -> dict:
+    """A reply's first token (the prompt's prefill and the first draw), profiled (torch.profiler): its wall time
+    against the GPU kernels it ran, grouped by kind, in milliseconds; kernels far below the wall time say the host
+    held it back."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    profiler = profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU])
+    profiler.__enter__()
+    started = time.perf_counter()
+    try:
+        fast.decode_tokens(prompt_ids, settings, 1, 1, lambda tokens: False)
+        torch.cuda.synchronize()
+    finally:
+        wall = time.perf_counter() - started
+        with cupti_detached_after():
+            profiler.__exit__(None, None, None)
+    per_kind: dict[str, float] = {}
+    rows = kernel_times(profiler)
+    for ms, count, name in rows:
+        per_kind[_kernel_kind(name)] = per_kind.get(_kernel_kind(name), 0.0) + ms
+    return {"first_token": {"wall_ms_per_step": wall * 1e3, "gpu_ms_per_step": sum(per_kind.values()),
+                            "launches": sum(count for _, count, _ in rows), "by_kind_ms": per_kind,
+                            "top_kernels": [{"ms": ms, "per_step": count, "name": name[:90]}
+                                            for ms, count, name in rows[:20]]}}
+
+
+@contextlib.contextmanager
+def cupti_detached_after():
+    """A profiler stopped inside detaches CUPTI (Kineto reads TEARDOWN_CUPTI as it stops; unset, CUPTI stays
+    attached for the rest of the process). Attached, it adds host time to every launch: the bench's settings
+    measured after a profile had their first token (a prefill of some thousand launches) late: int8's, after
+    bf16's profile, 68-108 ms in runs 26-34 of docs/gpu-runs.md, 42 without a profile before it (runs 22, 28).
+    A TEARDOWN_CUPTI already set (torch sets "0" where
+    its compiled CUDA graphs cannot survive a teardown) is left as it is."""
+    import os
+
+    if "TEARDOWN_CUPTI" in os.environ:
+        yield
+        return
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TEARDOWN_CUPTI", None)
 
 
 def kernel_times(profiler) -> list[tuple[float, int, str]]:

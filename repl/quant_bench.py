@@ -152,6 +152,7 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     report(f"quantized ({mode}): greedy: {decode_timing.greedy_text(figures['greedy'])}")
     if options.profile_steps and cuda:
         figures["profile"] = decode_timing.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
+        figures["profile"].update(decode_timing.profile_first_token(fast, prompt_ids, sampling))
         for line in decode_timing.profile_lines(figures["profile"]):
             report(line)
     del fast, loaded, model

@@ -305,6 +305,22 @@ def test_garbage_collections_are_recorded_with_when_they_began():
     assert all(began >= before and ms >= 0 for began, ms in pauses), pauses
 
 
+def test_a_profile_detaches_cupti_as_it_stops_unless_teardown_was_set_either_way(monkeypatch):
+    import os
+
+    from repl.decode_timing import cupti_detached_after
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    with cupti_detached_after():
+        assert os.environ["TEARDOWN_CUPTI"] == "1"  # what Kineto reads as the profiler stops
+    assert "TEARDOWN_CUPTI" not in os.environ
+    for already in ("0", "1"):  # torch sets "0" where its own CUDA graphs cannot survive a teardown
+        monkeypatch.setenv("TEARDOWN_CUPTI", already)
+        with cupti_detached_after():
+            assert os.environ["TEARDOWN_CUPTI"] == already
+        assert os.environ["TEARDOWN_CUPTI"] == already
+
+
 # -- on a GPU: compiled, captured, and still the same tokens --------------------------------------------------------
 
 @pytest.mark.gpu

@@ -2,12 +2,14 @@
 (issue 27: int8's first token in the bench was 46-106 ms while this gave 42; docs/performance.md, "Measured again
 (2026-11-28, later)"):
 
-    python tools/quant_first_token.py [--mode int8] [--replies 8] [--freeze]
+    python tools/quant_first_token.py [--mode int8] [--replies 8] [--freeze] [--profile-between]
 
 Builds the Llama-3.1-8B shapes with random weights, quantizes them, warms the fast path's compiled tier for one row
 (drafting off, as the bench), then times the first token of ``--replies`` replies to a 1000-token prompt and prints
-the collector's pauses during each; with ``--freeze``, ``gc.freeze()`` and as many replies again. CUDA only; not a
-test.
+the collector's pauses during each; with ``--freeze``, ``gc.freeze()`` and as many replies again; with
+``--profile-between``, a profiled reply (as ``bench --profile-steps``) leaving CUPTI attached, as many replies, a
+profiled reply that detaches it (``decode_timing.cupti_detached_after``), and as many replies again. CUDA only;
+not a test.
 """
 
 import argparse
@@ -21,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from repl.decode_timing import garbage_collections  # noqa: E402
+from repl.decode_timing import garbage_collections, profile_decode  # noqa: E402
 from repl.generation.fast_decode import FastLocalBackend  # noqa: E402
 from repl.generation.model_loading import LoadedModel  # noqa: E402
 from repl.generation.quantized_model import quantize_model  # noqa: E402
@@ -48,6 +50,8 @@ def main() -> None:
     parser.add_argument("--mode", default="int8", choices=("int8", "int4"))
     parser.add_argument("--replies", type=int, default=8)
     parser.add_argument("--freeze", action="store_true", help="then gc.freeze() and as many replies again")
+    parser.add_argument("--profile-between", action="store_true",
+                        help="then replies after a profile that leaves CUPTI attached, and after one that detaches it")
     args = parser.parse_args()
     model = build_random_model("llama-3.1-8b", "cuda", torch.bfloat16)
     quantize_model(model, args.mode)
@@ -63,6 +67,10 @@ def main() -> None:
         gc.collect()
         gc.freeze()
         first_tokens(fast, ids, settings, args.replies, "after gc.freeze")
+    if args.profile_between:
+        for detach, label in ((False, "after a profile, CUPTI attached"), (True, "after a profile, CUPTI detached")):
+            profile_decode(fast, ids, settings, 5, detach_cupti=detach)
+            first_tokens(fast, ids, settings, args.replies, label)
 
 
 if __name__ == "__main__":
