@@ -1,0 +1,295 @@
+"""One-row int4 product on tensor cores, the weights dequantized in registers (Marlin's way), in Triton's Gluon.
+
+Why: the CUDA-core kernel (``quant_kernels._int4_matvec``) spends 5-6 instructions a weight and is bound by issue,
+not by memory (ncu on an H100: issue 77% of cycles, DRAM 38%; docs/performance.md, "Why int4 stays at 234
+tokens/s"). Here a weight costs about one instruction: one LOP3 turns two nibbles of a word into two bfloat16
+numbers 128 + u (the nibble under the exponent of 128, exact), and ``mma.sync`` does the multiply-adds, 256
+weights an instruction. Plain Triton's ``tl.dot`` moved such operands through shared memory; Gluon lets the words
+be loaded straight in the layout the tensor-core operand needs, so nothing moves between threads.
+
+The format is ``quantization``'s (int4: ``words`` (N, K/8), nibble j of word 16g + w is column 128g + 16j + w).
+How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8, C = 16 x 8 float32):
+- A product sums over k, so the k order is ours to choose as long as A and B agree. A thread of an A fragment
+  holds, for two rows, the pairs k = (2t, 2t+1) and (2t+8, 2t+9) (t = lane % 4), each pair one 32-bit register.
+  The pair is made the two halves of one LOP3 on one word: nibbles i and i+4 (bits 4i and 16+4i after a shift of
+  4i). Thread t holds words 4t .. 4t+3 of a row's group (one 16-byte load), and the 128 k of a group are ordered so
+  that k = e + 2t + 8hh + 16h + 32i is nibble i + 4e of word 4t + 2h + hh (``_x_columns`` gives B the same order).
+- The 8 columns of B (and C) are 8 consecutive groups: the mma of group c has B = x of the group in column c and
+  zeros elsewhere, so C[row, c] is the row's sum over group c alone (the 128 + u form) and the scales and offsets
+  are applied once per 8 groups, each thread to distinct (row, group) pairs: out += s (C - 128 X) + o X.
+- X (each group's input sum, for the 128 and the offsets) comes from one more mma: A all ones, B the 8 groups' x.
+A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
+arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
+Needs K a multiple of 1024 (every Llama-3.1-8B product is).
+"""
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+from repl.generation.arrival_counts import arrival_counts
+
+try:
+    import triton
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+    IMPORT_ERROR = None
+except Exception as error:  # no Triton, or one without Gluon's mma_v2: available() says so
+    IMPORT_ERROR = f"{type(error).__name__}: {error}"
+
+COLUMNS_PER_STEP = 1024  # 8 groups of 128: one mma per group into one column of C
+MAX_PARTS = 8
+
+
+class Config(NamedTuple):
+    """warps and 16-row tiles per warp (a program owns 16 * warps * tiles rows); prefetch: load the next step's
+    words during this one; parts: the K split (None: enough programs for two on each SM, as
+    ``quant_kernels._small_parts``)."""
+    warps: int
+    tiles: int
+    prefetch: bool = True
+    parts: Optional[int] = None
+
+
+CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False), Config(2, 1), Config(2, 1, False),
+           Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)]
+
+# The fields of one word as the bfloat16 pairs (128 + nibble i, 128 + nibble i+4), i = 0..3, one 32-bit register
+# each: LOP3 (w & 0x000F000F) | 0x43004300 puts nibbles 0 and 4 under the exponent of 128 in the two halves; shifts
+# of 4, 8, 12 bring nibbles 1-3 and 5-7 there. Called with pack=2 on the word joined with itself ($4 = $5), so that
+# each output register is one pair of elements, as the mma takes it.
+_DEQUANT_ASM = """{
+.reg .b32 s;
+lop3.b32 $0, $4, 0x000F000F, 0x43004300, 0xEA;
+shr.u32 s, $4, 4;
+lop3.b32 $1, s, 0x000F000F, 0x43004300, 0xEA;
+shr.u32 s, $4, 8;
+lop3.b32 $2, s, 0x000F000F, 0x43004300, 0xEA;
+shr.u32 s, $4, 12;
+lop3.b32 $3, s, 0x000F000F, 0x43004300, 0xEA;
+}"""
+# B of group c: x where the thread's column is c, else 0: an AND of each bfloat16 pair with a mask of all ones or 0
+# (pack=2: one instruction a register; a select of each 16-bit element and a repack took three).
+_MASK_ASM = "and.b32 $0, $1, $2;"
+
+if IMPORT_ERROR is None:
+    _DEQUANT = gl.constexpr(_DEQUANT_ASM)
+    _MASK = gl.constexpr(_MASK_ASM)
+
+    @gluon.jit
+    def _dequantized(words, A_LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr):
+        """(BLOCK_M, 16) words of one group -> the (BLOCK_M, 128) A operand, 128 + u in the k order above. The
+        joins, reshapes and permute only rename registers: each thread keeps its own words' fields."""
+        pairs = gl.inline_asm_elementwise(_DEQUANT, "=r,=r,=r,=r,r,r", [gl.join(words, words)],
+                                          dtype=(gl.int16, ) * 4, is_pure=True, pack=2)  # (m, w, e): nibble i + 4e
+        fields = gl.join(gl.join(pairs[0], pairs[1]), gl.join(pairs[2], pairs[3]))  # (m, w, e, i0, i1)
+        fields = gl.reshape(fields, [BLOCK_M, 2, 2, 2, 2, 2, 2, 2])  # (m, t1, t0, h, hh, e, i0, i1)
+        fields = gl.permute(fields, [0, 7, 6, 3, 4, 1, 2, 5])  # k = e + 2t + 8hh + 16h + 32i
+        fields = gl.reshape(fields, [BLOCK_M, 128])
+        return gl.convert_layout(fields.to(gl.bfloat16, bitcast=True), A_LAYOUT)
+
+    @gluon.jit
+    def _group_sums(words, x, c: gl.constexpr, sums, BLOCK_M: gl.constexpr):
+        """sums + the mma of group c of the step: A its dequantized words, B x in column c and zeros elsewhere."""
+        B_LAYOUT: gl.constexpr = x.type.layout
+        group_of = gl.arange(0, 8, layout=gl.SliceLayout(0, B_LAYOUT))[None, :]
+        mask = gl.where(group_of == c, -1, 0) + gl.zeros(x.shape, gl.int32, B_LAYOUT)
+        x_c = gl.inline_asm_elementwise(_MASK, "=r,r,r,r", [x.to(gl.int16, bitcast=True), mask], dtype=gl.int16,
+                                        is_pure=True, pack=2).to(gl.bfloat16, bitcast=True)
+        A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sums.type.layout, k_width=2)
+        return mma_v2(_dequantized(words, A_LAYOUT, BLOCK_M), x_c, sums)
+
+    @gluon.jit
+    def _step_loads(words_at, scale_at, offset_at, step, present):
+        """The 8 groups' words of a step (1024 columns), its scales and offsets; nothing where not ``present``."""
+        at = words_at + step * 128
+        w0 = gl.load(at, mask=present, eviction_policy="evict_first")
+        w1 = gl.load(at + 16, mask=present, eviction_policy="evict_first")
+        w2 = gl.load(at + 32, mask=present, eviction_policy="evict_first")
+        w3 = gl.load(at + 48, mask=present, eviction_policy="evict_first")
+        w4 = gl.load(at + 64, mask=present, eviction_policy="evict_first")
+        w5 = gl.load(at + 80, mask=present, eviction_policy="evict_first")
+        w6 = gl.load(at + 96, mask=present, eviction_policy="evict_first")
+        w7 = gl.load(at + 112, mask=present, eviction_policy="evict_first")
+        scale = gl.load(scale_at + step * 8, mask=present)
+        offset = gl.load(offset_at + step * 8, mask=present)
+        return w0, w1, w2, w3, w4, w5, w6, w7, scale, offset
+
+    @gluon.jit
+    def _step(total, loaded, x_at, ones, MMA: gl.constexpr, BLOCK_M: gl.constexpr):
+        """total + one step's 8 groups, scaled: s (C - 128 X) + o X for each (row, group)."""
+        w0, w1, w2, w3, w4, w5, w6, w7, scale, offset = loaded
+        x = gl.load(x_at)
+        zero = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
+        inputs = mma_v2(ones, x, zero)  # X of group c in every row's column c
+        sums = _group_sums(w0, x, 0, zero, BLOCK_M)
+        sums = _group_sums(w1, x, 1, sums, BLOCK_M)
+        sums = _group_sums(w2, x, 2, sums, BLOCK_M)
+        sums = _group_sums(w3, x, 3, sums, BLOCK_M)
+        sums = _group_sums(w4, x, 4, sums, BLOCK_M)
+        sums = _group_sums(w5, x, 5, sums, BLOCK_M)
+        sums = _group_sums(w6, x, 6, sums, BLOCK_M)
+        sums = _group_sums(w7, x, 7, sums, BLOCK_M)
+        scale = scale.to(gl.float32)
+        return total + scale * (sums - 128.0 * inputs) + offset.to(gl.float32) * inputs
+
+    @gluon.jit
+    def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
+                         n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
+                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr):
+        A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        block = gl.program_id(0)
+        part = gl.program_id(1)
+        parts = gl.num_programs(1)
+        groups = (k // 1024) * 8  # written so, the compiler sees rows of words 64-byte aligned (16-byte loads)
+        steps = k // 1024
+        per_part = gl.cdiv(steps, parts)
+        first = part * per_part
+        last = gl.minimum(first + per_part, steps)
+
+        # Words: rows past n read row n - 1 (never stored), so the loop has no masks.
+        rows_w = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, WORDS)), n - 1)
+        words_at = words_ptr + rows_w[:, None] * (groups * 16) + gl.arange(0, 16, layout=gl.SliceLayout(0, WORDS))[
+            None, :]
+        # x in B's k order (see the module docstring); column c of B is group c of the step
+        kk = gl.arange(0, 128, layout=gl.SliceLayout(1, B_LAYOUT))
+        x_columns = 16 * ((kk >> 5) + 4 * (kk & 1)) + 4 * ((kk >> 1) & 3) + 2 * ((kk >> 4) & 1) + ((kk >> 3) & 1)
+        group_of = gl.arange(0, 8, layout=gl.SliceLayout(0, B_LAYOUT))[None, :]
+        x_at = x_ptr + x_columns[:, None] + 128 * group_of
+        ones = gl.full([BLOCK_M, 128], 1.0, gl.bfloat16, A_LAYOUT)
+        # scales and offsets in C's layout: (row, group c of the step)
+        rows_c = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA)), n - 1)
+        scale_at = rows_c[:, None] * groups + gl.arange(0, 8, layout=gl.SliceLayout(0, MMA))[None, :]
+
+        # PREFETCH: the words (and scales, offsets) of the next step are loaded while this one's are used. Loaded
+        # in the step that uses them, ptxas issued the loads at most one group ahead of their mma: 1-2 KB in flight
+        # a warp. Prefetched, 8 KB a tile in flight, for 64 more registers a thread a tile.
+        scale_at, offset_at = scale_ptr + scale_at, offset_ptr + scale_at
+        total = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
+        if PREFETCH:
+            loaded = _step_loads(words_at, scale_at, offset_at, first, first < last)
+            for step in range(first, last):
+                current = loaded
+                loaded = _step_loads(words_at, scale_at, offset_at, step + 1, step + 1 < last)
+                total = _step(total, current, x_at + step * 1024, ones, MMA, BLOCK_M)
+        else:
+            for step in range(first, last):
+                total = _step(total, _step_loads(words_at, scale_at, offset_at, step, True), x_at + step * 1024,
+                              ones, MMA, BLOCK_M)
+
+        row_sums = gl.sum(total, axis=1)
+        rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
+        row_ok = rows < n
+        if parts == 1:
+            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+        else:
+            gl.store(partial_ptr + part * n + rows, row_sums, mask=row_ok)
+            gl.thread_barrier()  # every thread's sums written before the count says so (the atomic releases them)
+            arrived = gl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
+            if arrived == parts - 1:
+                row_sums = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, MMA))
+                for other in range(0, parts):  # in order: the sum does not depend on which part came last
+                    row_sums += gl.load(partial_ptr + other * n + rows, mask=row_ok, other=0.0, cache_modifier=".cg")
+                _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+                gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
+
+    @gluon.jit
+    def _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: gl.constexpr):
+        if RESIDUAL:
+            row_sums += gl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(gl.float32)
+        gl.store(out_ptr + rows, row_sums.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+def layouts(warps: int, tiles: int):
+    """The mma's layout and the words' (BLOCK_M, 16) layout: thread t of a lane quad holds words 4t .. 4t+3 of rows
+    lane / 4 and lane / 4 + 8 of each 16-row tile (the rows the A fragment gives it), 16 bytes at a time."""
+    block_m = 16 * warps * tiles
+    mma = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[warps, 1], instr_shape=[16, 8])
+    words = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0]] + [[16 * warps << i, 0] for i in range(int(math.log2(tiles)))],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16 << i, 0] for i in range(int(math.log2(warps)))],
+        block_bases=[],
+        shape=[block_m, 16])
+    return mma, words, block_m
+
+
+def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
+    if config.parts is not None:
+        return max(1, min(config.parts, k // COLUMNS_PER_STEP))
+    blocks = triton.cdiv(n, 16 * config.warps * config.tiles)
+    programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(MAX_PARTS, triton.cdiv(programs, blocks), k // COLUMNS_PER_STEP))
+
+
+def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                    residual: Optional[torch.Tensor] = None, config: Config = CONFIGS[0]) -> torch.Tensor:
+    """W @ x (+ residual) for one bfloat16 row x (K,) and an int4 weight (``quantization``'s layout), on CUDA."""
+    n = words.shape[0]
+    k = words.shape[1] * 8
+    x = x.reshape(-1).contiguous()
+    if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16 or x.numel() != k
+            or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31 or not words.is_contiguous()
+            or (residual is not None and residual.numel() != n)):
+        raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}")
+    mma, words_layout, block_m = layouts(config.warps, config.tiles)
+    blocks = triton.cdiv(n, block_m)
+    parts = _parts(config, n, k, x.device)
+    out = torch.empty(n, dtype=x.dtype, device=x.device)
+    partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
+    counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
+    residual = residual.reshape(-1).contiguous() if residual is not None else out
+    _int4_mma_matvec[(blocks, parts)](x, words, scale.contiguous(), offset.contiguous(), residual, out, partials,
+                                      counts, n, k, MMA=mma, WORDS=words_layout, BLOCK_M=block_m,
+                                      PREFETCH=config.prefetch,
+                                      RESIDUAL=residual is not out, num_warps=config.warps)
+    return out
+
+
+# -- offline compilation (no GPU needed): whether the kernel compiles, and its SASS -----------------------------------
+
+SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offset_ptr": "*bf16",
+             "residual_ptr": "*bf16", "out_ptr": "*bf16", "partial_ptr": "*fp32", "counts_ptr": "*i32",
+             "n": "i32", "k": "i32"}
+
+
+def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False):
+    """The kernel compiled for an H100 (sm_90) without a GPU, pointers 16-byte aligned and k a multiple of 16 (as
+    the launcher specializes them)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    mma, words_layout, block_m = layouts(config.warps, config.tiles)
+    signature = dict(SIGNATURE, MMA="constexpr", WORDS="constexpr", BLOCK_M="constexpr", PREFETCH="constexpr",
+                     RESIDUAL="constexpr")
+    constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
+                  "RESIDUAL": residual}
+    aligned = [[["tt.divisibility", 16]]]
+    attrs = {(i, ): aligned[0] for i, name in enumerate(SIGNATURE) if name != "n"}
+    source = GluonASTSource(_int4_mma_matvec, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps})
+
+
+_available: Optional[str] = None
+
+
+def available() -> bool:
+    """Whether the installed Triton compiles the kernel for sm_90 (``unavailable_reason()`` says why not)."""
+    return unavailable_reason() == ""
+
+
+def unavailable_reason() -> str:
+    global _available
+    if _available is None:
+        if IMPORT_ERROR is not None:
+            _available = IMPORT_ERROR
+        else:
+            try:
+                compile_for_sm90()
+                _available = ""
+            except Exception as error:  # any failure means: use the CUDA-core kernel
+                _available = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+    return _available
