@@ -77,6 +77,7 @@ _MASK_ASM = "and.b32 $0, $1, $2;"
 if IMPORT_ERROR is None:
     _DEQUANT = gl.constexpr(_DEQUANT_ASM)
     _MASK = gl.constexpr(_MASK_ASM)
+    _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # triton 3.6's name, and later ones'
 
     @gluon.jit
     def _dequantized(words, A_LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -187,7 +188,7 @@ if IMPORT_ERROR is None:
             _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
         else:
             gl.store(partial_ptr + part * n + rows, row_sums, mask=row_ok)
-            gl.thread_barrier()  # every thread's sums written before the count says so (the atomic releases them)
+            _cta_barrier()  # every thread's sums written before the count says so (the atomic releases them)
             arrived = gl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
             if arrived == parts - 1:
                 row_sums = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, MMA))
@@ -217,11 +218,16 @@ def layouts(warps: int, tiles: int):
     return mma, words, block_m
 
 
+_sm_counts: dict = {}
+
+
 def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
     if config.parts is not None:
         return max(1, min(config.parts, k // COLUMNS_PER_STEP))
+    if device not in _sm_counts:
+        _sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
     blocks = triton.cdiv(n, 16 * config.warps * config.tiles)
-    programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    programs = 2 * _sm_counts[device]
     return max(1, min(MAX_PARTS, triton.cdiv(programs, blocks), k // COLUMNS_PER_STEP))
 
 
@@ -293,3 +299,28 @@ def unavailable_reason() -> str:
             except Exception as error:  # any failure means: use the CUDA-core kernel
                 _available = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
     return _available
+
+
+def main_loop(cubin: bytes) -> list[str]:
+    """The SASS instructions of the kernel's longest loop (its K loop), disassembled with the nvdisasm that ships
+    in Triton's wheel."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        lines = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
+    lines = lines.splitlines()
+    labels = {match.group(1): i for i, line in enumerate(lines) if (match := re.match(r"^(\.L_x_\d+):", line))}
+    instructions = [(i, line) for i, line in enumerate(lines) if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
+    longest: list[str] = []
+    for i, line in instructions:  # a loop: a branch back to a label above it
+        match = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if match and labels.get(match.group(1), i) < i:
+            body = [text for j, text in instructions if labels[match.group(1)] < j <= i]
+            longest = body if len(body) > len(longest) else longest
+    return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0].strip() for line in longest]

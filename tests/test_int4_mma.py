@@ -1,0 +1,47 @@
+"""The tensor-core one-row int4 product (``int4_mma``): compiled offline for an H100 (sm_90), its K loop keeps the
+weights in registers (no shared memory, no shuffles) at about one instruction a weight; on CUDA, its output
+against the dequantized reference, split along K or not, ragged rows, with a residual."""
+
+import collections
+
+import pytest
+import torch
+
+from repl.generation import int4_mma
+
+needs_gluon = pytest.mark.skipif(not int4_mma.available(),
+                                 reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
+
+
+@needs_gluon
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
+def test_the_k_loop_keeps_the_weights_in_registers(config):
+    loop = int4_mma.main_loop(int4_mma.compile_for_sm90(config, residual=True).asm["cubin"])
+    ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
+    assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
+    weights = 16 * config.tiles * 1024 // 32  # a thread's weights a step: its tiles' 16 rows x 1024 columns
+    assert ops["HMMA"] == 8 * 8 * config.tiles + 8  # 8 groups of 8 k-blocks a tile, and the input sums
+    assert len(loop) < 2 * weights, ops  # ~1.3-1.7 an instruction a weight; the CUDA-core kernel took 5-6
+    assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,k,config", [(200, 4096, int4_mma.Config(4, 1, True)),
+                                        (4096, 2048, int4_mma.Config(4, 1, False)),
+                                        (72, 3072, int4_mma.Config(2, 1, True, 3)),
+                                        (1000, 5120, int4_mma.Config(4, 2, False, 2))])
+def test_cuda_product_matches_the_dequantized_reference(n, k, config):
+    from repl.generation.quantization import dequantize, quantize
+
+    generator = torch.Generator(device="cuda").manual_seed(n + k)
+    quantized = quantize(torch.randn(n, k, generator=generator, device="cuda").to(torch.bfloat16), "int4")
+    x = torch.randn(k, generator=generator, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
+    reference = dequantize(quantized, torch.float32) @ x.float()
+    for add in (None, residual):
+        for _ in range(2):  # a second call finds the split's counts back at zero
+            out = int4_mma.int4_matvec_mma(x, *quantized, residual=add, config=config)
+            expected = reference + (0 if add is None else add.float())
+            assert out.dtype == torch.bfloat16 and out.shape == (n,)
+            assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
