@@ -2,9 +2,10 @@
 
 Why: the CUDA-core kernel (``quant_kernels._int4_matvec``) spends 5-6 instructions a weight and is bound by issue,
 not by memory (ncu on an H100: issue 77% of cycles, DRAM 38%; docs/performance.md, "Why int4 stays at 234
-tokens/s"). Here a weight costs about one instruction: one LOP3 turns two nibbles of a word into two bfloat16
-numbers 128 + u (the nibble under the exponent of 128, exact), and ``mma.sync`` does the multiply-adds, 256
-weights an instruction. Plain Triton's ``tl.dot`` moved such operands through shared memory; Gluon lets the words
+tokens/s"). Here one LOP3 turns two nibbles of a word into two bfloat16 numbers 128 + u (the nibble under the
+exponent of 128, exact) and ``mma.sync`` does the multiply-adds, 256 weights an instruction: offline (sm_90 SASS,
+triton 3.6) the K loop takes 1.3-1.7 instructions a weight (7 a word of 8 weights, an HMMA for 8 weights a
+thread, B's masks and the loads), against 5-6. Plain Triton's ``tl.dot`` moved such operands through shared memory; Gluon lets the words
 be loaded straight in the layout the tensor-core operand needs, so nothing moves between threads.
 
 The format is ``quantization``'s (int4: ``words`` (N, K/8), nibble j of word 16g + w is column 128g + 16j + w).
@@ -13,10 +14,11 @@ How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8,
   holds, for two rows, the pairs k = (2t, 2t+1) and (2t+8, 2t+9) (t = lane % 4), each pair one 32-bit register.
   The pair is made the two halves of one LOP3 on one word: nibbles i and i+4 (bits 4i and 16+4i after a shift of
   4i). Thread t holds words 4t .. 4t+3 of a row's group (one 16-byte load), and the 128 k of a group are ordered so
-  that k = e + 2t + 8hh + 16h + 32i is nibble i + 4e of word 4t + 2h + hh (``_x_columns`` gives B the same order).
+  that k = e + 2t + 8hh + 16h + 32i is nibble i + 4e of word 4t + 2h + hh (``x_columns`` gives B the same order).
 - The 8 columns of B (and C) are 8 consecutive groups: the mma of group c has B = x of the group in column c and
   zeros elsewhere, so C[row, c] is the row's sum over group c alone (the 128 + u form) and the scales and offsets
   are applied once per 8 groups, each thread to distinct (row, group) pairs: out += s (C - 128 X) + o X.
+  Masking B costs an AND a register a group (16 a thread), shared by the warp's tiles.
 - X (each group's input sum, for the 128 and the offsets) comes from one more mma: A all ones, B the 8 groups' x.
 A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
