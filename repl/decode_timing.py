@@ -271,7 +271,8 @@ def _kernel_kind(name: str) -> str:
     lowered = name.lower()
     if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
         return "q/k/v, o, down products (decode_matvec)"
-    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_matmul_small", "_dequantize")):
+    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_int4_mma_matvec", "_int8_qkv_rope", "_int4_qkv_rope",
+                           "_prepare_input", "_matmul_small", "_dequantize")):
         return "quantized products (quant_kernels)"
     if lowered.startswith(("_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"

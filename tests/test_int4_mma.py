@@ -45,3 +45,29 @@ def test_cuda_product_matches_the_dequantized_reference(n, k, config):
             expected = reference + (0 if add is None else add.float())
             assert out.dtype == torch.bfloat16 and out.shape == (n,)
             assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
+    """quant_matvec_launch's int4 products with a norm, SwiGLU or a residual, their input made first, computed on
+    tensor cores and on CUDA cores; and the way chosen by timing gives the same output again."""
+    from repl.generation import quant_kernels
+    from repl.generation.quantization import quantize
+
+    n, k = 3000, 2048
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    words, scale, offset = quantize(torch.randn(n, k, generator=generator, device="cuda").to(torch.bfloat16), "int4")
+    x = torch.randn(2 * k, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = (1 + torch.rand(k, generator=generator, device="cuda")).to(torch.bfloat16)
+    residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
+    for fused in [dict(x=x[:k]), dict(x=x[:k], norm=norm), dict(x=x, swiglu=True, residual=residual),
+                  dict(x=x[:k], residual=residual)]:
+        arguments = dict(dict(norm=None, residual=None, swiglu=False), **fused)
+        outputs = [quant_kernels.quant_matvec_launch(words=words, scale=scale, offset=offset, eps=1e-5,
+                                                     input_first=True, tensor_cores=cores, **arguments)
+                   for cores in (False, True, None)]
+        cuda_cores = outputs[0].float()
+        for out in outputs[1:]:
+            assert ((out.float() - cuda_cores).abs().max() / cuda_cores.abs().max()).item() < 1e-2, fused.keys()
+    assert quant_kernels._chosen_ways, "the ways were timed and one chosen for each product"

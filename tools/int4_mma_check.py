@@ -70,7 +70,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
             [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config) for c in copies])
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for key, us in times.items():
-        print(f"  {key}: {us:.1f} us ({gigabytes / us * 1e3:.0f} GB/s)")
+        print(f"  {key}: {us:.1f} us ({gigabytes / us * 1e6:.0f} GB/s)")
     return ok, times
 
 

@@ -220,6 +220,21 @@ def layouts(warps: int, tiles: int):
     return mma, words, block_m
 
 
+def config_for(n: int) -> Config:
+    """The configuration for products of n rows: of the nine timed on the 8B shapes (H100, run 36,
+    ``tools/int4_mma_check.py``), two 16-row tiles a warp without the prefetch were the fastest for q/k/v, gate/up
+    and down (10.0, 30.1, 18.0 us) and within 2% for o; the output layer's 128256 rows ran best with one tile and the
+    prefetch (97.9 against 117.7 us)."""
+    return Config(4, 1, True) if n > 32768 else Config(4, 2, False)
+
+
+def serves(x: torch.Tensor, n: int, k: int) -> bool:
+    """Whether ``int4_matvec_mma`` takes this product: a bfloat16 row on a GPU with bfloat16 tensor cores (sm_80 or
+    later), K a multiple of 1024, the words addressable in 32 bits, and a Triton whose Gluon compiles the kernel."""
+    return (x.is_cuda and x.dtype == torch.bfloat16 and k % COLUMNS_PER_STEP == 0 and n * k // 8 < 2**31
+            and torch.cuda.get_device_capability(x.device) >= (8, 0) and available())
+
+
 _sm_counts: dict = {}
 
 

@@ -14,8 +14,10 @@ Three products:
 - ``quant_matvec``: one row of input (a decode step), CUDA cores, with the norm before it (RMS norm), SwiGLU of its
   input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call, for
   each fused variant on its own, and for a norm or SwiGLU the faster of making the input in every program or once,
-  in a kernel of its own, before the product. ``quant_qkv_rope_cache``: the same for q/k/v, with RoPE and the
-  cache writes in the product's programs.
+  in a kernel of its own, before the product. An int4 product of a bfloat16 row may instead run on tensor cores
+  (``int4_mma``: the fields dequantized in registers into ``mma.sync``, its input made first); the first call of
+  each product times the ways that apply and keeps the fastest. ``quant_qkv_rope_cache``: the same for q/k/v
+  (CUDA cores), with RoPE and the cache writes in the product's programs.
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from repl.generation import int4_mma
 from repl.generation.arrival_counts import COUNTS, arrival_counts
 from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
@@ -380,33 +383,37 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
     return out
 
 
-# (rows, columns, norm, SwiGLU, residual, dtype, format, device) -> whether making the input first is faster.
-# Each program of a fused product makes its own inputs (and its own pass over x for the norm), which costs little
-# with few programs and more than a kernel of its own with many: on an H100 (run 21) the input made first was
-# faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for q/k/v (13.8
-# against 12.9), so the first call of each shape times both ways.
-_input_made_first: dict = {}
+# (rows, columns, norm, SwiGLU, residual, dtype, format, device) -> the fastest way of that product: (input made
+# first, tensor cores). Each program of a fused product makes its own inputs (and its own pass over x for the norm),
+# which costs little with few programs and more than a kernel of its own with many: on an H100 (run 21) the input
+# made first was faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for
+# q/k/v (13.8 against 12.9). int4 products of a bfloat16 row may also run on tensor cores (``int4_mma``, which takes
+# a plain input: after the input made first): faster for gate/up, down and the output layer, not for o (run 36). So
+# the first call of each shape times every way that applies.
+_chosen_ways: dict = {}
 
 
-def _make_input_first(key, weights: tuple, way) -> bool:
-    """Whether ``way(True, *weights)`` (the input made first) is faster than ``way(False, *weights)`` (fused), each
-    timed as a step meets it (``kernel_timing``)."""
-    if key not in _input_made_first:
-        way(False, *weights), way(True, *weights)  # tuned (and compiled) before either is timed
+def _fastest_way(key, weights: tuple, way, ways: list) -> tuple:
+    """The fastest of ``ways`` (each ``way(*option, *weights)``), timed as a step meets them (``kernel_timing``)."""
+    if key not in _chosen_ways:
+        for option in ways:  # tuned (and compiled) before any is timed
+            way(*option, *weights)
         copies = with_scratch_copies(weights)
-        fused, first = ([lambda copy=copy, made_first=made_first: way(made_first, *copy) for copy in copies]
-                        for made_first in (False, True))
-        _input_made_first[key] = time_in_a_graph(first) < time_in_a_graph(fused)
-    return _input_made_first[key]
+        times = {option: time_in_a_graph([lambda copy=copy, option=option: way(*option, *copy) for copy in copies])
+                 for option in ways}
+        _chosen_ways[key] = min(ways, key=times.get)
+    return _chosen_ways[key]
 
 
 def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
                         norm: Optional[torch.Tensor], residual: Optional[torch.Tensor], swiglu: bool,
-                        eps: float, input_first: Optional[bool] = None) -> torch.Tensor:
+                        eps: float, input_first: Optional[bool] = None,
+                        tensor_cores: Optional[bool] = None) -> torch.Tensor:
     """W @ v for one row, v = x (k,), norm * rms_norm(x), or SiLU(x[:k]) * x[k:] (x of 2k); plus the residual.
     With a norm or SwiGLU, ``input_first`` makes v in a kernel of its own (``prepared_input``) before the product
-    instead of in each of the product's programs; None: whichever was faster at this shape on CUDA, fused under the
-    interpreter."""
+    instead of in each of the product's programs; ``tensor_cores`` computes an int4 product of a bfloat16 v with
+    ``int4_mma`` (its input made first). None: whichever way was faster at this shape on CUDA; under the
+    interpreter, fused on CUDA cores."""
     n = words.shape[0]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x = x.reshape(-1).contiguous()
@@ -415,16 +422,25 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
         raise ValueError(f"quant_matvec: x {tuple(x.shape)}, words {tuple(words.shape)}, "
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
     norm = norm.contiguous() if norm is not None else None
-    if norm is not None or swiglu:
-        if input_first is None and x.is_cuda:
+    made_in_kernel = norm is not None or swiglu
+    if x.is_cuda and (input_first is None or tensor_cores is None):
+        firsts = (input_first,) if input_first is not None else (False, True) if made_in_kernel else (False,)
+        cores = ((tensor_cores,) if tensor_cores is not None
+                 else (False, True) if offset is not None and int4_mma.serves(x, n, k) else (False,))
+        ways = [(first, core) for first in firsts for core in cores if first or not core or not made_in_kernel]
+        if len(ways) == 1:
+            input_first, tensor_cores = ways[0]
+        else:
             key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
 
-            def way(first: bool, words, scale, offset):
-                quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first)
+            def way(first: bool, core: bool, words, scale, offset):
+                quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first, core)
 
-            input_first = _make_input_first(key, (words, scale, offset), way)
-        if input_first:
-            x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
+            input_first, tensor_cores = _fastest_way(key, (words, scale, offset), way, ways)
+    if input_first and made_in_kernel:
+        x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
+    if tensor_cores:
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, int4_mma.config_for(n))
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     norm = norm if norm is not None else out
@@ -685,5 +701,5 @@ def tuned_configs() -> dict[str, str]:
             for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("int8 q/k/v", _int8_rope_tuned),
                                 ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
-        f"{'int8' if key[6] else 'int4'} input made first {key[:6]}": str(first)
-        for key, first in _input_made_first.items()}
+        f"{'int8' if key[6] else 'int4'} {key[:6]}": f"input made first {first}, tensor cores {core}"
+        for key, (first, core) in _chosen_ways.items()}
