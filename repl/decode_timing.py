@@ -230,11 +230,11 @@ def profile_first_token(fast, prompt_ids, settings) -> dict:
 @contextlib.contextmanager
 def cupti_detached_after():
     """A profiler stopped inside detaches CUPTI (Kineto reads TEARDOWN_CUPTI as it stops; unset, CUPTI stays
-    attached for the rest of the process). Attached, it adds host time to every launch: the bench's settings
-    measured after a profile had their first token (a prefill of some thousand launches) late: int8's, after
-    bf16's profile, 68-108 ms in runs 26-34 of docs/gpu-runs.md, 42 without a profile before it (runs 22, 28).
-    A TEARDOWN_CUPTI already set (torch sets "0" where
-    its compiled CUDA graphs cannot survive a teardown) is left as it is."""
+    attached for the rest of the process and adds host time to launches), so that a profile leaves the
+    measurements after it as they were. (Suspected of int8's late first token in the bench, which only runs with
+    --profile-steps showed: a probe found no effect beyond the jitter, run 35a of docs/gpu-runs.md.) A
+    TEARDOWN_CUPTI already set (torch sets "0" where its compiled CUDA graphs cannot survive a teardown) is left as
+    it is."""
     import os
 
     if "TEARDOWN_CUPTI" in os.environ:
