@@ -25,6 +25,21 @@ def test_the_k_loop_keeps_the_weights_in_registers(config):
     assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
 
 
+def test_tensor_cores_are_never_handed_an_input_they_would_not_make():
+    """int4_mma takes a plain input: asked for with a norm or SwiGLU fused in and the input not made first, the
+    launcher refuses rather than leave the norm out; off CUDA, the kernel refuses."""
+    from repl.generation import quant_kernels
+    from repl.generation.quantization import quantize
+
+    words, scale, offset = quantize(torch.randn(64, 1024), "int4")
+    x, norm = torch.randn(1024), torch.ones(1024)
+    with pytest.raises(ValueError, match="input made first"):
+        quant_kernels.quant_matvec_launch(x, words, scale, offset, norm, None, False, 1e-5, input_first=False,
+                                          tensor_cores=True)
+    with pytest.raises(ValueError, match="int4_matvec_mma"):
+        quant_kernels.quant_matvec_launch(x, words, scale, offset, None, None, False, 0.0, tensor_cores=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("n,k,config", [(200, 4096, int4_mma.Config(4, 1, True)),

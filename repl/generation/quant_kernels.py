@@ -423,6 +423,8 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
     norm = norm.contiguous() if norm is not None else None
     made_in_kernel = norm is not None or swiglu
+    if tensor_cores and made_in_kernel and input_first is False:
+        raise ValueError("quant_matvec: the tensor-core product takes its input made first (input_first=True)")
     if x.is_cuda and (input_first is None or tensor_cores is None):
         firsts = (input_first,) if input_first is not None else (False, True) if made_in_kernel else (False,)
         cores = ((tensor_cores,) if tensor_cores is not None
