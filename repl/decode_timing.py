@@ -188,15 +188,7 @@ def profile_decode(fast, prompt_ids, settings, steps: int, detach_cupti: bool = 
         return True
 
     fast.decode_tokens(prompt_ids, settings, 1, first + steps + 1, emit)
-    per_kind: dict[str, float] = {}
-    rows = []
-    for ms, count, name in kernel_times(profiler):
-        kind = _kernel_kind(name)
-        per_kind[kind] = per_kind.get(kind, 0.0) + ms / steps
-        rows.append((ms / steps, count / steps, name[:90]))
-    return {"graph": {"wall_ms_per_step": marks["wall"] * 1e3 / steps, "gpu_ms_per_step": sum(per_kind.values()),
-                      "by_kind_ms": per_kind,
-                      "top_kernels": [{"ms": ms, "per_step": count, "name": key} for ms, count, key in rows[:20]]}}
+    return {"graph": _grouped(profiler, marks["wall"], steps)}
 
 
 def profile_first_token(fast, prompt_ids, settings) -> dict:
@@ -217,14 +209,20 @@ def profile_first_token(fast, prompt_ids, settings) -> dict:
         wall = time.perf_counter() - started
         with cupti_detached_after():
             profiler.__exit__(None, None, None)
+    return {"first_token": _grouped(profiler, wall, 1)}
+
+
+def _grouped(profiler, wall_s: float, steps: int) -> dict:
+    """A finished profile per step: its wall time, its GPU kernels' time by kind, launches and the longest kernels."""
     per_kind: dict[str, float] = {}
     rows = kernel_times(profiler)
     for ms, count, name in rows:
-        per_kind[_kernel_kind(name)] = per_kind.get(_kernel_kind(name), 0.0) + ms
-    return {"first_token": {"wall_ms_per_step": wall * 1e3, "gpu_ms_per_step": sum(per_kind.values()),
-                            "launches": sum(count for _, count, _ in rows), "by_kind_ms": per_kind,
-                            "top_kernels": [{"ms": ms, "per_step": count, "name": name[:90]}
-                                            for ms, count, name in rows[:20]]}}
+        kind = _kernel_kind(name)
+        per_kind[kind] = per_kind.get(kind, 0.0) + ms / steps
+    return {"wall_ms_per_step": wall_s * 1e3 / steps, "gpu_ms_per_step": sum(per_kind.values()),
+            "launches": sum(count for _, count, _ in rows) / steps, "by_kind_ms": per_kind,
+            "top_kernels": [{"ms": ms / steps, "per_step": count / steps, "name": name[:90]}
+                            for ms, count, name in rows[:20]]}
 
 
 @contextlib.contextmanager

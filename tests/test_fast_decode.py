@@ -305,6 +305,29 @@ def test_garbage_collections_are_recorded_with_when_they_began():
     assert all(began >= before and ms >= 0 for began, ms in pauses), pauses
 
 
+def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
+    """decode_timing's profiles (the decode step, the first token) from a finished torch.profiler run: only GPU
+    kernels count, divided by the steps profiled, grouped by kind, the longest first."""
+    from types import SimpleNamespace
+
+    from repl.decode_timing import _grouped
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    event = lambda key, us, count, device=cuda: SimpleNamespace(key=key, self_device_time_total=us, count=count,
+                                                                device_type=device)
+    profiler = SimpleNamespace(key_averages=lambda: [
+        event("_int4_mma_matvec", 3000.0, 130), event("_attend_slices", 400.0, 64),
+        event("aten::mm", 9000.0, 10, cpu),  # a CPU op: its kernels are counted as kernels
+        event("_int4_qkv_rope_cache", 800.0, 64)])
+    grouped = _grouped(profiler, 0.010, 2)
+    assert grouped["wall_ms_per_step"] == pytest.approx(5.0)
+    assert grouped["by_kind_ms"] == {"quantized products (quant_kernels)": pytest.approx(1.9),
+                                     "attention (decode_attention)": pytest.approx(0.2)}
+    assert grouped["gpu_ms_per_step"] == pytest.approx(2.1) and grouped["launches"] == 129
+    assert [row["name"] for row in grouped["top_kernels"]] == ["_int4_mma_matvec", "_int4_qkv_rope_cache",
+                                                               "_attend_slices"]
+
+
 def test_a_profile_detaches_cupti_as_it_stops_unless_teardown_was_set_either_way(monkeypatch):
     import os
 

@@ -85,4 +85,8 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
         cuda_cores = outputs[0].float()
         for out in outputs[1:]:
             assert ((out.float() - cuda_cores).abs().max() / cuda_cores.abs().max()).item() < 1e-2, fused.keys()
-    assert quant_kernels._chosen_ways, "the ways were timed and one chosen for each product"
+    chosen = {key[:5]: way for key, way in quant_kernels._chosen_ways.items() if key[:2] == (n, k)}
+    assert chosen.keys() == {(n, k, False, False, False), (n, k, True, False, False), (n, k, False, True, True),
+                             (n, k, False, False, True)}, chosen  # a way timed and kept for each product
+    for (_, _, norm, swiglu, _), (first, core) in chosen.items():
+        assert first or not core or not (norm or swiglu), "tensor cores take their input made first"

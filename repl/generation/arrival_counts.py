@@ -34,3 +34,13 @@ def arrival_counts(device: torch.device, needed: int, user: str) -> torch.Tensor
     if key not in _buffers:
         _buffers[key] = torch.zeros(COUNTS, dtype=torch.int32, device=device)
     return _buffers[key]
+
+
+_multiprocessor_counts: dict = {}  # device -> its SMs
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The SMs of a CUDA device: the split products split along K until they have about two programs on each."""
+    if device not in _multiprocessor_counts:
+        _multiprocessor_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _multiprocessor_counts[device]

@@ -25,12 +25,13 @@ arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` d
 Needs K a multiple of 1024 (every Llama-3.1-8B product is).
 """
 
+import functools
 import math
 from typing import NamedTuple, Optional
 
 import torch
 
-from repl.generation.arrival_counts import arrival_counts
+from repl.generation.arrival_counts import arrival_counts, multiprocessors
 
 try:
     import triton
@@ -235,16 +236,11 @@ def serves(x: torch.Tensor, n: int, k: int) -> bool:
             and torch.cuda.get_device_capability(x.device) >= (8, 0) and available())
 
 
-_sm_counts: dict = {}
-
-
 def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
     if config.parts is not None:
         return max(1, min(config.parts, k // COLUMNS_PER_STEP))
-    if device not in _sm_counts:
-        _sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
     blocks = triton.cdiv(n, 16 * config.warps * config.tiles)
-    programs = 2 * _sm_counts[device]
+    programs = 2 * multiprocessors(device)
     return max(1, min(MAX_PARTS, triton.cdiv(programs, blocks), k // COLUMNS_PER_STEP))
 
 
@@ -296,26 +292,21 @@ def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False):
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps})
 
 
-_available: Optional[str] = None
-
-
 def available() -> bool:
     """Whether the installed Triton compiles the kernel for sm_90 (``unavailable_reason()`` says why not)."""
     return unavailable_reason() == ""
 
 
+@functools.cache
 def unavailable_reason() -> str:
-    global _available
-    if _available is None:
-        if IMPORT_ERROR is not None:
-            _available = IMPORT_ERROR
-        else:
-            try:
-                compile_for_sm90()
-                _available = ""
-            except Exception as error:  # any failure means: use the CUDA-core kernel
-                _available = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
-    return _available
+    """Why the kernel cannot serve here ("" where it can), found once per process."""
+    if IMPORT_ERROR is not None:
+        return IMPORT_ERROR
+    try:
+        compile_for_sm90()
+    except Exception as error:  # any failure means: use the CUDA-core kernel
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+    return ""
 
 
 def main_loop(cubin: bytes) -> list[str]:

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from repl.generation import int4_mma
-from repl.generation.arrival_counts import COUNTS, arrival_counts
+from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
 from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
@@ -568,7 +568,7 @@ def _small_parts(n: int, k: int, int4: bool, block: int, device: torch.device) -
     """Parts of the K steps (16 words each) for blocks of ``block`` outputs: enough programs for two on each SM (four
     programs under the interpreter, so that the tests split too), at most MAX_PARTS, at least 4 steps a part."""
     steps = (k // 64) * (8 if int4 else 16) // 16
-    target = 2 * _multiprocessors(device) if device.type == "cuda" else 4
+    target = 2 * multiprocessors(device) if device.type == "cuda" else 4
     blocks = triton.cdiv(n, block)
     if blocks > COUNTS:  # more blocks than counts (a count per block): never split (it would not be, below 2048 SMs)
         return 1
@@ -584,15 +584,6 @@ def _parts_by_block(n: int, k: int, int4: bool, device: torch.device, configs) -
         _parts_by_shape[key] = {config.kwargs["BLOCK_N"]: _small_parts(n, k, int4, config.kwargs["BLOCK_N"], device)
                                 for config in configs}
     return _parts_by_shape[key]
-
-
-_sm_counts: dict = {}
-
-
-def _multiprocessors(device: torch.device) -> int:
-    if device not in _sm_counts:
-        _sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _sm_counts[device]
 
 
 @torch.library.custom_op("kernelllm::quant_matmul_small", mutates_args=())
