@@ -135,7 +135,8 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     fast.wait_until_ready()
     results["fast"] = {"attention": fast.attention, "state": fast.state,
                        "reason": fast.reason, "serving_after_s": fast.serving_after_s,
-                       "warm_up_s": {first_tier: fast.warm_up_seconds.get(first_tier, {})}, "tiers": {}}
+                       "warm_up_s": {first_tier: fast.warm_up_seconds.get(first_tier, {})}, "tiers": {},
+                       "prefill_graphs_s": fast.warm_up_seconds.get("prefill", {})}
     if fast.warm_up_errors:
         import traceback
 

@@ -120,7 +120,8 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
                             tiers=(first_tier,), attention=options.attention, drafting=False)
     fast.wait_until_ready()
     figures.update(state=fast.state, reason=fast.reason, serving_after_s=fast.serving_after_s,
-                   warm_up_s={first_tier: fast.warm_up_seconds.get(first_tier, {})})
+                   warm_up_s={first_tier: fast.warm_up_seconds.get(first_tier, {})},
+                   prefill_graphs_s=fast.warm_up_seconds.get("prefill", {}))
     if fast.state != "ready":
         figures["error"] = fast.reason
         return figures

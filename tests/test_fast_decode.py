@@ -51,6 +51,36 @@ def test_greedy_tokens_are_those_of_generate_in_every_row(random_model, eager_ba
     assert rows == [expected] * 3
 
 
+def test_prompts_padded_for_the_prefill_graphs_give_the_tokens_of_generate(random_model):
+    """The prefill graphs' form, uncaptured (an eager batch): each prompt padded to a multiple of PREFILL_BUCKET with
+    whatever an earlier prompt left there, its first token from its own last position; every row decodes the tokens
+    of generate(), and each prompt went through the padded prefill of its length."""
+    decoder = FastDecoder(random_model.model, max_seq_len=256)
+    for size in (1, 2):
+        decoder.prepare(size, "eager")
+        decoder.prepare_prefill(size)
+        assert sorted(decoder.batches[size].prefills) == [64, 128, 192, 256]
+    used = []
+    for size in (1, 2):
+        batch = decoder.batches[size]
+        for padded, prefill in list(batch.prefills.items()):
+            batch.prefills[padded] = lambda prefill=prefill, padded=padded, size=size: used.append((size, padded)) \
+                or prefill()
+    tokenizer = random_model.tokenizer
+    long_prompt = encode_prompt(tokenizer, "def relu(x): return torch.relu(x) + 1\n" * 20)
+    assert long_prompt.shape[1] >= 65
+    prompts = [encode_prompt(tokenizer, "def relu(x): return torch.relu(x) + 1"), encode_prompt(tokenizer, "def f():"),
+               long_prompt[:, :64], long_prompt[:, :65]]
+    assert [prompt.shape[1] < 64 for prompt in prompts[:2]] == [True, True] and prompts[0].shape[1] > \
+        prompts[1].shape[1], "the second prompt's padding holds the first prompt's tokens"
+    for prompt_ids in prompts:
+        expected = generate_ids(random_model.model, prompt_ids, 12)
+        assert fast_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=12), 1, 12) == [expected]
+        assert fast_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=12), 2, 12) == \
+            [expected] * 2
+    assert used == [(1, 64), (2, 64), (1, 64), (2, 64), (1, 64), (2, 64), (1, 128), (2, 128)]
+
+
 def test_a_reply_stops_at_its_end_token_as_generate_does(random_model):
     prompt = "def relu(x):"
     prompt_ids = encode_prompt(random_model.tokenizer, prompt)
@@ -352,6 +382,9 @@ def test_cuda_graphs_give_the_greedy_tokens_of_generate(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), device="cuda", dtype="fp32")
     backend = FastLocalBackend(loaded, max_seq_len=1024, batch_sizes=(1, 2))
     assert backend.wait_until_ready(600) and backend.state == "ready", backend.reason
+    # the prompts prefill as CUDA graphs, padded (both prompts are under 1024 tokens)
+    assert sorted(backend.warm_up_seconds["prefill"]) == [1, 2]
+    assert all(sorted(batch.prefills) == list(range(64, 1025, 64)) for batch in backend.decoder.batches.values())
     for prompt in [build_prompt(RELU_MODULE), "def relu(x):"]:
         prompt_ids = encode_prompt(loaded.tokenizer, prompt).cuda()
         expected = generate_ids(loaded.model, prompt_ids, 48)

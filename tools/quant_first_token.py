@@ -8,8 +8,9 @@ Builds the Llama-3.1-8B shapes with random weights, quantizes them, warms the fa
 (drafting off, as the bench), then times the first token of ``--replies`` replies to a 1000-token prompt and prints
 the collector's pauses during each; with ``--freeze``, ``gc.freeze()`` and as many replies again; with
 ``--profile-between``, a profiled reply (as ``bench --profile-steps``) leaving CUPTI attached, as many replies, a
-profiled reply that detaches it (``decode_timing.cupti_detached_after``), and as many replies again. CUDA only;
-not a test.
+profiled reply that detaches it (``decode_timing.cupti_detached_after``), and as many replies again; with
+``--eager-prefill-too``, as many replies again with the prompt prefilled op by op (the prefill graphs set aside).
+``--mode none`` keeps the bfloat16 weights. CUDA only; not a test.
 """
 
 import argparse
@@ -47,17 +48,24 @@ def first_tokens(fast, ids, settings, replies: int, label: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", default="int8", choices=("int8", "int4"))
+    parser.add_argument("--mode", default="int8", choices=("int8", "int4", "none"))
     parser.add_argument("--replies", type=int, default=8)
     parser.add_argument("--freeze", action="store_true", help="then gc.freeze() and as many replies again")
     parser.add_argument("--profile-between", action="store_true",
                         help="then replies after a profile that leaves CUPTI attached, and after one that detaches it")
+    parser.add_argument("--eager-prefill-too", action="store_true",
+                        help="then replies with the prompt prefilled op by op (no prefill graphs)")
     args = parser.parse_args()
     model = build_random_model("llama-3.1-8b", "cuda", torch.bfloat16)
-    quantize_model(model, args.mode)
-    loaded = LoadedModel("random:llama-3.1-8b", model, None, "cuda", "bfloat16", quantization=args.mode)
+    mode = None if args.mode == "none" else args.mode
+    if mode:
+        quantize_model(model, mode)
+    loaded = LoadedModel("random:llama-3.1-8b", model, None, "cuda", "bfloat16", quantization=mode)
+    reserved = torch.cuda.memory_reserved()
     fast = FastLocalBackend(loaded, compile=True, batch_sizes=(1,), tiers=("graphs",), drafting=False)
     fast.wait_until_ready()
+    print(f"warm-up (s): {fast.warm_up_seconds}; state {fast.state}, {fast.reason or 'no failure'}; memory reserved "
+          f"since the load {(torch.cuda.memory_reserved() - reserved) / 1e9:.2f} GB", flush=True)
     fast.warm_up_tier("compiled", 1)
     ids = synthetic_prompt_ids(model.config, 1000).cuda()
     settings = SamplingSettings(temperature=1.0, top_p=0.97, max_new_tokens=16)
@@ -71,6 +79,11 @@ def main() -> None:
         for detach, label in ((False, "after a profile, CUPTI attached"), (True, "after a profile, CUPTI detached")):
             profile_decode(fast, ids, settings, 5, detach_cupti=detach)
             first_tokens(fast, ids, settings, args.replies, label)
+    if args.eager_prefill_too:
+        batch = fast.decoder.batches[1]
+        graphs, batch.prefills = batch.prefills, {}
+        first_tokens(fast, ids, settings, args.replies, "prefill op by op")
+        batch.prefills = graphs
 
 
 if __name__ == "__main__":

@@ -177,11 +177,13 @@ EAGER = Pieces()
 
 
 def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = None, pieces: Pieces = EAGER,
-            window: bool = False):
+            window: bool = False, last: torch.Tensor | None = None):
     """Float32 logits of each row's last position. tokens (B, T) at positions (T,): a prompt (T > 1, from position
     0, attending to itself) or one decode step (T == 1, attending to the first ``attended`` cached positions).
     ``window``: a speculative verify step, T tokens after the cached ones, each attending to the cache up to its own
-    position (``speculative``: its pieces' ``final_logits`` give every position's logits)."""
+    position (``speculative``: its pieces' ``final_logits`` give every position's logits).
+    ``last``: the logits of this position (a (1,) device tensor) instead of the last one: a prompt padded at its
+    end (``static_decoder``'s prefill graphs; causal attention keeps the padding out of the positions before it)."""
     batch, length = tokens.shape
     cos, sin = w.cos[positions], w.sin[positions]
     x = F.embedding(tokens, w.embed)
@@ -194,4 +196,6 @@ def forward(w: LlamaWeights, tokens, positions, caches, attended: int | None = N
             attention = pieces.attend_cache(q, k_cache, v_cache, positions[:1], attended or k_cache.shape[2])
         attention = attention.transpose(1, 2).reshape(batch, length, w.heads * w.head_dim)
         x = pieces.layer_output(x, attention, layer.o, layer.mlp_norm, layer.gate_up, layer.down, w.eps)
+    if last is not None:
+        x = x.index_select(1, last)
     return pieces.final_logits(x, w.norm, w.lm_head, w.eps)

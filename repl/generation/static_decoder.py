@@ -10,6 +10,11 @@ A step comes in tiers, each replacing the one before as the background warm-up r
 Attention reads only the filled part of the cache, rounded up to a multiple of ``BUCKET`` positions: each batch has
 one graph per bucket (and per greedy/sampled), all sharing one memory pool.
 
+A prompt's prefill (its forward pass up to the first token's logits) runs op by op, or, once ``prepare_prefill`` has
+captured them, as a CUDA graph of the prompt padded to the next multiple of ``PREFILL_BUCKET`` tokens: launched op by
+op, the ~1400 kernels of a quantized 8B prefill kept the GPU waiting on the host (a 1000-token first token took 42-83
+ms for 38 ms of kernels on an H100, docs/performance.md), and a graph replays them without the host.
+
 One generation at a time runs on a model, under the lock the plain generate() path takes (``generation_lock``):
 sampling draws from torch's global RNG, which a seed resets, and the buffers are shared by every tier's graphs.
 """
@@ -30,6 +35,10 @@ MAX_SEQ_LEN = 4096  # prompt + reply: the REPL's longest is a ~1500-token prompt
 BUCKET = 256  # attention reads the cache up to the next multiple of this many positions
 TIERS = ("eager", "graphs", "compiled")
 MATVECS = ("triton", "inductor")  # who writes the compiled tier's batch-1 products: see compile_pieces()
+PREFILL_BUCKET = 64  # prompts are padded to a multiple of this many tokens for a captured prefill
+PREFILL_GRAPHS_UP_TO = 2048  # the longest padded prompt with a graph (the REPL's prompts are up to ~1500 tokens);
+# longer prompts prefill op by op. Each graph holds its own activations in a pool shared by all of them (~0.5 GB at
+# 2048 tokens of an 8B model) and takes a warm run and a capture to make.
 
 
 def sample(logits, temperature, top_p):
@@ -79,6 +88,15 @@ class DecodeBatch:
         self.copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
         self.tier: str | None = None
         self.steps: dict[bool, list[Callable[[], None]]] = {}  # greedy? -> one step per attention bucket
+        # ``FastDecoder.prepare_prefill``: padded prompt length -> its prefill (captured on CUDA), which reads the
+        # prompt from ``prompt`` and writes the logits of position ``prompt_last`` into ``prompt_logits``
+        self.prefills: dict[int, Callable[[], None]] = {}
+        self.prompt = self.prompt_last = self.prompt_logits = None
+
+
+def padded_length(length: int) -> int:
+    """The prompt length a prefill graph of ``length`` tokens is captured at."""
+    return -(-length // PREFILL_BUCKET) * PREFILL_BUCKET
 
 
 def compile_pieces(attend, matvec: str = "triton", quantized: bool = False) -> Pieces:
@@ -129,6 +147,7 @@ class FastDecoder:
         self.lock = generation_lock(model)  # one generation (plain or fast) at a time on this model
         self._compiled: dict[str, Pieces] = {}  # matvec -> the compiled pieces
         self.speculation = None  # speculative.Speculation: drafts for single streams, where it serves
+        self._prefill_pool = None  # the memory pool every batch's prefill graphs share (they never run at once)
         self.last_speculation: dict | None = None  # its step counts for the last reply it decoded
 
     # -- warm-up ------------------------------------------------------------------------------------------------
@@ -149,6 +168,37 @@ class FastDecoder:
                     steps[is_greedy].append(step if tier == "eager" else self._capture(batch, step, pool))
             batch.steps, batch.tier = steps, tier
             self.batches[size] = batch
+
+    def prepare_prefill(self, size: int) -> None:
+        """Give batch ``size`` (prepared already) a prefill for each prompt length padded to ``PREFILL_BUCKET``, up to
+        ``PREFILL_GRAPHS_UP_TO`` tokens: CUDA graphs where the batch's steps are (an eager batch gets the padded
+        prefills uncaptured: tests). Each is made under the lock on its own, so a generation waits for one capture
+        at most; the prompts of the lengths not yet captured prefill op by op meanwhile."""
+        batch = self.batches[size]
+        device = batch.tokens.device
+        lengths = range(PREFILL_BUCKET, min(PREFILL_GRAPHS_UP_TO, self.max_seq_len) + 1, PREFILL_BUCKET)
+        if not lengths:
+            return
+        captured = batch.tier != "eager"
+        if captured and self._prefill_pool is None:
+            self._prefill_pool = torch.cuda.graph_pool_handle()
+        with self.lock:
+            if batch.prompt is None:
+                batch.prompt = torch.zeros((1, lengths[-1]), dtype=torch.long, device=device)
+                batch.prompt_last = torch.zeros(1, dtype=torch.long, device=device)
+                batch.prompt_logits = torch.zeros((1, self.weights.embed.shape[0]), dtype=torch.float32,
+                                                  device=device)
+        for padded in lengths:
+            if padded in batch.prefills:
+                continue
+            prefill = partial(self._prefill, batch, torch.arange(padded, device=device))
+            with self.lock, torch.no_grad():
+                batch.prefills[padded] = self._capture(batch, prefill, self._prefill_pool) if captured else prefill
+
+    def _prefill(self, batch: DecodeBatch, positions: torch.Tensor) -> None:
+        logits = forward(self.weights, batch.prompt[:, :positions.shape[0]], positions, batch.caches,
+                         last=batch.prompt_last)
+        batch.prompt_logits.copy_(logits)
 
     def _compile_for(self, size: int) -> Pieces:
         """Compile the pieces for batches of ``size`` on scratch inputs of the real shapes (one layer's cache), so
@@ -239,8 +289,15 @@ class FastDecoder:
         batch.top_p.fill_(settings.top_p if settings.top_p < 1 else 2.0)  # 2.0: keep every token
         prompt_ids = prompt_ids.to(batch.tokens.device)
         length = prompt_ids.shape[1]
-        logits = forward(self.weights, prompt_ids, torch.arange(length, device=prompt_ids.device),
-                         batch.caches).expand(batch.size, -1)
+        prefill = batch.prefills.get(padded_length(length))
+        if prefill is not None:  # the padding after the prompt: any tokens (those of an earlier prompt)
+            batch.prompt[:, :length].copy_(prompt_ids[:1])
+            batch.prompt_last.fill_(length - 1)
+            prefill()
+            logits = batch.prompt_logits
+        else:
+            logits = forward(self.weights, prompt_ids, torch.arange(length, device=prompt_ids.device), batch.caches)
+        logits = logits.expand(batch.size, -1)
         batch.tokens.copy_(greedy(logits) if settings.greedy else sample(logits, batch.temperature, batch.top_p))
         batch.position.fill_(length)
         return length
