@@ -61,11 +61,12 @@ def main() -> None:
     if mode:
         quantize_model(model, mode)
     loaded = LoadedModel("random:llama-3.1-8b", model, None, "cuda", "bfloat16", quantization=mode)
-    reserved = torch.cuda.memory_reserved()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     fast = FastLocalBackend(loaded, compile=True, batch_sizes=(1,), tiers=("graphs",), drafting=False)
     fast.wait_until_ready()
-    print(f"warm-up (s): {fast.warm_up_seconds}; state {fast.state}, {fast.reason or 'no failure'}; memory reserved "
-          f"since the load {(torch.cuda.memory_reserved() - reserved) / 1e9:.2f} GB", flush=True)
+    print(f"warm-up (s): {fast.warm_up_seconds}; state {fast.state}, {fast.reason or 'no failure'}; since the load: "
+          f"memory allocated {(torch.cuda.memory_allocated() - allocated) / 1e9:.2f} GB, reserved "
+          f"{(torch.cuda.memory_reserved() - reserved) / 1e9:.2f} GB", flush=True)
     fast.warm_up_tier("compiled", 1)
     ids = synthetic_prompt_ids(model.config, 1000).cuda()
     settings = SamplingSettings(temperature=1.0, top_p=0.97, max_new_tokens=16)
