@@ -38,6 +38,7 @@ try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     IMPORT_ERROR = None
 except Exception as error:  # no Triton, or one without Gluon's mma_v2: available() says so
     IMPORT_ERROR = f"{type(error).__name__}: {error}"
@@ -142,7 +143,13 @@ if IMPORT_ERROR is None:
     @gluon.jit
     def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
                          n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
-                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr):
+                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
+        # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
+        # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
+        # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
+        # partials and counts, reused memory under a CUDA graph) is touched after the wait.
+        if PDL:
+            gdc_launch_dependents()
         A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         block = gl.program_id(0)
@@ -175,12 +182,21 @@ if IMPORT_ERROR is None:
         total = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
         if PREFETCH:
             loaded = _step_loads(words_at, scale_at, offset_at, first, first < last)
+            if PDL:
+                gdc_wait()
             for step in range(first, last):
                 current = loaded
                 loaded = _step_loads(words_at, scale_at, offset_at, step + 1, step + 1 < last)
                 total = _step(total, current, x_at + step * 1024, ones, MMA, BLOCK_M)
         else:
-            for step in range(first, last):
+            begin = first
+            if PDL:  # the first step taken out of the loop, its loads before the wait
+                loaded = _step_loads(words_at, scale_at, offset_at, first, first < last)
+                gdc_wait()
+                if first < last:
+                    total = _step(total, loaded, x_at + first * 1024, ones, MMA, BLOCK_M)
+                begin = first + 1
+            for step in range(begin, last):
                 total = _step(total, _step_loads(words_at, scale_at, offset_at, step, True), x_at + step * 1024,
                               ones, MMA, BLOCK_M)
 
@@ -245,8 +261,10 @@ def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
 
 
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                    residual: Optional[torch.Tensor] = None, config: Config = CONFIGS[0]) -> torch.Tensor:
-    """W @ x (+ residual) for one bfloat16 row x (K,) and an int4 weight (``quantization``'s layout), on CUDA."""
+                    residual: Optional[torch.Tensor] = None, config: Config = CONFIGS[0],
+                    pdl: bool = False) -> torch.Tensor:
+    """W @ x (+ residual) for one bfloat16 row x (K,) and an int4 weight (``quantization``'s layout), on CUDA.
+    ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the previous kernel runs."""
     n = words.shape[0]
     k = words.shape[1] * 8
     x = x.reshape(-1).contiguous()
@@ -263,8 +281,8 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     _int4_mma_matvec[(blocks, parts)](x, words, scale.contiguous(), offset.contiguous(), residual, out, partials,
                                       counts, n, k, MMA=mma, WORDS=words_layout, BLOCK_M=block_m,
-                                      PREFETCH=config.prefetch,
-                                      RESIDUAL=residual is not out, num_warps=config.warps)
+                                      PREFETCH=config.prefetch, RESIDUAL=residual is not out, PDL=pdl,
+                                      num_warps=config.warps, launch_pdl=pdl)
     return out
 
 
@@ -275,21 +293,22 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
              "n": "i32", "k": "i32"}
 
 
-def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False):
+def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False):
     """The kernel compiled for an H100 (sm_90) without a GPU, pointers 16-byte aligned and k a multiple of 16 (as
-    the launcher specializes them)."""
+    the launcher specializes them); ``pdl``: its form for a programmatic dependent launch."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     signature = dict(SIGNATURE, MMA="constexpr", WORDS="constexpr", BLOCK_M="constexpr", PREFETCH="constexpr",
-                     RESIDUAL="constexpr")
+                     RESIDUAL="constexpr", PDL="constexpr")
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
-                  "RESIDUAL": residual}
+                  "RESIDUAL": residual, "PDL": pdl}
     aligned = [[["tt.divisibility", 16]]]
     attrs = {(i, ): aligned[0] for i, name in enumerate(SIGNATURE) if name != "n"}
     source = GluonASTSource(_int4_mma_matvec, signature, constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": config.warps, "launch_pdl": pdl})
 
 
 def available() -> bool:

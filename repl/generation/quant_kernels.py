@@ -24,12 +24,14 @@ Three products:
 ``quant_pieces`` builds ``llama_math``'s pieces of a decode step on the fused matvec.
 """
 
+import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from repl.generation import int4_mma
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
@@ -60,6 +62,27 @@ INTERPRETER_SMALL = {"BLOCK_N": 64}
 DEQUANTIZE_TILES = {"int4": (8, 64, 2), "int8": (8, 128, 4)}
 NORM_BLOCK = 1024
 MAX_SMALL_ROWS = 16
+
+# Programmatic dependent launch (an experiment, issue 27; off unless KERNELLLM_PDL=1 in the environment): the one-row
+# kernels of a decode step (``_prepare_input``, the matvec and q/k/v kernels, ``int4_mma``'s) are launched with
+# ``launch_pdl``, so that each may start while the kernel before it finishes: its programs let the next kernel launch
+# as soon as they have all started (``gdc_launch_dependents``), ask for their first weights (never written by any
+# kernel), then wait for the previous kernel to finish (``gdc_wait``) before reading anything a kernel wrote (x, the
+# residual, cos/sin, the position) or writing anything (memory a CUDA graph may reuse). The aim: hide the gap between
+# dependent launches and the first memory latency of each product (some 5-10 us a product on an H100). Read at each
+# launch, so a tool may switch it (``quant_kernels.PDL = True``); tunings are kept apart for each setting.
+PDL = os.environ.get("KERNELLLM_PDL", "") == "1"
+
+
+def _pdl_on(x: torch.Tensor) -> bool:
+    """Whether a launch on x's device is a programmatic dependent one: ``PDL``, on a GPU that has it (sm_90 on)."""
+    return PDL and x.is_cuda and torch.cuda.get_device_capability(x.device) >= (9, 0)
+
+
+def _pdl_flags(x: torch.Tensor) -> dict:
+    """The keyword arguments of a launch for ``PDL``: none when it is off (the kernels as they were), else the
+    kernel's PDL form and the launch option."""
+    return {"PDL": True, "launch_pdl": True} if _pdl_on(x) else {}
 
 
 # -- pieces shared by the kernels -----------------------------------------------------------------------------------
@@ -134,12 +157,13 @@ def _int8_tile(words, acc, inputs, x_ptr, norm_ptr, start, ok, words_per_row, in
 @triton.jit
 def _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
                SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
-               RMS_BLOCK: tl.constexpr):
+               RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32.
 
     EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
     on an H200, tools/quant_kernel_variants.py; not compared on an H100). The first tile's words are asked for before
-    the norm's pass over x, so that pass overlaps their memory latency."""
+    the norm's pass over x, so that pass overlaps their memory latency; with PDL, before the wait for the previous
+    kernel too."""
     words_per_row = k // 4
     index = tl.arange(0, BLOCK_W)
     row_words = words_ptr + rows[:, None] * words_per_row + index[None, :]
@@ -149,6 +173,8 @@ def _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM
     else:
         ok = index < words_per_row
         words = tl.load(row_words, mask=row_ok[:, None] & ok[None, :], other=0, eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     inputs = tl.zeros([BLOCK_W], tl.float32)
@@ -170,34 +196,62 @@ def _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM
 
 
 @triton.jit
+def _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G: tl.constexpr):
+    """The words of ``rows`` in the BLOCK_G groups from group ``start``, (BLOCK_N, BLOCK_G, 16)."""
+    groups = start + tl.arange(0, BLOCK_G)
+    at = rows[:, None, None] * words_per_row + (groups[:, None] * 16 + word_in_group[None, :])[None, :, :]
+    return tl.load(words_ptr + at, mask=row_ok[:, None, None] & (groups < groups_per_row)[None, :, None], other=0,
+                   eviction_policy="evict_first")
+
+
+@triton.jit
 def _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
-               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
-    """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32."""
+               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
+               PDL: tl.constexpr = False):
+    """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32. PDL: the first block's
+    words are asked for before the wait for the previous kernel, and that block is taken out of the loop."""
     groups_per_row, words_per_row = k // 128, k // 8
+    if PDL:
+        first_words = _int4_words(words_ptr, rows, row_ok, 0, groups_per_row, words_per_row, tl.arange(0, 16), BLOCK_G)
+        gdc_wait()
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     word_in_group = tl.arange(0, 16)
     acc = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)
-    for start in range(0, groups_per_row, BLOCK_G):
-        groups = start + tl.arange(0, BLOCK_G)
-        ok = groups < groups_per_row
-        at = rows[:, None, None] * words_per_row + (groups[:, None] * 16 + word_in_group[None, :])[None, :, :]
-        words = tl.load(words_ptr + at, mask=row_ok[:, None, None] & ok[None, :, None], other=0,
-                        eviction_policy="evict_first")
-        sums = tl.zeros([BLOCK_N, BLOCK_G, 16], tl.float32)
-        inputs = tl.zeros([BLOCK_G, 16], tl.float32)
-        for j in tl.static_range(8):
-            v = _input(x_ptr, norm_ptr, groups[:, None] * 128 + j * 16 + word_in_group[None, :], ok[:, None], k,
-                       inverse_rms, NORM, SWIGLU)
-            sums += _field_as_float(words, 16 - 4 * j, 0x000F0000) * v[None, :, :]
-            inputs += v
-        group_sums, group_inputs = tl.sum(sums, 2), tl.sum(inputs, 1)[None, :]
-        qp = rows[:, None] * groups_per_row + groups[None, :]
-        qp_ok = row_ok[:, None] & ok[None, :]
-        scale = tl.load(scale_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
-        offset = tl.load(offset_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
-        # group_sums = X + (q . v) / 128, X = group_inputs; the group's weights are scale * q + offset
-        acc += scale * 128.0 * (group_sums - group_inputs) + offset * group_inputs
+    begin = 0
+    if PDL:
+        acc = _int4_block(acc, first_words, 0, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, inverse_rms,
+                          NORM, SWIGLU, BLOCK_N, BLOCK_G)
+        begin = BLOCK_G
+    for start in range(begin, groups_per_row, BLOCK_G):
+        words = _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G)
+        acc = _int4_block(acc, words, start, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, inverse_rms,
+                          NORM, SWIGLU, BLOCK_N, BLOCK_G)
     return tl.sum(acc, 1)
+
+
+@triton.jit
+def _int4_block(acc, words, start, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, inverse_rms,
+                NORM: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+    """acc with the BLOCK_G groups from group ``start`` added in, their ``words`` loaded."""
+    groups_per_row = k // 128
+    word_in_group = tl.arange(0, 16)
+    groups = start + tl.arange(0, BLOCK_G)
+    ok = groups < groups_per_row
+    sums = tl.zeros([BLOCK_N, BLOCK_G, 16], tl.float32)
+    inputs = tl.zeros([BLOCK_G, 16], tl.float32)
+    for j in tl.static_range(8):
+        v = _input(x_ptr, norm_ptr, groups[:, None] * 128 + j * 16 + word_in_group[None, :], ok[:, None], k,
+                   inverse_rms, NORM, SWIGLU)
+        sums += _field_as_float(words, 16 - 4 * j, 0x000F0000) * v[None, :, :]
+        inputs += v
+    group_sums, group_inputs = tl.sum(sums, 2), tl.sum(inputs, 1)[None, :]
+    qp = rows[:, None] * groups_per_row + groups[None, :]
+    qp_ok = row_ok[:, None] & ok[None, :]
+    scale = tl.load(scale_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
+    offset = tl.load(offset_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
+    # group_sums = X + (q . v) / 128, X = group_inputs; the group's weights are scale * q + offset
+    acc += scale * 128.0 * (group_sums - group_inputs) + offset * group_inputs
+    return acc
 
 
 @triton.jit
@@ -215,10 +269,13 @@ def _even(args) -> bool:
 @triton.jit
 def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr,
+                 PDL: tl.constexpr = False):
+    if PDL:  # the next kernel may launch once every program has started (see ``PDL``)
+        gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU, BLOCK_N,
-                       BLOCK_W, EVEN, RMS_BLOCK)
+                       BLOCK_W, EVEN, RMS_BLOCK, PDL)
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 
@@ -226,10 +283,12 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
 @triton.jit
 def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK)
+                       BLOCK_N, BLOCK_G, RMS_BLOCK, PDL)
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 
@@ -264,10 +323,13 @@ def _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_
 def _int8_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, norm_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr,
                          v_cache_ptr, k, eps, stride_kh, stride_kn, stride_vh, stride_vn,
                          HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr):
+                         BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, RMS_BLOCK: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    if PDL:  # the cos, sin and position it reads later, and the cache it writes, come after the sums' wait
+        gdc_launch_dependents()
     head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
     total = _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False, BLOCK_N,
-                       BLOCK_W, EVEN, RMS_BLOCK)
+                       BLOCK_W, EVEN, RMS_BLOCK, PDL)
     _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
@@ -277,10 +339,13 @@ def _int8_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, norm_ptr, cos_ptr, sin_ptr
 def _int4_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr,
                          k_cache_ptr, v_cache_ptr, k, eps, stride_kh, stride_kn, stride_vh, stride_vn,
                          HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr):
+                         BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
     head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
     total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK)
+                       BLOCK_N, BLOCK_G, RMS_BLOCK, PDL)
     _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
@@ -327,7 +392,7 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
     grid = lambda meta: ((heads + 2 * kv_heads) * dim // meta["BLOCK_N"],)
     rest = (cos, sin, positions, q, k_cache, v_cache, k, eps, k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(1), v_cache.stride(2))
-    shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
+    shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2, **_pdl_flags(x))
     if offset is None:
         arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), norm) + rest, (1, 2), \
             _int8_rope_tuned, _int8_qkv_rope_cache, INTERPRETER_INT8
@@ -335,7 +400,7 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
         arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), offset.contiguous(), norm) + rest, \
             (1, 2, 3), _int4_rope_tuned, _int4_qkv_rope_cache, INTERPRETER_INT4
     if x.is_cuda:
-        tuned.launch(grid, arguments, weights, (k, heads, kv_heads, dim, x.dtype, x.device), **shape)
+        tuned.launch(grid, arguments, weights, (k, heads, kv_heads, dim, x.dtype, x.device, PDL), **shape)
     else:
         kernel[grid](*arguments, **shape, **dict(tiles, BLOCK_N=min(tiles["BLOCK_N"], dim)))
     return q
@@ -365,9 +430,12 @@ def qkv_rope_cache(x, norm, weight: QuantizedWeight, cos, sin, k_cache, v_cache,
 @triton.heuristics({"RMS_BLOCK": _rms_block})
 @triton.jit
 def _prepare_input(x_ptr, norm_ptr, out_ptr, k, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr,
-                   RMS_BLOCK: tl.constexpr):
+                   RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """A product's input made once, as the fused kernels make it (``_input``): norm * rms_norm(x) or
     SiLU(x[:k]) * x[k:], BLOCK inputs a program (each with its own pass over x for the RMS)."""
+    if PDL:  # nothing to load ahead: x comes from the previous kernel
+        gdc_launch_dependents()
+        gdc_wait()
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     v = _input(x_ptr, norm_ptr, cols, cols < k, k, inverse_rms, NORM, SWIGLU)
@@ -379,7 +447,8 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
     computes (``_input`` rounds them to x's dtype), so either path gives the same product."""
     out = torch.empty(k, dtype=x.dtype, device=x.device)
     _prepare_input[(triton.cdiv(k, NORM_BLOCK),)](x, norm if norm is not None else out, out, k, eps,
-                                                  NORM=norm is not None, SWIGLU=swiglu, BLOCK=NORM_BLOCK)
+                                                  NORM=norm is not None, SWIGLU=swiglu, BLOCK=NORM_BLOCK,
+                                                  **_pdl_flags(x))
     return out
 
 
@@ -433,7 +502,7 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
         if len(ways) == 1:
             input_first, tensor_cores = ways[0]
         else:
-            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
+            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device, PDL)
 
             def way(first: bool, core: bool, words, scale, offset):
                 quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first, core)
@@ -442,11 +511,12 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     if input_first and made_in_kernel:
         x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     if tensor_cores:
-        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, int4_mma.config_for(n))
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, int4_mma.config_for(n),
+                                        pdl=_pdl_on(x))
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     norm = norm if norm is not None else out
-    flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
+    flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out, **_pdl_flags(x))
     if offset is None:
         _launch(_int8_tuned, INTERPRETER_INT8, (x, words, scale.contiguous(), norm, residual, out, n, k, eps),
                 (1, 2), flags)
@@ -694,5 +764,6 @@ def tuned_configs() -> dict[str, str]:
             for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("int8 q/k/v", _int8_rope_tuned),
                                 ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
-        f"{'int8' if key[6] else 'int4'} {key[:6]}": f"input made first {first}, tensor cores {core}"
+        f"{'int8' if key[6] else 'int4'} {key[:6]}{' PDL' if key[8] else ''}": f"input made first {first}, "
+                                                                                f"tensor cores {core}"
         for key, (first, core) in _chosen_ways.items()}
