@@ -70,7 +70,8 @@ MAX_SMALL_ROWS = 16
 # kernel), then wait for the previous kernel to finish (``gdc_wait``) before reading anything a kernel wrote (x, the
 # residual, cos/sin, the position) or writing anything (memory a CUDA graph may reuse). The aim: hide the gap between
 # dependent launches and the first memory latency of each product (some 5-10 us a product on an H100). Read at each
-# launch, so a tool may switch it (``quant_kernels.PDL = True``); tunings are kept apart for each setting.
+# launch, so a tool may switch it (``quant_kernels.PDL = True``). The tunings (tiles, ways) do not depend on it: a
+# process that switches it keeps the choices made first, so that both settings run the same kernels.
 PDL = os.environ.get("KERNELLLM_PDL", "") == "1"
 
 
@@ -392,7 +393,7 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
     grid = lambda meta: ((heads + 2 * kv_heads) * dim // meta["BLOCK_N"],)
     rest = (cos, sin, positions, q, k_cache, v_cache, k, eps, k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(1), v_cache.stride(2))
-    shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2, **_pdl_flags(x))
+    shape = dict(HEADS=heads, KV_HEADS=kv_heads, DIM=dim, HALF=dim // 2)
     if offset is None:
         arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), norm) + rest, (1, 2), \
             _int8_rope_tuned, _int8_qkv_rope_cache, INTERPRETER_INT8
@@ -400,7 +401,7 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
         arguments, weights, tuned, kernel, tiles = (x, words, scale.contiguous(), offset.contiguous(), norm) + rest, \
             (1, 2, 3), _int4_rope_tuned, _int4_qkv_rope_cache, INTERPRETER_INT4
     if x.is_cuda:
-        tuned.launch(grid, arguments, weights, (k, heads, kv_heads, dim, x.dtype, x.device, PDL), **shape)
+        tuned.launch(grid, arguments, weights, (k, heads, kv_heads, dim, x.dtype, x.device), **shape, **_pdl_flags(x))
     else:
         kernel[grid](*arguments, **shape, **dict(tiles, BLOCK_N=min(tiles["BLOCK_N"], dim)))
     return q
@@ -502,7 +503,7 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
         if len(ways) == 1:
             input_first, tensor_cores = ways[0]
         else:
-            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device, PDL)
+            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
 
             def way(first: bool, core: bool, words, scale, offset):
                 quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first, core)
@@ -516,7 +517,7 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     norm = norm if norm is not None else out
-    flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out, **_pdl_flags(x))
+    flags = dict(NORM=norm is not out, SWIGLU=swiglu, RESIDUAL=residual is not out)
     if offset is None:
         _launch(_int8_tuned, INTERPRETER_INT8, (x, words, scale.contiguous(), norm, residual, out, n, k, eps),
                 (1, 2), flags)
@@ -532,7 +533,7 @@ def _launch(tuned: GraphTuner, interpreter_tiles: dict, arguments: tuple, weight
     x, n, k = arguments[0], arguments[-3], arguments[-2]
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
     if x.is_cuda:
-        tuned.launch(grid, arguments, weights, (n, k, *flags.values(), x.dtype, x.device), **flags)
+        tuned.launch(grid, arguments, weights, (n, k, *flags.values(), x.dtype, x.device), **flags, **_pdl_flags(x))
     else:
         tuned.kernel[grid](*arguments, **flags, **interpreter_tiles)
 
@@ -764,6 +765,5 @@ def tuned_configs() -> dict[str, str]:
             for name, tuner in (("int8", _int8_tuned), ("int4", _int4_tuned), ("int8 q/k/v", _int8_rope_tuned),
                                 ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
-        f"{'int8' if key[6] else 'int4'} {key[:6]}{' PDL' if key[8] else ''}": f"input made first {first}, "
-                                                                                f"tensor cores {core}"
+        f"{'int8' if key[6] else 'int4'} {key[:6]}": f"input made first {first}, tensor cores {core}"
         for key, (first, core) in _chosen_ways.items()}
