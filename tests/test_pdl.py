@@ -1,0 +1,173 @@
+"""Programmatic dependent launch (``quant_kernels.PDL``): compiled offline for an H100 (sm_90), each kernel's PDL form
+lets its dependents launch, asks for its first weights and nothing else before ``gdc_wait``, and writes nothing
+before it; without PDL the kernels carry no grid dependency control. On CUDA, a step's products give the same bits
+with PDL as without, in a CUDA graph replayed many times."""
+
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+import torch
+import triton
+
+from repl.generation import int4_mma, quant_kernels
+
+P, W = "*bf16", "*i32"
+RESIDUAL_FLAGS = dict(NORM=False, SWIGLU=False, RESIDUAL=True)
+ROPE = dict(cos_ptr=P, sin_ptr=P, position_ptr="*i64", q_ptr=P, k_cache_ptr=P, v_cache_ptr=P, k="i32", eps="fp32",
+            stride_kh="i32", stride_kn="i32", stride_vh="i32", stride_vn="i32")
+ROPE_SHAPE = dict(HEADS=32, KV_HEADS=8, DIM=128, HALF=64)
+# kernel -> (signature, constexprs): the 8B's shapes and the tiles the tuning picks among
+KERNELS = {
+    "int4 matvec": (quant_kernels._int4_matvec,
+                    dict(x_ptr=P, words_ptr=W, scale_ptr=P, offset_ptr=P, norm_ptr=P, residual_ptr=P, out_ptr=P,
+                         n="i32", k="i32", eps="fp32"),
+                    dict(RESIDUAL_FLAGS, BLOCK_N=16, BLOCK_G=16, RMS_BLOCK=4096)),
+    "int8 matvec": (quant_kernels._int8_matvec,
+                    dict(x_ptr=P, words_ptr=W, scale_ptr=P, norm_ptr=P, residual_ptr=P, out_ptr=P, n="i32", k="i32",
+                         eps="fp32"),
+                    dict(RESIDUAL_FLAGS, BLOCK_N=8, BLOCK_W=512, EVEN=True, RMS_BLOCK=4096)),
+    "int4 q/k/v": (quant_kernels._int4_qkv_rope_cache,
+                   dict(x_ptr=P, words_ptr=W, scale_ptr=P, offset_ptr=P, norm_ptr=P, **ROPE),
+                   dict(ROPE_SHAPE, BLOCK_N=16, BLOCK_G=16, RMS_BLOCK=4096)),
+    "int8 q/k/v": (quant_kernels._int8_qkv_rope_cache, dict(x_ptr=P, words_ptr=W, scale_ptr=P, norm_ptr=P, **ROPE),
+                   dict(ROPE_SHAPE, BLOCK_N=8, BLOCK_W=512, EVEN=True, RMS_BLOCK=4096)),
+    "prepare input": (quant_kernels._prepare_input, dict(x_ptr=P, norm_ptr=P, out_ptr=P, k="i32", eps="fp32"),
+                      dict(NORM=True, SWIGLU=False, BLOCK=1024, RMS_BLOCK=4096)),
+}
+
+
+def compiled_for_sm90(name: str, pdl: bool):
+    """A ``quant_kernels`` kernel compiled for an H100 without a GPU, its pointers 16-byte aligned."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel, signature, constexprs = KERNELS[name]
+    constexprs = dict(constexprs, PDL=pdl)
+    source = ASTSource(getattr(kernel, "fn", kernel), dict(signature, **{c: "constexpr" for c in constexprs}),
+                       constexprs, {(i, ): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values())
+                                    if kind.startswith("*")})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": pdl})
+
+
+def sass(cubin: bytes) -> list[str]:
+    """The kernel's SASS instructions in order, predicates dropped (nvdisasm from Triton's wheel)."""
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        listing = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
+    return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0].strip()
+            for line in listing.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+
+
+def before_the_wait(instructions: list[str]) -> list[str]:
+    """The instructions before the one grid dependency wait (ACQBULK: PTX's griddepcontrol.wait), which follows the
+    launch of the dependents (PREEXIT: griddepcontrol.launch_dependents)."""
+    waits = [i for i, op in enumerate(instructions) if op.startswith("ACQBULK")]
+    launches = [i for i, op in enumerate(instructions) if op.startswith("PREEXIT")]
+    assert len(waits) == 1 and len(launches) == 1 and launches[0] < waits[0], (launches, waits)
+    return instructions[:waits[0]]
+
+
+def writes(instructions: list[str]) -> list[str]:
+    return [op for op in instructions if op.split(".")[0] in {"STG", "ST", "ATOM", "ATOMG", "RED", "REDG", "STS"}]
+
+
+def test_pdl_is_off_unless_asked_for():
+    assert quant_kernels.PDL == (os.environ.get("KERNELLLM_PDL") == "1")
+    assert quant_kernels._pdl_flags(torch.zeros(1)) == {}  # never off CUDA, whatever the switch
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_a_cuda_core_kernel_reads_only_its_first_weights_before_the_wait(name):
+    """Before the wait: evict-first loads only (the weights'; x, the norm, cos/sin and the position are plain
+    loads), at least one tile of them, and no store or atomic. ``_prepare_input`` has no weights: it waits first."""
+    early = before_the_wait(sass(compiled_for_sm90(name, pdl=True).asm["cubin"]))
+    loads = [op for op in early if op.startswith("LDG")]
+    assert not writes(early), writes(early)
+    assert all(".EF" in op for op in loads), loads
+    assert len(loads) >= (0 if name == "prepare input" else 8), loads
+
+
+needs_gluon = pytest.mark.skipif(not int4_mma.available(),
+                                 reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
+
+
+@needs_gluon
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
+def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config):
+    """Before the wait: the first step's words (16-byte evict-first loads: 2 rows x 8 groups a thread a tile) and its
+    scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts)."""
+    early = before_the_wait(sass(int4_mma.compile_for_sm90(config, residual=True, pdl=True).asm["cubin"]))
+    loads = [op for op in early if op.startswith("LDG")]
+    assert not writes(early), writes(early)
+    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * config.tiles, loads
+    assert sum(".EF" not in op for op in loads) == 4 * config.tiles, loads
+
+
+@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma"])
+def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
+    if name.startswith("int4 mma"):
+        if not int4_mma.available():
+            pytest.skip(int4_mma.unavailable_reason())
+        compiled = int4_mma.compile_for_sm90(int4_mma.Config(4, 1, name.endswith("prefetch")), residual=True)
+    else:
+        compiled = compiled_for_sm90(name, pdl=False)
+    assert "griddepcontrol" not in compiled.asm["ptx"]
+    assert not compiled.metadata.launch_pdl
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a CUDA GPU of sm_90 or later")
+def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch):
+    """q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and down after SwiGLU plus
+    the residual (each the way the launcher chooses: tensor cores where faster), chained as a step chains them, in a
+    CUDA graph replayed 50 times with PDL on: each replay gives the bits of the same chain with PDL off."""
+    from repl.generation.quantization import quantize
+
+    hidden, intermediate, heads, kv_heads, dim = 1024, 3072, 8, 2, 128
+    generator = torch.Generator(device="cuda").manual_seed(3)
+
+    def weight(n, k):
+        return quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
+                        "int4")
+
+    qkv, o, gate_up, down = (weight((heads + 2 * kv_heads) * dim, hidden), weight(hidden, heads * dim),
+                             weight(2 * intermediate, hidden), weight(hidden, intermediate))
+    norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
+    cos, sin = torch.rand(2, dim, generator=generator, device="cuda").to(torch.bfloat16)
+    caches = torch.zeros(2, 1, kv_heads, 64, dim, dtype=torch.bfloat16, device="cuda")
+    position = torch.tensor([5], device="cuda")
+    h = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
+
+    def chain():
+        q = quant_kernels.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
+                                                      kv_heads, 1e-5)
+        x = quant_kernels.quant_matvec_launch(q.reshape(-1), *o, None, h, False, 1e-5)
+        up = quant_kernels.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5)
+        return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5), q
+
+    def replayed(pdl: bool, times: int) -> list:
+        monkeypatch.setattr(quant_kernels, "PDL", pdl)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            chain()  # the tunings (made with PDL off, kept for both), the arrival counts of this stream
+        side.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            out, q = chain()
+        results = []
+        for _ in range(times):
+            caches.zero_()
+            graph.replay()
+            results.append(torch.cat([out, q.reshape(-1), caches.reshape(-1)]).clone())
+        return results
+
+    reference = replayed(False, 1)[0]
+    for result in replayed(True, 50):
+        assert torch.equal(result, reference)
