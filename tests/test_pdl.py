@@ -76,8 +76,8 @@ def writes(instructions: list[str]) -> list[str]:
     return [op for op in instructions if op.split(".")[0] in {"STG", "ST", "ATOM", "ATOMG", "RED", "REDG", "STS"}]
 
 
-def test_pdl_is_off_unless_asked_for():
-    assert quant_kernels.PDL == (os.environ.get("KERNELLLM_PDL") == "1")
+def test_pdl_is_on_unless_turned_off():
+    assert quant_kernels.PDL == (os.environ.get("KERNELLLM_PDL", "1") != "0")
     assert quant_kernels._pdl_flags(torch.zeros(1)) == {}  # never off CUDA, whatever the switch
 
 

@@ -31,7 +31,20 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_PDL = True
+except ImportError:  # Triton before 3.4: no programmatic dependent launch (``PDL`` never applies); never called
+    HAS_PDL = False
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+    @triton.jit
+    def gdc_wait():
+        pass
 
 from repl.generation import int4_mma
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
@@ -63,21 +76,23 @@ DEQUANTIZE_TILES = {"int4": (8, 64, 2), "int8": (8, 128, 4)}
 NORM_BLOCK = 1024
 MAX_SMALL_ROWS = 16
 
-# Programmatic dependent launch (an experiment, issue 27; off unless KERNELLLM_PDL=1 in the environment): the one-row
+# Programmatic dependent launch (issue 27; on unless KERNELLLM_PDL=0 in the environment): the one-row
 # kernels of a decode step (``_prepare_input``, the matvec and q/k/v kernels, ``int4_mma``'s) are launched with
 # ``launch_pdl``, so that each may start while the kernel before it finishes: its programs let the next kernel launch
 # as soon as they have all started (``gdc_launch_dependents``), ask for their first weights (never written by any
 # kernel), then wait for the previous kernel to finish (``gdc_wait``) before reading anything a kernel wrote (x, the
 # residual, cos/sin, the position) or writing anything (memory a CUDA graph may reuse). The aim: hide the gap between
-# dependent launches and the first memory latency of each product (some 5-10 us a product on an H100). Read at each
-# launch, so a tool may switch it (``quant_kernels.PDL = True``). The tunings (tiles, ways) do not depend on it: a
-# process that switches it keeps the choices made first, so that both settings run the same kernels.
-PDL = os.environ.get("KERNELLLM_PDL", "") == "1"
+# dependent launches and the first memory latency of each product (some 5-10 us a product on an H100). Measured on an
+# H100 (run 41): a step's int4 products 2.822 -> 2.714 ms (``tools/pdl_check.py``, the same bits), the bench's int4
+# stream 340.5 -> 355.4 tokens/s. Read at each launch, so a tool may switch it (``quant_kernels.PDL = False``). The
+# tunings (tiles, ways) do not depend on it: a process that switches it keeps the choices made first, so that both
+# settings run the same kernels.
+PDL = os.environ.get("KERNELLLM_PDL", "1") != "0"
 
 
 def _pdl_on(x: torch.Tensor) -> bool:
     """Whether a launch on x's device is a programmatic dependent one: ``PDL``, on a GPU that has it (sm_90 on)."""
-    return PDL and x.is_cuda and torch.cuda.get_device_capability(x.device) >= (9, 0)
+    return PDL and HAS_PDL and x.is_cuda and torch.cuda.get_device_capability(x.device) >= (9, 0)
 
 
 def _pdl_flags(x: torch.Tensor) -> dict:
