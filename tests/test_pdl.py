@@ -123,10 +123,12 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
-def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch):
-    """q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and down after SwiGLU plus
-    the residual (each the way the launcher chooses: tensor cores where faster), chained as a step chains them, in a
-    CUDA graph replayed 50 times with PDL on: each replay gives the bits of the same chain with PDL off."""
+@pytest.mark.parametrize("mode", ["int4", "int8"])
+def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch, mode):
+    """int8 and int4 weights: q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and
+    down after SwiGLU plus the residual (each the way the launcher chooses: tensor cores where faster), chained as a
+    step chains them, in a CUDA graph replayed 50 times with PDL on: each replay gives the bits of the same chain
+    with PDL off."""
     from repl.generation.quantization import quantize
 
     hidden, intermediate, heads, kv_heads, dim = 1024, 3072, 8, 2, 128
@@ -134,7 +136,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
 
     def weight(n, k):
         return quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
-                        "int4")
+                        mode)
 
     qkv, o, gate_up, down = (weight((heads + 2 * kv_heads) * dim, hidden), weight(hidden, heads * dim),
                              weight(2 * intermediate, hidden), weight(hidden, intermediate))
