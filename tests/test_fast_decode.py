@@ -81,6 +81,22 @@ def test_prompts_padded_for_the_prefill_graphs_give_the_tokens_of_generate(rando
     assert used == [(1, 64), (2, 64), (1, 64), (2, 64), (1, 64), (2, 64), (1, 128), (2, 128)]
 
 
+def test_prefill_graphs_stop_where_the_device_memory_runs_short_and_longer_prompts_prefill_op_by_op(random_model,
+                                                                                                      monkeypatch):
+    from repl.generation import static_decoder
+
+    free = iter([10 * static_decoder.PREFILL_HEADROOM] * 2 + [static_decoder.PREFILL_HEADROOM - 1] * 10)
+    monkeypatch.setattr(static_decoder, "free_bytes", lambda device: next(free))
+    decoder = FastDecoder(random_model.model, max_seq_len=256)
+    decoder.prepare(1, "eager")
+    decoder.prepare_prefill(1)
+    assert sorted(decoder.batches[1].prefills) == [64, 128]
+    long_prompt = encode_prompt(random_model.tokenizer, "def relu(x): return torch.relu(x) + 1\n" * 20)
+    for prompt_ids in (long_prompt[:, :100], long_prompt[:, :200]):  # a graph's length, then none
+        expected = generate_ids(random_model.model, prompt_ids, 8)
+        assert fast_ids(decoder, prompt_ids, SamplingSettings(temperature=0, max_new_tokens=8), 1, 8) == [expected]
+
+
 def test_a_reply_stops_at_its_end_token_as_generate_does(random_model):
     prompt = "def relu(x):"
     prompt_ids = encode_prompt(random_model.tokenizer, prompt)

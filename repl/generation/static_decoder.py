@@ -39,6 +39,17 @@ PREFILL_BUCKET = 64  # prompts are padded to a multiple of this many tokens for 
 PREFILL_GRAPHS_UP_TO = 2048  # the longest padded prompt with a graph (the REPL's prompts are up to ~1500 tokens);
 # longer prompts prefill op by op. The graphs' activations live in one pool they share (as large as the longest
 # needs); each takes a first run and a capture to make (32 lengths: 7.5 s for the 8B int8 model on an H100, run 39).
+PREFILL_HEADROOM = 2 << 30  # bytes of device memory the prefill graphs leave free: they stop at the first length
+# that would start with less (a 12-16 GB card holding an 8B model), and longer prompts prefill op by op
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Device memory a new tensor could take: what the driver has free and what torch's allocator caches unused;
+    None off CUDA (no limit)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
 
 def sample(logits, temperature, top_p):
@@ -174,7 +185,8 @@ class FastDecoder:
         """Give batch ``size`` (prepared already) a prefill for each prompt length padded to ``PREFILL_BUCKET``, up to
         ``PREFILL_GRAPHS_UP_TO`` tokens: CUDA graphs where the batch's steps are (an eager batch gets the padded
         prefills uncaptured: tests). Each is made under the lock on its own, so a generation waits for one capture
-        at most; the prompts of the lengths not yet captured prefill op by op meanwhile."""
+        at most; the prompts of the lengths not yet captured prefill op by op meanwhile. Shorter first, and no
+        longer ones once less than ``PREFILL_HEADROOM`` of the device's memory is free."""
         batch = self.batches[size]
         device = batch.tokens.device
         lengths = range(PREFILL_BUCKET, min(PREFILL_GRAPHS_UP_TO, self.max_seq_len) + 1, PREFILL_BUCKET)
@@ -196,6 +208,9 @@ class FastDecoder:
         for padded in lengths:
             if padded in batch.prefills:
                 continue
+            free = free_bytes(device)
+            if free is not None and free < PREFILL_HEADROOM:
+                break
             prefill = partial(self._prefill, batch, padded)
             with self.lock, torch.no_grad():
                 batch.prefills[padded] = self._capture(batch, prefill, self._prefill_pool, side) if captured \
