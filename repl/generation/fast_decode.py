@@ -186,6 +186,7 @@ class FastLocalBackend(Backend):
     def _warm_up(self) -> None:
         try:
             use_user_cache_dir()
+            prefills_tried = False
             for tier in self.tiers:
                 for size in self.batch_sizes:
                     started = time.monotonic()
@@ -199,8 +200,9 @@ class FastLocalBackend(Backend):
                         self.serving_after_s = time.monotonic() - self._created
                         self.state = "ready"
                         self._serving.set()
-                if tier != "eager" and "prefill" not in self.warm_up_seconds:
-                    self._prepare_prefills()  # right after the first graphs: a first token waits on every prefill
+                if tier != "eager" and not prefills_tried:  # right after the first graphs: every first token waits on
+                    prefills_tried = True  # a prefill (once: a capture that failed would fail again)
+                    self._prepare_prefills()
             if self.drafting:
                 self._prepare_drafting()
         except BaseException as error:  # e.g. the cache directory cannot be set up: never leave "warming up"
@@ -211,23 +213,19 @@ class FastLocalBackend(Backend):
             self._serving.set()
             self._settled.set()
 
-    def warm_up_prefill(self, size: int) -> float:
-        """Capture batch ``size``'s prefill graphs now (``FastDecoder.prepare_prefill``); the seconds it took."""
-        started = time.monotonic()
-        self.decoder.prepare_prefill(size)
-        return time.monotonic() - started
-
     def _prepare_prefills(self) -> None:
-        """Prefill graphs for every batch that serves with graphs; a failure leaves the prefill op by op."""
+        """Prefill graphs for every batch that serves with graphs (``FastDecoder.prepare_prefill``); a failure
+        leaves the prompts of the lengths not captured to prefill op by op."""
         for size, batch in sorted(self.decoder.batches.items()):
             if batch.tier == "eager":
                 continue
+            started = time.monotonic()
             try:
-                seconds = self.warm_up_prefill(size)
+                self.decoder.prepare_prefill(size)
             except Exception as error:
-                self._note_failure("prefill", error)
+                self._note_failure("prefill graphs", error)
                 return
-            self.warm_up_seconds.setdefault("prefill", {})[size] = seconds
+            self.warm_up_seconds.setdefault("prefill", {})[size] = time.monotonic() - started
 
     def _prepare_drafting(self) -> None:
         """Verify steps at the tier the batch of one reached; before the warm-up ends, so that a seeded reply (which
