@@ -141,20 +141,12 @@ if IMPORT_ERROR is None:
         return total + scale * (sums - 128.0 * inputs) + offset.to(gl.float32) * inputs
 
     @gluon.jit
-    def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
-                         n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
-                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
-        # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
-        # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
-        # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
-        # partials and counts, reused memory under a CUDA graph) is touched after the wait.
-        if PDL:
-            gdc_launch_dependents()
+    def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, part, parts, MMA: gl.constexpr,
+                   WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr):
+        """The (BLOCK_M,) sums of rows block * BLOCK_M on over this part's steps, in SliceLayout(1, MMA). PDL: the
+        first step's weights are asked for before ``gdc_wait``, everything else after it."""
         A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-        block = gl.program_id(0)
-        part = gl.program_id(1)
-        parts = gl.num_programs(1)
         groups = (k // 1024) * 8  # written so, the compiler sees rows of words 64-byte aligned (16-byte loads)
         steps = k // 1024
         per_part = gl.cdiv(steps, parts)
@@ -199,22 +191,47 @@ if IMPORT_ERROR is None:
             for step in range(begin, last):
                 total = _step(total, _step_loads(words_at, scale_at, offset_at, step, True), x_at + step * 1024,
                               ones, MMA, BLOCK_M)
+        return gl.sum(total, axis=1)
 
-        row_sums = gl.sum(total, axis=1)
+    @gluon.jit
+    def _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, n, block, part, parts):
+        """This part's sums written to the partials and counted in: whether it is the block's last part to arrive
+        (the one that then adds them all, ``_parts_summed``)."""
+        gl.store(partial_ptr + part * n + rows, row_sums, mask=row_ok)
+        _cta_barrier()  # every thread's sums written before the count says so (the atomic releases them)
+        arrived = gl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
+        return arrived == parts - 1
+
+    @gluon.jit
+    def _parts_summed(rows, row_ok, partial_ptr, n, parts, LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr):
+        row_sums = gl.zeros([BLOCK_M], gl.float32, LAYOUT)
+        for other in range(0, parts):  # in order: the sum does not depend on which part came last
+            row_sums += gl.load(partial_ptr + other * n + rows, mask=row_ok, other=0.0, cache_modifier=".cg")
+        return row_sums
+
+    @gluon.jit
+    def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
+                         n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
+                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
+        # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
+        # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
+        # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
+        # partials and counts, reused memory under a CUDA graph) is touched after the wait.
+        if PDL:
+            gdc_launch_dependents()
+        block = gl.program_id(0)
+        part = gl.program_id(1)
+        parts = gl.num_programs(1)
+        row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, part, parts, MMA, WORDS,
+                              BLOCK_M, PREFETCH, PDL)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
         row_ok = rows < n
         if parts == 1:
             _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
-        else:
-            gl.store(partial_ptr + part * n + rows, row_sums, mask=row_ok)
-            _cta_barrier()  # every thread's sums written before the count says so (the atomic releases them)
-            arrived = gl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
-            if arrived == parts - 1:
-                row_sums = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, MMA))
-                for other in range(0, parts):  # in order: the sum does not depend on which part came last
-                    row_sums += gl.load(partial_ptr + other * n + rows, mask=row_ok, other=0.0, cache_modifier=".cg")
-                _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
-                gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
+        elif _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, n, block, part, parts):
+            row_sums = _parts_summed(rows, row_ok, partial_ptr, n, parts, gl.SliceLayout(1, MMA), BLOCK_M)
+            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+            gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
 
     @gluon.jit
     def _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: gl.constexpr):
@@ -296,19 +313,22 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
 def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False):
     """The kernel compiled for an H100 (sm_90) without a GPU, pointers 16-byte aligned and k a multiple of 16 (as
     the launcher specializes them); ``pdl``: its form for a programmatic dependent launch."""
+    mma, words_layout, block_m = layouts(config.warps, config.tiles)
+    constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
+                  "RESIDUAL": residual, "PDL": pdl}
+    return compile_gluon_for_sm90(_int4_mma_matvec, SIGNATURE, constexprs, config.warps, pdl)
+
+
+def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool):
+    """A Gluon kernel compiled for sm_90 without a GPU: every argument but ``n`` and the strides 16-divisible (the
+    pointers 16-byte aligned, k a multiple of 16), as the launcher's specialization finds them."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    mma, words_layout, block_m = layouts(config.warps, config.tiles)
-    signature = dict(SIGNATURE, MMA="constexpr", WORDS="constexpr", BLOCK_M="constexpr", PREFETCH="constexpr",
-                     RESIDUAL="constexpr", PDL="constexpr")
-    constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
-                  "RESIDUAL": residual, "PDL": pdl}
-    aligned = [[["tt.divisibility", 16]]]
-    attrs = {(i, ): aligned[0] for i, name in enumerate(SIGNATURE) if name != "n"}
-    source = GluonASTSource(_int4_mma_matvec, signature, constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": config.warps, "launch_pdl": pdl})
+    attrs = {(i, ): [["tt.divisibility", 16]] for i, name in enumerate(signature)
+             if name != "n" and not name.startswith("stride")}
+    source = GluonASTSource(kernel, dict(signature, **{name: "constexpr" for name in constexprs}), constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "launch_pdl": pdl})
 
 
 def available() -> bool:
