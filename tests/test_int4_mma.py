@@ -1,13 +1,14 @@
-"""The tensor-core one-row int4 product (``int4_mma``): compiled offline for an H100 (sm_90), its K loop keeps the
-weights in registers (no shared memory, no shuffles) at about one instruction a weight; on CUDA, its output
-against the dequantized reference, split along K or not, ragged rows, with a residual."""
+"""The tensor-core one-row int4 product (``int4_mma``) and its q/k/v form with RoPE and the cache writes
+(``int4_mma_rope``): compiled offline for an H100 (sm_90), their K loops keep the weights in registers (no shared
+memory, no shuffles) at under two instructions a weight; on CUDA, the product against the dequantized reference,
+split along K or not, ragged rows, with a residual; q/k/v with RoPE against the fused CUDA-core kernel."""
 
 import collections
 
 import pytest
 import torch
 
-from repl.generation import int4_mma
+from repl.generation import int4_mma, int4_mma_rope
 
 needs_gluon = pytest.mark.skipif(not int4_mma.available(),
                                  reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
@@ -25,6 +26,22 @@ def test_the_k_loop_keeps_the_weights_in_registers(config):
     assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
 
 
+@pytest.mark.skipif(not int4_mma_rope.available(),
+                    reason=f"int4_mma_rope does not compile here: {int4_mma_rope.unavailable_reason()}")
+@pytest.mark.parametrize("dim", [64, 128])
+def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim):
+    """A program a head (dim rows: dim / 64 tiles a warp, no prefetch): the same K loop as the plain product's; the
+    RoPE epilogue (which may use shared memory to pair dim d with d + dim/2) stays out of it."""
+    config = int4_mma_rope.config_for(dim)
+    loop = int4_mma.main_loop(int4_mma_rope.compile_for_sm90(dim=dim).asm["cubin"])
+    ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
+    assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
+    weights = 16 * config.tiles * 1024 // 32
+    assert ops["HMMA"] == 8 * 8 * config.tiles + 8
+    assert len(loop) < 2 * weights, ops  # 1.31 a weight for the 8B's heads of 128 (triton 3.6 and 3.9)
+    assert any(line.startswith("LDG.E.EF.128") for line in loop)
+
+
 def test_tensor_cores_are_never_handed_an_input_they_would_not_make():
     """int4_mma takes a plain input: asked for with a norm or SwiGLU fused in and the input not made first, the
     launcher refuses rather than leave the norm out; off CUDA, the kernel refuses."""
@@ -38,6 +55,10 @@ def test_tensor_cores_are_never_handed_an_input_they_would_not_make():
                                           tensor_cores=True)
     with pytest.raises(ValueError, match="int4_matvec_mma"):
         quant_kernels.quant_matvec_launch(x, words, scale, offset, None, None, False, 0.0, tensor_cores=True)
+    cos, sin, caches = torch.ones(16), torch.zeros(16), torch.zeros(2, 1, 1, 4, 16)
+    with pytest.raises(ValueError, match="tensor cores take int4 weights and a row on CUDA"):
+        quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, caches[0], caches[1],
+                                                  torch.tensor([1]), 2, 1, 1e-5, tensor_cores=True)
 
 
 @pytest.mark.gpu
@@ -90,3 +111,50 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
                              (n, k, False, False, True)}, chosen  # a way timed and kept for each product
     for (_, _, norm, swiglu, _), (first, core) in chosen.items():
         assert first or not core or not (norm or swiglu), "tensor cores take their input made first"
+
+
+def _rope_tables(dim: int, position: int, device) -> tuple:
+    """Llama's cos and sin of one position (theta 500000), in bfloat16."""
+    inverse = 500000.0 ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    angles = torch.cat([position * inverse] * 2)
+    return angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("hidden,heads,kv_heads,dim", [(4096, 32, 8, 128), (1024, 4, 2, 64), (2048, 8, 2, 128)])
+def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads, kv_heads, dim):
+    """q and the caches' new entries from ``int4_mma_rope`` (the input made first) against the fused CUDA-core
+    kernel, at a few positions; nothing else in the caches written. Bound: the two add the same float32 products in
+    different orders, so a sum may round to the neighbouring bfloat16 (2^-8 of it) before the rotation; a rotation
+    (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the output's own
+    rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
+    from repl.generation import quant_kernels
+    from repl.generation.quantization import quantize
+
+    generator = torch.Generator(device="cuda").manual_seed(hidden + dim)
+    n = (heads + 2 * kv_heads) * dim
+    weight = (torch.randn(n, hidden, generator=generator, device="cuda") * hidden ** -0.5).to(torch.bfloat16)
+    words, scale, offset = quantize(weight, "int4")
+    x = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
+    caches = {cores: torch.zeros(2, 1, kv_heads, 80, dim, dtype=torch.bfloat16, device="cuda")
+              for cores in (False, True)}
+    for position in (0, 5, 79):
+        cos, sin = _rope_tables(dim, position, "cuda")
+        positions = torch.tensor([position], device="cuda")
+        q = {cores: quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin,
+                                                              caches[cores][0], caches[cores][1], positions, heads,
+                                                              kv_heads, 1e-5, tensor_cores=cores)
+             for cores in (False, True)}
+        assert q[True].shape == (1, heads, 1, dim) and q[True].dtype == torch.bfloat16
+        pairs = [(q[True], q[False])] + [(caches[True][i][:, :, position], caches[False][i][:, :, position])
+                                         for i in (0, 1)]
+        for name, (new, old) in zip("qkv", pairs):
+            largest = old.float().abs().max()
+            assert largest > 0, name
+            assert (new.float() - old.float()).abs().max() <= 2**-6 * largest, (name, position)
+    written = torch.zeros(80, dtype=torch.bool, device="cuda")
+    written[[0, 5, 79]] = True
+    for cores in (False, True):
+        assert not caches[cores][:, :, :, ~written].any(), "an entry outside the positions written"

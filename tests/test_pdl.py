@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 
-from repl.generation import int4_mma, quant_kernels
+from repl.generation import int4_mma, int4_mma_rope, quant_kernels
 
 P, W = "*bf16", "*i32"
 RESIDUAL_FLAGS = dict(NORM=False, SWIGLU=False, RESIDUAL=True)
@@ -108,9 +108,25 @@ def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_w
     assert sum(".EF" not in op for op in loads) == 4 * config.tiles, loads
 
 
-@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma"])
+@pytest.mark.skipif(not int4_mma_rope.available(),
+                    reason=f"int4_mma_rope does not compile here: {int4_mma_rope.unavailable_reason()}")
+def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_the_wait():
+    """As the plain product's (a program a head of 128 rows: two tiles a warp): the first step's words, scales and
+    offsets; not x, cos/sin or the position, and no store or atomic."""
+    early = before_the_wait(sass(int4_mma_rope.compile_for_sm90(dim=128, pdl=True).asm["cubin"]))
+    loads = [op for op in early if op.startswith("LDG")]
+    assert not writes(early), writes(early)
+    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * 2, loads
+    assert sum(".EF" not in op for op in loads) == 4 * 2, loads
+
+
+@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma rope"])
 def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
-    if name.startswith("int4 mma"):
+    if name == "int4 mma rope":
+        if not int4_mma_rope.available():
+            pytest.skip(int4_mma_rope.unavailable_reason())
+        compiled = int4_mma_rope.compile_for_sm90(dim=128)
+    elif name.startswith("int4 mma"):
         if not int4_mma.available():
             pytest.skip(int4_mma.unavailable_reason())
         compiled = int4_mma.compile_for_sm90(int4_mma.Config(4, 1, name.endswith("prefetch")), residual=True)
@@ -123,12 +139,12 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
-@pytest.mark.parametrize("mode", ["int4", "int8"])
+@pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on tensor cores"])
 def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch, mode):
     """int8 and int4 weights: q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and
-    down after SwiGLU plus the residual (each the way the launcher chooses: tensor cores where faster), chained as a
-    step chains them, in a CUDA graph replayed 50 times with PDL on: each replay gives the bits of the same chain
-    with PDL off."""
+    down after SwiGLU plus the residual (each the way the launcher chooses: tensor cores where faster; or q/k/v
+    forced onto tensor cores, ``int4_mma_rope``), chained as a step chains them, in a CUDA graph replayed 50 times
+    with PDL on: each replay gives the bits of the same chain with PDL off."""
     from repl.generation.quantization import quantize
 
     hidden, intermediate, heads, kv_heads, dim = 1024, 3072, 8, 2, 128
@@ -136,7 +152,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
 
     def weight(n, k):
         return quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
-                        mode)
+                        mode[:4])
 
     qkv, o, gate_up, down = (weight((heads + 2 * kv_heads) * dim, hidden), weight(hidden, heads * dim),
                              weight(2 * intermediate, hidden), weight(hidden, intermediate))
@@ -148,7 +164,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
 
     def chain():
         q = quant_kernels.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
-                                                      kv_heads, 1e-5)
+                                                      kv_heads, 1e-5, tensor_cores=True if "q/k/v" in mode else None)
         x = quant_kernels.quant_matvec_launch(q.reshape(-1), *o, None, h, False, 1e-5)
         up = quant_kernels.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5)
         return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5), q

@@ -16,8 +16,9 @@ Three products:
   each fused variant on its own, and for a norm or SwiGLU the faster of making the input in every program or once,
   in a kernel of its own, before the product. An int4 product of a bfloat16 row may instead run on tensor cores
   (``int4_mma``: the fields dequantized in registers into ``mma.sync``, its input made first); the first call of
-  each product times the ways that apply and keeps the fastest. ``quant_qkv_rope_cache``: the same for q/k/v
-  (CUDA cores), with RoPE and the cache writes in the product's programs.
+  each product times the ways that apply and keeps the fastest. ``quant_qkv_rope_cache``: the same for q/k/v,
+  with RoPE and the cache writes in the product's programs (CUDA cores, the norm fused in; or for int4, the normed
+  input made first and ``int4_mma_rope`` on tensor cores).
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
@@ -46,7 +47,7 @@ except ImportError:  # Triton before 3.4: no programmatic dependent launch (``PD
     def gdc_wait():
         pass
 
-from repl.generation import int4_mma
+from repl.generation import int4_mma, int4_mma_rope
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
 from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
@@ -390,10 +391,12 @@ def rope_fits(dim: int) -> bool:
 def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
                                 offset: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,
                                 k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, heads: int,
-                                kv_heads: int, eps: float) -> torch.Tensor:
+                                kv_heads: int, eps: float, tensor_cores: Optional[bool] = None) -> torch.Tensor:
     """q (1, heads, 1, dim) of one token x (1, 1, hidden) at ``positions`` (1,): the quantized q/k/v product of
     norm * rms_norm(x), rotated; its k and v written into the caches (1, kv_heads, length, dim). As
-    ``llama_math.attention_input`` for one row of one token."""
+    ``llama_math.attention_input`` for one row of one token. ``tensor_cores``: an int4 product of a bfloat16 x
+    with ``int4_mma_rope`` (the normed input made first, ``prepared_input``) instead of the fused CUDA-core kernel;
+    None: whichever was faster at this shape on CUDA (where ``int4_mma_rope`` serves it), else CUDA cores."""
     dim = k_cache.shape[-1]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x, norm = x.reshape(-1).contiguous(), norm.contiguous()
@@ -404,6 +407,23 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
             or v_cache.shape != k_cache.shape or k_cache.shape[1] != kv_heads):
         raise ValueError(f"quant_qkv_rope_cache: x {tuple(x.shape)}, words {tuple(words.shape)}, "
                          f"cos {tuple(cos.shape)}, caches {tuple(k_cache.shape)} {tuple(v_cache.shape)}")
+    n = words.shape[0]
+    if tensor_cores is None and offset is not None and x.is_cuda and int4_mma_rope.serves(x, n, k, dim):
+        key = (n, k, True, False, "q/k/v rope", x.dtype, False, x.device)  # as quant_matvec_launch's, for the record
+
+        def way(first: bool, core: bool, words, scale, offset):
+            quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, k_cache, v_cache, positions, heads,
+                                        kv_heads, eps, core)
+
+        # (input made first, tensor cores): the fused CUDA-core kernel, or the input made first then tensor cores.
+        # Timing writes the caches at this position from scratch weights; the launch below writes them again.
+        _, tensor_cores = _fastest_way(key, (words, scale, offset), way, [(False, False), (True, True)])
+    if tensor_cores:
+        if offset is None or not x.is_cuda:
+            raise ValueError("quant_qkv_rope_cache: tensor cores take int4 weights and a row on CUDA")
+        return int4_mma_rope.int4_qkv_rope_cache_mma(prepared_input(x, norm, False, k, eps), words, scale, offset,
+                                                     cos, sin, k_cache, v_cache, positions, heads, kv_heads,
+                                                     pdl=_pdl_on(x))
     q = torch.empty((1, heads, 1, dim), dtype=x.dtype, device=x.device)
     grid = lambda meta: ((heads + 2 * kv_heads) * dim // meta["BLOCK_N"],)
     rest = (cos, sin, positions, q, k_cache, v_cache, k, eps, k_cache.stride(1), k_cache.stride(2),
@@ -473,8 +493,9 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
 # which costs little with few programs and more than a kernel of its own with many: on an H100 (run 21) the input
 # made first was faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for
 # q/k/v (13.8 against 12.9). int4 products of a bfloat16 row may also run on tensor cores (``int4_mma``, which takes
-# a plain input: after the input made first): faster for gate/up, down and the output layer, not for o (run 36). So
-# the first call of each shape times every way that applies.
+# a plain input: after the input made first): faster for gate/up, down and the output layer, not for o (run 36); and
+# q/k/v with RoPE (``int4_mma_rope``, not yet timed against the fused CUDA-core kernel). So the first call of each
+# shape times every way that applies.
 _chosen_ways: dict = {}
 
 
