@@ -1,7 +1,8 @@
 """The tensor-core one-row int4 product (``repl/generation/int4_mma.py``) against the shipped CUDA-core one, on the
-Llama-3.1-8B shapes (an H100; about a minute):
+Llama-3.1-8B shapes (an H100; about a minute), and q/k/v with RoPE and the cache writes both ways:
 
-    python tools/int4_mma_check.py
+    python tools/int4_mma_check.py           # everything
+    python tools/int4_mma_check.py --rope    # q/k/v with RoPE only
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
@@ -9,7 +10,13 @@ two kernels' outputs against each other, and the residual flag once; then the mi
 configuration of the new kernel and of the shipped kernel (tuned as it ships), each timed as a CUDA graph of
 launches on distinct copies of the weight (``kernel_timing``: as a decode step meets it), and the sum over a decode
 step (32 layers of q/k/v, o, gate/up and down, and the output layer). Exits 1 if a check fails or the kernel does
-not compile here; a watchdog ends the process after 170 s whatever it is waiting on.
+not compile here; a watchdog ends the process after 230 s whatever it is waiting on.
+
+q/k/v with RoPE (``quant_qkv_rope_cache_launch``, the 8B's 32 heads, 8 kv heads of 128, hidden 4096): the fused
+CUDA-core kernel (the norm in its programs), the input made first then ``int4_mma_rope`` on tensor cores, and that
+kernel alone on an input made once; q and the caches' new entries of the two ways against each other (within 2^-6
+of the largest, ``tests/test_int4_mma.py`` says why), the microseconds of each as above, and the way the launcher
+chooses.
 """
 
 import faulthandler
@@ -21,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from repl.generation import int4_mma, quant_kernels  # noqa: E402
+from repl.generation import int4_mma, int4_mma_rope, quant_kernels  # noqa: E402
 from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies  # noqa: E402
 from repl.generation.quantization import dequantize, quantize  # noqa: E402
 
@@ -76,13 +83,70 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
     return ok, times
 
 
+ROPE_SHAPE = dict(hidden=4096, heads=32, kv_heads=8, dim=128)
+ROPE_TOLERANCE = 2**-6  # of the largest output: a sum rounded one bfloat16 apart, rotated, rounded again
+
+
+def check_rope(generator: torch.Generator) -> bool:
+    """q/k/v with RoPE and the cache writes: the fused CUDA-core kernel against the input made first and the
+    tensor-core kernel, checked against each other, then timed (us a launch, a graph of launches on distinct
+    weights)."""
+    hidden, heads, kv_heads, dim = ROPE_SHAPE.values()
+    n = (heads + 2 * kv_heads) * dim
+    words, scale, offset = quantize((torch.randn(n, hidden, generator=generator, device="cuda") * hidden ** -0.5)
+                                    .to(torch.bfloat16), "int4")
+    x = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
+    angles = 7 * torch.cat([500000.0 ** (-torch.arange(0, dim, 2, device="cuda") / dim)] * 2)
+    cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    position = torch.tensor([7], device="cuda")
+    caches = {cores: torch.zeros(2, 1, kv_heads, 64, dim, dtype=torch.bfloat16, device="cuda")
+              for cores in (False, True)}
+
+    def rope(cores, c, into):
+        return quant_kernels.quant_qkv_rope_cache_launch(x, norm, *c, cos, sin, into[0], into[1], position, heads,
+                                                         kv_heads, 1e-5, tensor_cores=cores)
+
+    q = {cores: rope(cores, (words, scale, offset), caches[cores]) for cores in (False, True)}
+    torch.cuda.synchronize()
+    ok = True
+    print(f"q/k/v with RoPE {n}x{hidden} ({heads} heads, {kv_heads} kv heads of {dim}):")
+    for name, new, old in [("q", q[True], q[False]), ("k", caches[True][0, :, :, 7], caches[False][0, :, :, 7]),
+                           ("v", caches[True][1, :, :, 7], caches[False][1, :, :, 7])]:
+        difference = error(new, old.float())
+        ok &= difference <= ROPE_TOLERANCE
+        print(f"  {name}: tensor cores against CUDA cores {difference:.2e}"
+              f"{'' if difference <= ROPE_TOLERANCE else '  FAILED'}")
+
+    copies = with_scratch_copies([words, scale, offset])
+    prepared = quant_kernels.prepared_input(x, norm, False, hidden, 1e-5)
+    kernel_alone = [lambda c=c: int4_mma_rope.int4_qkv_rope_cache_mma(prepared, *c, cos, sin, *caches[True],
+                                                                      position, heads, kv_heads,
+                                                                      pdl=quant_kernels._pdl_on(x)) for c in copies]
+    times = {"CUDA cores (norm fused)": time_in_a_graph([lambda c=c: rope(False, c, caches[False]) for c in copies]),
+             "input made first + tensor cores": time_in_a_graph([lambda c=c: rope(True, c, caches[True])
+                                                                 for c in copies]),
+             "tensor-core kernel alone": time_in_a_graph(kernel_alone)}
+    gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
+    for way, ms in times.items():
+        print(f"  {way}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s), a step's 32: {32 * ms:.3f} ms")
+    rope(None, (words, scale, offset), caches[True])
+    chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[4] == "q/k/v rope"]
+    print(f"  the launcher chooses (input made first, tensor cores): {chosen}, PDL {quant_kernels.PDL}")
+    return ok
+
+
 def main() -> int:
-    faulthandler.dump_traceback_later(170, exit=True)
+    faulthandler.dump_traceback_later(230, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
-    if not int4_mma.available():
-        print(f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
+    if not int4_mma.available() or not int4_mma_rope.available():
+        print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
         return 1
     generator = torch.Generator(device="cuda").manual_seed(0)
+    if "--rope" in sys.argv[1:]:
+        ok = check_rope(generator)
+        print("checks passed" if ok else "CHECKS FAILED")
+        return 0 if ok else 1
     all_ok, step = True, {}
     for name, (n, k) in SHAPES.items():
         ok, times = check_shape(name, n, k, generator)
@@ -96,6 +160,7 @@ def main() -> int:
     best = {name: min(int4_mma.CONFIGS, key=lambda config: step[name][config]) for name in SHAPES}
     print(f"  best configuration each: {sum(PER_STEP[name] * step[name][best[name]] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(best[name])}' for name in SHAPES)})")
+    all_ok &= check_rope(generator)
     print("checks passed" if all_ok else "CHECKS FAILED")
     return 0 if all_ok else 1
 

@@ -21,7 +21,6 @@ from repl.generation.arrival_counts import arrival_counts
 from repl.generation.int4_mma import COLUMNS_PER_STEP, IMPORT_ERROR, Config, layouts
 
 if IMPORT_ERROR is None:
-    import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents
@@ -104,10 +103,6 @@ def serves(x: torch.Tensor, n: int, k: int, dim: int) -> bool:
     return int4_mma.serves(x, n, k) and fits(dim) and available()
 
 
-def _parts(n: int, k: int, dim: int, device: torch.device) -> int:
-    return int4_mma._parts(config_for(dim), n, k, device)
-
-
 def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             positions: torch.Tensor, heads: int, kv_heads: int, pdl: bool = False) -> torch.Tensor:
@@ -126,7 +121,7 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
     config = config_for(dim)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     heads_all = heads + 2 * kv_heads
-    parts = _parts(n, k, dim, x.device)
+    parts = int4_mma._parts(config, n, k, x.device)  # the plain product's split: about two programs an SM
     q = torch.empty((1, heads, 1, dim), dtype=x.dtype, device=x.device)
     partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
     counts = arrival_counts(x.device, heads_all if parts > 1 else 0, "int4_qkv_rope_cache_mma")
