@@ -125,7 +125,8 @@ def _rope_tables(dim: int, position: int, device) -> tuple:
 @pytest.mark.parametrize("hidden,heads,kv_heads,dim", [(4096, 32, 8, 128), (1024, 4, 2, 64), (2048, 8, 2, 128)])
 def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads, kv_heads, dim):
     """q and the caches' new entries from ``int4_mma_rope`` (the input made first) against the fused CUDA-core
-    kernel, at a few positions; nothing else in the caches written. Bound: the two add the same float32 products in
+    kernel, at a few positions (the 8B's heads split along K in 4 parts, the small shape's not split); a second
+    call the same bits; nothing else in the caches written. Bound: the two add the same float32 products in
     different orders, so a sum may round to the neighbouring bfloat16 (2^-8 of it) before the rotation; a rotation
     (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the output's own
     rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
@@ -154,6 +155,9 @@ def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads,
             largest = old.float().abs().max()
             assert largest > 0, name
             assert (new.float() - old.float()).abs().max() <= 2**-6 * largest, (name, position)
+        again = quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, *caches[True],
+                                                          positions, heads, kv_heads, 1e-5, tensor_cores=True)
+        assert torch.equal(again, q[True]), "a second call (the split's counts back at zero) gives other bits"
     written = torch.zeros(80, dtype=torch.bool, device="cuda")
     written[[0, 5, 79]] = True
     for cores in (False, True):
