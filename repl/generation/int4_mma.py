@@ -141,17 +141,14 @@ if IMPORT_ERROR is None:
         return total + scale * (sums - 128.0 * inputs) + offset.to(gl.float32) * inputs
 
     @gluon.jit
-    def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, part, parts, MMA: gl.constexpr,
+    def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA: gl.constexpr,
                    WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr):
-        """The (BLOCK_M,) sums of rows block * BLOCK_M on over this part's steps, in SliceLayout(1, MMA). PDL: the
-        first step's weights are asked for before ``gdc_wait``, everything else after it."""
+        """The (BLOCK_M,) sums of rows block * BLOCK_M on over steps first .. last - 1 (1024 columns each), in
+        SliceLayout(1, MMA). PDL: the first step's weights are asked for before ``gdc_wait``, everything else
+        after it."""
         A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         groups = (k // 1024) * 8  # written so, the compiler sees rows of words 64-byte aligned (16-byte loads)
-        steps = k // 1024
-        per_part = gl.cdiv(steps, parts)
-        first = part * per_part
-        last = gl.minimum(first + per_part, steps)
 
         # Words: rows past n read row n - 1 (never stored), so the loop has no masks.
         rows_w = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, WORDS)), n - 1)
@@ -194,6 +191,14 @@ if IMPORT_ERROR is None:
         return gl.sum(total, axis=1)
 
     @gluon.jit
+    def _part_steps(k, part, parts):
+        """The steps (1024 columns each) of part ``part`` of ``parts`` along K: first, last (exclusive)."""
+        steps = k // 1024
+        per_part = gl.cdiv(steps, parts)
+        first = part * per_part
+        return first, gl.minimum(first + per_part, steps)
+
+    @gluon.jit
     def _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, n, block, part, parts):
         """This part's sums written to the partials and counted in: whether it is the block's last part to arrive
         (the one that then adds them all, ``_parts_summed``)."""
@@ -222,7 +227,8 @@ if IMPORT_ERROR is None:
         block = gl.program_id(0)
         part = gl.program_id(1)
         parts = gl.num_programs(1)
-        row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, part, parts, MMA, WORDS,
+        first, last = _part_steps(k, part, parts)
+        row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA, WORDS,
                               BLOCK_M, PREFETCH, PDL)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
         row_ok = rows < n

@@ -25,7 +25,7 @@ if IMPORT_ERROR is None:
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents
 
-    from repl.generation.int4_mma import _arrived_last, _part_sums, _parts_summed
+    from repl.generation.int4_mma import _arrived_last, _part_steps, _part_sums, _parts_summed
 
     @gluon.jit
     def _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
@@ -70,7 +70,8 @@ if IMPORT_ERROR is None:
         head = gl.program_id(0)
         part = gl.program_id(1)
         parts = gl.num_programs(1)
-        row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, part, parts, MMA, WORDS, DIM,
+        first, last = _part_steps(k, part, parts)
+        row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, first, last, MMA, WORDS, DIM,
                               PREFETCH, PDL)
         if parts == 1:
             _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
