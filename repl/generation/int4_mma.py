@@ -355,8 +355,14 @@ def unavailable_reason() -> str:
 
 
 def main_loop(cubin: bytes) -> list[str]:
-    """The SASS instructions of the kernel's longest loop (its K loop), disassembled with the nvdisasm that ships
-    in Triton's wheel."""
+    """The SASS instructions of the kernel's longest innermost loop (its K loop), disassembled with the nvdisasm
+    that ships in Triton's wheel."""
+    return max(innermost_loops(cubin), key=len, default=[])
+
+
+def innermost_loops(cubin: bytes) -> list[list[str]]:
+    """The SASS instructions of each loop that holds no other loop (stream-K's loop over row blocks holds a K loop),
+    predicates dropped."""
     import os
     import re
     import subprocess
@@ -369,11 +375,14 @@ def main_loop(cubin: bytes) -> list[str]:
         lines = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
     lines = lines.splitlines()
     labels = {match.group(1): i for i, line in enumerate(lines) if (match := re.match(r"^(\.L_x_\d+):", line))}
-    instructions = [(i, line) for i, line in enumerate(lines) if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
-    longest: list[str] = []
-    for i, line in instructions:  # a loop: a branch back to a label above it
+    instructions = [(i, line) for i, line in enumerate(lines) if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    spans = []  # (label, branch) line numbers of each loop: a branch back to a label above it
+    for i, line in instructions:
         match = re.search(r"BRA `\((\.L_x_\d+)\)", line)
         if match and labels.get(match.group(1), i) < i:
-            body = [text for j, text in instructions if labels[match.group(1)] < j <= i]
-            longest = body if len(body) > len(longest) else longest
-    return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0].strip() for line in longest]
+            spans.append((labels[match.group(1)], i))
+    innermost = [(begin, end) for begin, end in spans
+                 if not any(begin <= other_begin and other_end <= end and (other_begin, other_end) != (begin, end)
+                            for other_begin, other_end in spans)]
+    return [[re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", text).split(" ;")[0].strip()
+             for j, text in instructions if begin < j <= end] for begin, end in innermost]
