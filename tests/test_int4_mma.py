@@ -1,7 +1,8 @@
 """The tensor-core one-row int4 product (``int4_mma``) and its q/k/v form with RoPE and the cache writes
 (``int4_mma_rope``): compiled offline for an H100 (sm_90), their K loops keep the weights in registers (no shared
-memory, no shuffles) at under two instructions a weight; on CUDA, the product against the dequantized reference,
-split along K or not, ragged rows, with a residual; q/k/v with RoPE against the fused CUDA-core kernel."""
+memory, no shuffles) at under two instructions a weight; stream-K's partition of the work (on the CPU); on CUDA, the
+product against the dequantized reference, split along K or not, ragged rows, with a residual; q/k/v with RoPE
+against the fused CUDA-core kernel."""
 
 import collections
 
@@ -15,15 +16,21 @@ needs_gluon = pytest.mark.skipif(not int4_mma.available(),
 
 
 @needs_gluon
-@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
-def test_the_k_loop_keeps_the_weights_in_registers(config):
-    loop = int4_mma.main_loop(int4_mma.compile_for_sm90(config, residual=True).asm["cubin"])
-    ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
-    assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
-    weights = 16 * config.tiles * 1024 // 32  # a thread's weights a step: its tiles' 16 rows x 1024 columns
-    assert ops["HMMA"] == 8 * 8 * config.tiles + 8  # 8 groups of 8 k-blocks a tile, and the input sums
-    assert len(loop) < 2 * weights, ops  # ~1.3-1.7 an instruction a weight; the CUDA-core kernel took 5-6
-    assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
+                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
+@pytest.mark.parametrize("pdl", [False, True])
+def test_the_k_loop_keeps_the_weights_in_registers(config, pdl):
+    """The K loop, the one loop with mma; stream-K's inside its loop over row blocks."""
+    loops = [loop for loop in int4_mma.innermost_loops(int4_mma.compile_for_sm90(config, True, pdl).asm["cubin"])
+             if any(line.startswith("HMMA") for line in loop)]
+    assert len(loops) == 1
+    for loop in loops:
+        ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
+        assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
+        weights = 16 * config.tiles * 1024 // 32  # a thread's weights a step: its tiles' 16 rows x 1024 columns
+        assert ops["HMMA"] == 8 * 8 * config.tiles + 8  # 8 groups of 8 k-blocks a tile, and the input sums
+        assert len(loop) < 2 * weights, ops  # ~1.3-1.7 an instruction a weight; the CUDA-core kernel took 5-6
+        assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
@@ -40,6 +47,40 @@ def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim):
     assert ops["HMMA"] == 8 * 8 * config.tiles + 8
     assert len(loop) < 2 * weights, ops  # 1.31 a weight for the 8B's heads of 128 (triton 3.6 and 3.9)
     assert any(line.startswith("LDG.E.EF.128") for line in loop)
+
+
+# (row blocks, steps) of the 8B's products at the candidates' tiles (128 rows; the output layer's 64)
+EIGHT_B_BLOCKS_AND_STEPS = [(48, 4), (32, 4), (224, 4), (32, 14), (2004, 4)]
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4, 5, 14])
+def test_stream_k_programs_take_every_unit_once_and_a_shared_block_is_added_in_program_order(steps):
+    """The partition of ``_int4_mma_matvec_stream`` (``stream_segments``, ``stream_holders``), for every grid of up
+    to 12 row blocks and every number of programs up to the units, and the 8B's products as an H100 launches them
+    (132 SMs, 2-4 programs an SM): every (block, step) unit computed by exactly one program, programs in unit order;
+    a block's holders are the programs whose segments touch it, as many as its segments (the arrivals its count
+    waits for), one exactly when a segment is the whole block; the partial slots program + block distinct and below
+    programs + blocks."""
+    grids = [(blocks, programs) for blocks in range(1, 13) for programs in range(1, blocks * steps + 1)]
+    grids += [(blocks, programs) for blocks, of in EIGHT_B_BLOCKS_AND_STEPS if of == steps
+              for programs in (264, 396, 528) if programs <= blocks * steps]
+    for blocks, programs in grids:
+        units = blocks * steps
+        done, holders, slots = [], collections.defaultdict(list), []
+        for program in range(programs):
+            for block, first, last in int4_mma.stream_segments(program, units, programs, steps):
+                assert 0 <= first < last <= steps
+                done += [block * steps + step for step in range(first, last)]
+                holders[block].append(program)
+                slots.append(program + block)
+                whole = first == 0 and last == steps
+                assert whole == (len(int4_mma.stream_holders(block, units, programs, steps)) == 1)
+            assert all(int4_mma.stream_holder(unit, units, programs) == program
+                       for unit in range(program * units // programs, (program + 1) * units // programs))
+        assert done == list(range(units)), (blocks, programs)
+        assert all(holders[block] == list(int4_mma.stream_holders(block, units, programs, steps))
+                   for block in range(blocks)), (blocks, programs)
+        assert len(set(slots)) == len(slots) and max(slots) < programs + blocks, (blocks, programs)
 
 
 def test_tensor_cores_are_never_handed_an_input_they_would_not_make():

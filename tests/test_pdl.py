@@ -97,10 +97,12 @@ needs_gluon = pytest.mark.skipif(not int4_mma.available(),
 
 
 @needs_gluon
-@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
+                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
 def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config):
     """Before the wait: the first step's words (16-byte evict-first loads: 2 rows x 8 groups a thread a tile) and its
-    scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts)."""
+    scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts).
+    Stream-K: its first segment's first step (a later segment passes the same wait again, already met)."""
     early = before_the_wait(sass(int4_mma.compile_for_sm90(config, residual=True, pdl=True).asm["cubin"]))
     loads = [op for op in early if op.startswith("LDG")]
     assert not writes(early), writes(early)
@@ -120,7 +122,8 @@ def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_
     assert sum(".EF" not in op for op in loads) == 4 * 2, loads
 
 
-@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma rope"])
+@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma stream",
+                                                  "int4 mma rope"])
 def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
     if name == "int4 mma rope":
         if not int4_mma_rope.available():
@@ -129,7 +132,8 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
     elif name.startswith("int4 mma"):
         if not int4_mma.available():
             pytest.skip(int4_mma.unavailable_reason())
-        compiled = int4_mma.compile_for_sm90(int4_mma.Config(4, 1, name.endswith("prefetch")), residual=True)
+        config = int4_mma.Config(4, 1, name.endswith("prefetch"), stream=2 if name.endswith("stream") else 0)
+        compiled = int4_mma.compile_for_sm90(config, residual=True)
     else:
         compiled = compiled_for_sm90(name, pdl=False)
     assert "griddepcontrol" not in compiled.asm["ptx"]

@@ -23,6 +23,14 @@ How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8,
 A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
 Needs K a multiple of 1024 (every Llama-3.1-8B product is).
+
+Stream-K (``Config.stream``, ``_int4_mma_matvec_stream``): the split's grid lands unevenly on the SMs (down's 32 row
+blocks in 7 working parts of 2 steps: 224 programs on 132 SMs, some SMs reading twice the bytes of others; gate/up's
+448 programs, 3.4 an SM), so a short product waits on its most loaded SMs. Instead the work is U = blocks * steps
+units (a row block's 1024 columns), and each of P = stream * SMs programs takes an equal run of them,
+[p U / P, (p + 1) U / P): one or more segments of row blocks. A block held by one program is stored by it; a block
+shared by several is added by the last of them to arrive, its partial sums in program order (the same bits whichever
+arrives last). ``stream_segments`` and ``stream_holders`` state the partition in Python, for the tests.
 """
 
 import functools
@@ -50,15 +58,19 @@ MAX_PARTS = 8
 class Config(NamedTuple):
     """warps and 16-row tiles per warp (a program owns 16 * warps * tiles rows); prefetch: load the next step's
     words during this one; parts: the K split (None: enough programs for two on each SM, as
-    ``quant_kernels._small_parts``)."""
+    ``quant_kernels._small_parts``); stream: stream-K with this many programs an SM instead of the split (0: the
+    split)."""
     warps: int
     tiles: int
     prefetch: bool = True
     parts: Optional[int] = None
+    stream: int = 0
 
 
 CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False), Config(2, 1), Config(2, 1, False),
-           Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)]
+           Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)] + [
+    Config(warps, tiles, prefetch, None, programs)  # stream-K on three tilings, 2-4 programs an SM
+    for warps, tiles, prefetch in [(4, 2, False), (4, 1, True), (4, 1, False)] for programs in (2, 3, 4)]
 
 # The fields of one word as the bfloat16 pairs (128 + nibble i, 128 + nibble i+4), i = 0..3, one 32-bit register
 # each: LOP3 (w & 0x000F000F) | 0x43004300 puts nibbles 0 and 4 under the exponent of 128 in the two halves; shifts
@@ -245,6 +257,54 @@ if IMPORT_ERROR is None:
             row_sums += gl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(gl.float32)
         gl.store(out_ptr + rows, row_sums.to(out_ptr.dtype.element_ty), mask=row_ok)
 
+    @gluon.jit
+    def _holder(unit, units, programs):
+        """The program of a stream-K grid that holds ``unit`` (``stream_holder``)."""
+        return ((unit + 1) * programs - 1) // units
+
+    @gluon.jit
+    def _segment_done(row_sums, block, program, steps, units, programs, residual_ptr, out_ptr, partial_ptr,
+                      counts_ptr, n, MMA: gl.constexpr, BLOCK_M: gl.constexpr, RESIDUAL: gl.constexpr):
+        """A stream-K program's sums over its segment of row block ``block``: stored if it holds the whole block,
+        else counted in, and added to the other holders' by the last to arrive. The partials are the split's
+        (``_arrived_last``, ``_parts_summed``) with BLOCK_M in place of n: holder p of block b writes slot p + b,
+        which no other (holder, block) pair shares (a later program holds no earlier block)."""
+        rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
+        row_ok = rows < n
+        earliest = _holder(block * steps, units, programs)
+        holders = _holder((block + 1) * steps - 1, units, programs) - earliest + 1
+        if holders == 1:
+            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+        elif _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, BLOCK_M, block, program, holders):
+            row_sums = _parts_summed(rows, row_ok, partial_ptr + earliest * BLOCK_M, BLOCK_M, holders,
+                                     gl.SliceLayout(1, MMA), BLOCK_M)
+            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+            gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
+
+    @gluon.jit
+    def _int4_mma_matvec_stream(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr,
+                                counts_ptr, n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
+                                PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
+        # Stream-K (the module docstring): program p takes units [p U / P, (p + 1) U / P) (U = blocks * steps,
+        # P <= U, so at least one): its first segment may start inside a block, its last end inside one. PDL as
+        # ``_int4_mma_matvec``: only the first segment's first step's weights are loaded before the wait (in
+        # ``_part_sums``). Later segments pass the wait again, at once (the previous kernel is done): one call site
+        # of the K loop instead of a second copy for them, which had doubled the kernel's compile time.
+        if PDL:
+            gdc_launch_dependents()
+        program = gl.program_id(0)
+        programs = gl.num_programs(0)
+        steps = k // 1024
+        units = gl.cdiv(n, BLOCK_M) * steps
+        start = program * units // programs
+        end = (program + 1) * units // programs
+        for block in range(start // steps, gl.cdiv(end, steps)):
+            row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block,
+                                  gl.maximum(start - block * steps, 0), gl.minimum(end - block * steps, steps), MMA,
+                                  WORDS, BLOCK_M, PREFETCH, PDL)
+            _segment_done(row_sums, block, program, steps, units, programs, residual_ptr, out_ptr, partial_ptr,
+                          counts_ptr, n, MMA, BLOCK_M, RESIDUAL)
+
 
 def layouts(warps: int, tiles: int):
     """The mma's layout and the words' (BLOCK_M, 16) layout: thread t of a lane quad holds words 4t .. 4t+3 of rows
@@ -275,6 +335,28 @@ def serves(x: torch.Tensor, n: int, k: int) -> bool:
             and torch.cuda.get_device_capability(x.device) >= (8, 0) and available())
 
 
+def stream_holder(unit: int, units: int, programs: int) -> int:
+    """The program of a stream-K grid of ``programs`` that holds ``unit`` of ``units`` (the kernel's ``_holder``):
+    program p holds [p U // P, (p + 1) U // P), so this is the least p with (p + 1) U // P > u, i.e.
+    (p + 1) U >= (u + 1) P."""
+    return ((unit + 1) * programs - 1) // units
+
+
+def stream_segments(program: int, units: int, programs: int, steps: int) -> list[tuple[int, int, int]]:
+    """The segments (row block, first step, last step exclusive) that ``program`` computes in a stream-K grid, in
+    the kernel's order (``_int4_mma_matvec_stream``)."""
+    start, end = program * units // programs, (program + 1) * units // programs
+    return [(block, max(start - block * steps, 0), min(end - block * steps, steps))
+            for block in range(start // steps, -(-end // steps))]
+
+
+def stream_holders(block: int, units: int, programs: int, steps: int) -> range:
+    """The programs that hold a part of row block ``block`` (the kernel's ``_segment_done``): partial sums at slots
+    program + block, added in this order."""
+    return range(stream_holder(block * steps, units, programs),
+                 stream_holder((block + 1) * steps - 1, units, programs) + 1)
+
+
 def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
     if config.parts is not None:
         return max(1, min(config.parts, k // COLUMNS_PER_STEP))
@@ -297,15 +379,24 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
         raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}")
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     blocks = triton.cdiv(n, block_m)
-    parts = _parts(config, n, k, x.device)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
-    partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
-    counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
-    residual = residual.reshape(-1).contiguous() if residual is not None else out
-    _int4_mma_matvec[(blocks, parts)](x, words, scale.contiguous(), offset.contiguous(), residual, out, partials,
-                                      counts, n, k, MMA=mma, WORDS=words_layout, BLOCK_M=block_m,
-                                      PREFETCH=config.prefetch, RESIDUAL=residual is not out, PDL=pdl,
-                                      num_warps=config.warps, launch_pdl=pdl)
+    arguments = (x, words, scale.contiguous(), offset.contiguous(),
+                 residual.reshape(-1).contiguous() if residual is not None else out, out)
+    options = dict(MMA=mma, WORDS=words_layout, BLOCK_M=block_m, PREFETCH=config.prefetch,
+                   RESIDUAL=residual is not None, PDL=pdl, num_warps=config.warps, launch_pdl=pdl)
+    if config.stream:
+        units = blocks * (k // COLUMNS_PER_STEP)
+        programs = min(config.stream * multiprocessors(x.device), units)
+        if programs * units >= 2**31:  # the kernel's p U in 32 bits
+            raise ValueError(f"int4_matvec_mma: stream-K over {units} units on {programs} programs")
+        partials = torch.empty((programs + blocks) * block_m, dtype=torch.float32, device=x.device)
+        counts = arrival_counts(x.device, blocks, "int4_matvec_mma stream-K")
+        _int4_mma_matvec_stream[(programs, )](*arguments, partials, counts, n, k, **options)
+    else:
+        parts = _parts(config, n, k, x.device)
+        partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
+        counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
+        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, **options)
     return out
 
 
@@ -317,12 +408,14 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
 
 
 def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False):
-    """The kernel compiled for an H100 (sm_90) without a GPU, pointers 16-byte aligned and k a multiple of 16 (as
-    the launcher specializes them); ``pdl``: its form for a programmatic dependent launch."""
+    """The kernel of ``config`` (the split's or stream-K's) compiled for an H100 (sm_90) without a GPU, pointers
+    16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
+    dependent launch."""
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
                   "RESIDUAL": residual, "PDL": pdl}
-    return compile_gluon_for_sm90(_int4_mma_matvec, SIGNATURE, constexprs, config.warps, pdl)
+    kernel = _int4_mma_matvec_stream if config.stream else _int4_mma_matvec
+    return compile_gluon_for_sm90(kernel, SIGNATURE, constexprs, config.warps, pdl)
 
 
 def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool):
