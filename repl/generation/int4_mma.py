@@ -39,7 +39,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from repl.generation.arrival_counts import arrival_counts, multiprocessors
+from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
 
 try:
     import triton
@@ -47,6 +47,8 @@ try:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies
     IMPORT_ERROR = None
 except Exception as error:  # no Triton, or one without Gluon's mma_v2: available() says so
     IMPORT_ERROR = f"{type(error).__name__}: {error}"
@@ -366,10 +368,11 @@ def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
 
 
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                    residual: Optional[torch.Tensor] = None, config: Config = CONFIGS[0],
+                    residual: Optional[torch.Tensor] = None, config: Optional[Config] = None,
                     pdl: bool = False) -> torch.Tensor:
     """W @ x (+ residual) for one bfloat16 row x (K,) and an int4 weight (``quantization``'s layout), on CUDA.
-    ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the previous kernel runs."""
+    ``config``: None for the fastest of ``candidates`` at this shape (``chosen_config``). ``pdl``: a programmatic
+    dependent launch (the kernel's PDL), which may start while the previous kernel runs."""
     n = words.shape[0]
     k = words.shape[1] * 8
     x = x.reshape(-1).contiguous()
@@ -377,6 +380,8 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
             or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31 or not words.is_contiguous()
             or (residual is not None and residual.numel() != n)):
         raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}")
+    if config is None:
+        config = chosen_config(x, words, scale, offset, residual, pdl)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     blocks = triton.cdiv(n, block_m)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
@@ -398,6 +403,40 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
         counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
         _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, **options)
     return out
+
+
+# Programs an SM of the stream-K candidates, by tiles a warp. Offline (sm_90, triton 3.6) a thread takes 216-222
+# registers with two tiles, so two programs of 4 warps fit an SM at once (4: two even waves of shorter runs; 3 would
+# leave half a wave), and 154-163 with one: three fit. One compiled kernel serves each tiling's counts.
+STREAM_PROGRAMS = {1: (2, 3), 2: (2, 4)}
+_chosen_configs: dict = {}  # (n, k, residual, device) -> the fastest of ``candidates``
+
+
+def candidates(n: int) -> list[Config]:
+    """The configurations timed for products of n rows: ``config_for``'s rule and stream-K on its tiles (one more
+    compiled kernel), where its blocks' counts fit ``arrival_counts``."""
+    rule = config_for(n)
+    if triton.cdiv(n, 16 * rule.warps * rule.tiles) > COUNTS:
+        return [rule]
+    return [rule] + [rule._replace(parts=None, stream=programs) for programs in STREAM_PROGRAMS[rule.tiles]]
+
+
+def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                  residual: Optional[torch.Tensor], pdl: bool) -> Config:
+    """The fastest of ``candidates`` for this product's shape, timed at its first call as a step meets it
+    (``kernel_timing``: a CUDA graph of launches on scratch copies of the weight) and kept. A fixed rule left the
+    short products 6-9 us above the memory's pace (H100, run 36); which grid suits each shape is measured."""
+    n, k = words.shape[0], words.shape[1] * 8
+    key = (n, k, residual is not None, x.device)
+    if key not in _chosen_configs:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("int4_matvec_mma: a first call of this shape inside a CUDA graph capture; run it once "
+                               "before capturing (its configuration is chosen then)")
+        copies = with_scratch_copies([words, scale, offset])
+        times = {config: time_in_a_graph([lambda copy=copy, config=config: int4_matvec_mma(
+                     x, *copy, residual, config, pdl) for copy in copies]) for config in candidates(n)}
+        _chosen_configs[key] = min(times, key=times.get)
+    return _chosen_configs[key]
 
 
 # -- offline compilation (no GPU needed): whether the kernel compiles, and its SASS -----------------------------------

@@ -548,8 +548,7 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     if input_first and made_in_kernel:
         x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     if tensor_cores:
-        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, int4_mma.config_for(n),
-                                        pdl=_pdl_on(x))
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=_pdl_on(x))
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     norm = norm if norm is not None else out
@@ -802,4 +801,5 @@ def tuned_configs() -> dict[str, str]:
                                 ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
         f"{'int8' if key[6] else 'int4'} {key[:6]}": f"input made first {first}, tensor cores {core}"
-        for key, (first, core) in _chosen_ways.items()}
+        for key, (first, core) in _chosen_ways.items()} | {
+        f"int4 tensor cores {key[:3]}": str(config) for key, config in int4_mma._chosen_configs.items()}
