@@ -1,8 +1,8 @@
 """The tensor-core one-row int4 product (``int4_mma``) and its q/k/v form with RoPE and the cache writes
 (``int4_mma_rope``): compiled offline for an H100 (sm_90), their K loops keep the weights in registers (no shared
 memory, no shuffles) at under two instructions a weight; stream-K's partition of the work (on the CPU); on CUDA, the
-product against the dequantized reference, split along K or not, ragged rows, with a residual; q/k/v with RoPE
-against the fused CUDA-core kernel."""
+product against the dequantized reference, split along K or not or in stream-K form, ragged rows, with a residual;
+q/k/v with RoPE against the fused CUDA-core kernel."""
 
 import collections
 
@@ -122,6 +122,83 @@ def test_cuda_product_matches_the_dequantized_reference(n, k, config):
             expected = reference + (0 if add is None else add.float())
             assert out.dtype == torch.bfloat16 and out.shape == (n,)
             assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
+
+
+EIGHT_B_SHAPES = {"q/k/v": (6144, 4096), "o": (4096, 4096), "gate/up": (28672, 4096), "down": (4096, 14336),
+                  "output": (128256, 4096)}
+
+
+def _product(n: int, k: int, seed: int) -> tuple:
+    """A random int4 weight (n, k), a bfloat16 row, a residual, and the float32 reference x @ dequantize(W).T."""
+    from repl.generation.quantization import dequantize, quantize
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    quantized = quantize((torch.randn(n, k, generator=generator, device="cuda") * 0.02).to(torch.bfloat16), "int4")
+    x = torch.randn(k, generator=generator, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
+    return quantized, x, residual, dequantize(quantized, torch.float32) @ x.float()
+
+
+def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((out.float() - expected).abs().max() / expected.abs().max()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", list(EIGHT_B_SHAPES))
+def test_stream_k_matches_the_float32_reference_on_the_8b_shapes(name):
+    """Each stream-K candidate of the shape (2-4 programs an SM), with and without the residual, within the split's
+    tolerance of the float32 reference; a second call (the counts back at zero) the same bits."""
+    n, k = EIGHT_B_SHAPES[name]
+    quantized, x, residual, reference = _product(n, k, n + k)
+    streams = [config for config in int4_mma.candidates(n) if config.stream]
+    assert streams
+    for config in streams:
+        for add in (None, residual):
+            out = int4_mma.int4_matvec_mma(x, *quantized, residual=add, config=config)
+            expected = reference + (0 if add is None else add.float())
+            assert out.dtype == torch.bfloat16 and out.shape == (n,)
+            assert _relative_error(out, expected) < 1e-2, (config, add is not None)
+            again = int4_mma.int4_matvec_mma(x, *quantized, residual=add, config=config)
+            assert torch.equal(again, out), (config, add is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 2, False, stream=2), int4_mma.Config(4, 1, True, stream=3)])
+def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_replayed_graph(config):
+    """Ragged rows (10000: not a multiple of the block) and 7 steps, so the units are not a multiple of the
+    programs, blocks are shared by several programs and programs span several blocks: against the reference; in a
+    CUDA graph (PDL where the GPU has it) replayed 20 times, each replay the bits of the eager call (the counts
+    reset by each block's last holder). The launcher's timed choice (``config=None``) is one of the candidates and
+    agrees too."""
+    n, k = 10000, 7168
+    quantized, x, residual, reference = _product(n, k, 11)
+    block_m = 16 * config.warps * config.tiles
+    units, steps = -(-n // block_m) * (k // 1024), k // 1024
+    programs = min(config.stream * int4_mma.multiprocessors(x.device), units)
+    assert units % programs, "units a multiple of the programs: choose another shape"
+    assert max(len(int4_mma.stream_holders(block, units, programs, steps)) for block in range(units // steps)) > 2
+    assert max(len(int4_mma.stream_segments(program, units, programs, steps)) for program in range(programs)) > 1
+    pdl = torch.cuda.get_device_capability() >= (9, 0)
+    eager = int4_mma.int4_matvec_mma(x, *quantized, residual=residual, config=config, pdl=pdl)
+    assert _relative_error(eager, reference + residual.float()) < 1e-2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        int4_mma.int4_matvec_mma(x, *quantized, residual=residual, config=config, pdl=pdl)  # this stream's counts
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        first = int4_mma.int4_matvec_mma(x, *quantized, residual=residual, config=config, pdl=pdl)
+        second = int4_mma.int4_matvec_mma(x, *quantized, residual=residual, config=config, pdl=pdl)
+    for _ in range(20):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(first, eager) and torch.equal(second, eager)
+    chosen = int4_mma.int4_matvec_mma(x, *quantized, residual=residual)
+    assert int4_mma._chosen_configs[(n, k, True, x.device)] in int4_mma.candidates(n)
+    assert _relative_error(chosen, reference + residual.float()) < 1e-2
 
 
 @pytest.mark.gpu
