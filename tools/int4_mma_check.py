@@ -1,5 +1,5 @@
 """The tensor-core one-row int4 product (``repl/generation/int4_mma.py``) against the shipped CUDA-core one, on the
-Llama-3.1-8B shapes (an H100; about a minute), and q/k/v with RoPE and the cache writes both ways:
+Llama-3.1-8B shapes (an H100; about two minutes), and q/k/v with RoPE and the cache writes both ways:
 
     python tools/int4_mma_check.py           # everything
     python tools/int4_mma_check.py --rope    # q/k/v with RoPE only
@@ -9,8 +9,11 @@ each kernel's bfloat16 output relative to the largest output of the float32 refe
 two kernels' outputs against each other, and the residual flag once; then the microseconds a product of every
 configuration of the new kernel and of the shipped kernel (tuned as it ships), each timed as a CUDA graph of
 launches on distinct copies of the weight (``kernel_timing``: as a decode step meets it), and the sum over a decode
-step (32 layers of q/k/v, o, gate/up and down, and the output layer). Exits 1 if a check fails or the kernel does
-not compile here; a watchdog ends the process after 230 s whatever it is waiting on.
+step (32 layers of q/k/v, o, gate/up and down, and the output layer). The configurations include stream-K's
+(``Config.stream``: 2-4 programs an SM on three tilings); the residual is checked on the split and on each stream-K
+candidate, and the launcher's own choice (``int4_mma.chosen_config``, timed among ``candidates`` at the first call)
+is printed and checked, with and without the residual. Exits 1 if a check fails or the kernel does not compile
+here; a watchdog ends the process after 400 s whatever it is waiting on.
 
 q/k/v with RoPE (``quant_qkv_rope_cache_launch``, the 8B's 32 heads, 8 kv heads of 128, hidden 4096): the fused
 CUDA-core kernel (the norm in its programs), the input made first then ``int4_mma_rope`` on tensor cores, and that
@@ -66,10 +69,18 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
         ok &= good
         print(f"  {config}: error {errors[0]:.2e}, against shipped {errors[1]:.2e}{'' if good else '  FAILED'}")
     residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
-    with_residual = int4_mma.int4_matvec_mma(x, words, scale, offset, residual, config=int4_mma.CONFIGS[0])
-    residual_error = error(with_residual, reference + residual.float())
-    ok &= residual_error < TOLERANCE
-    print(f"  residual: error {residual_error:.2e}{'' if residual_error < TOLERANCE else '  FAILED'}")
+    for config in [int4_mma.CONFIGS[0]] + [config for config in int4_mma.candidates(n) if config.stream]:
+        with_residual = int4_mma.int4_matvec_mma(x, words, scale, offset, residual, config=config)
+        residual_error = error(with_residual, reference + residual.float())
+        ok &= residual_error < TOLERANCE
+        print(f"  residual, {config}: error {residual_error:.2e}{'' if residual_error < TOLERANCE else '  FAILED'}")
+    for add in (None, residual):  # the launcher's choice, timed among ``candidates`` at this first call
+        chosen = int4_mma.int4_matvec_mma(x, words, scale, offset, add)
+        chosen_error = error(chosen, reference + (0 if add is None else add.float()))
+        ok &= chosen_error < TOLERANCE
+        print(f"  the launcher chooses{' with the residual' if add is not None else ''}: "
+              f"{int4_mma._chosen_configs[(n, k, add is not None, x.device)]}, error {chosen_error:.2e}"
+              f"{'' if chosen_error < TOLERANCE else '  FAILED'}")
     del reference
 
     copies = with_scratch_copies([words, scale, offset])
@@ -77,6 +88,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
     for config in int4_mma.CONFIGS:
         times[config] = 1000 * time_in_a_graph(
             [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config) for c in copies])
+    times["chosen"] = times[int4_mma._chosen_configs[(n, k, False, x.device)]]
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for key, us in times.items():
         print(f"  {key}: {us:.1f} us ({gigabytes / us * 1e6:.0f} GB/s)")
@@ -137,7 +149,7 @@ def check_rope(generator: torch.Generator) -> bool:
 
 
 def main() -> int:
-    faulthandler.dump_traceback_later(230, exit=True)
+    faulthandler.dump_traceback_later(400, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
     if not int4_mma.available() or not int4_mma_rope.available():
         print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
@@ -160,6 +172,11 @@ def main() -> int:
     best = {name: min(int4_mma.CONFIGS, key=lambda config: step[name][config]) for name in SHAPES}
     print(f"  best configuration each: {sum(PER_STEP[name] * step[name][best[name]] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(best[name])}' for name in SHAPES)})")
+    chosen = {name: int4_mma._chosen_configs[(n, k, False, torch.device('cuda', torch.cuda.current_device()))]
+              for name, (n, k) in SHAPES.items()}
+    print(f"  the launcher's choice each (timed in this process; above, the same configuration timed again): "
+          f"{sum(PER_STEP[name] * step[name]['chosen'] for name in SHAPES) / 1000:.3f}"
+          f" ({', '.join(f'{name} {tuple(chosen[name])}' for name in SHAPES)})")
     all_ok &= check_rope(generator)
     print("checks passed" if all_ok else "CHECKS FAILED")
     return 0 if all_ok else 1
