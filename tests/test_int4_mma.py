@@ -15,38 +15,54 @@ needs_gluon = pytest.mark.skipif(not int4_mma.available(),
                                  reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
 
 
+# The input a kernel makes (``_made_input``) -> its instructions a value of B at most, beyond the plain product's:
+# a thread holds 32 values of B a step (128 x 8 / 32 lanes, each warp making them all); offline (sm_90, triton 3.6
+# and 3.9) the norm took 4-5 (a load of the norm's weight, two multiplies, the roundings), SwiGLU 15-16 (a load of
+# the up half, exp and a reciprocal on the MUFU, the roundings).
+INPUT_COST = {"plain": 0, "norm": 5, "swiglu": 16}
+
+
 @needs_gluon
+@pytest.mark.parametrize("form", list(INPUT_COST))
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
                                     int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
-@pytest.mark.parametrize("pdl", [False, True])
-def test_the_k_loop_keeps_the_weights_in_registers(config, pdl):
-    """The K loop, the one loop with mma; stream-K's inside its loop over row blocks."""
-    loops = [loop for loop in int4_mma.innermost_loops(int4_mma.compile_for_sm90(config, True, pdl).asm["cubin"])
+def test_the_k_loop_keeps_the_weights_in_registers(config, form):
+    """Whatever input it makes, the K loop (the one loop with mma; stream-K's inside its loop over row blocks) moves
+    nothing through shared memory; a norm or SwiGLU adds one load a value of B (the norm's weight or the up half) to
+    x's and a few instructions, the mma's unchanged."""
+    compiled = int4_mma.compile_for_sm90(config, residual=True, norm=form == "norm", swiglu=form == "swiglu")
+    loops = [loop for loop in int4_mma.innermost_loops(compiled.asm["cubin"])
              if any(line.startswith("HMMA") for line in loop)]
     assert len(loops) == 1
-    for loop in loops:
-        ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
-        assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
-        weights = 16 * config.tiles * 1024 // 32  # a thread's weights a step: its tiles' 16 rows x 1024 columns
-        assert ops["HMMA"] == 8 * 8 * config.tiles + 8  # 8 groups of 8 k-blocks a tile, and the input sums
-        assert len(loop) < 2 * weights, ops  # ~1.3-1.7 an instruction a weight; the CUDA-core kernel took 5-6
-        assert any(line.startswith("LDG.E.EF.128") for line in loop)  # words 16 bytes at a time, evict-first
+    ops = collections.Counter(line.split()[0].split(".")[0] for line in loops[0])
+    assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
+    weights = 16 * config.tiles * 1024 // 32  # a thread's weights a step: its tiles' 16 rows x 1024 columns
+    assert ops["HMMA"] == 8 * 8 * config.tiles + 8  # 8 groups of 8 k-blocks a tile, and the input sums
+    # ~1.3-1.7 an instruction a weight for the plain product; the CUDA-core kernel took 5-6
+    assert len(loops[0]) < 2 * weights + 32 * INPUT_COST[form], ops
+    assert any(line.startswith("LDG.E.EF.128") for line in loops[0])  # words 16 bytes at a time, evict-first
+    # words (2 rows x 8 groups a tile), scales and offsets (2 each a tile), x's values of B, the norm's or up's
+    assert ops["LDG"] == 20 * config.tiles + 32 * (1 if form == "plain" else 2), ops
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
                     reason=f"int4_mma_rope does not compile here: {int4_mma_rope.unavailable_reason()}")
+@pytest.mark.parametrize("norm", [False, True])
 @pytest.mark.parametrize("dim", [64, 128])
-def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim):
-    """A program a head (dim rows: dim / 64 tiles a warp, no prefetch): the same K loop as the plain product's; the
-    RoPE epilogue (which may use shared memory to pair dim d with d + dim/2) stays out of it."""
+def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim, norm):
+    """A program a head (dim rows: dim / 64 tiles a warp, no prefetch): the same K loop as the plain product's, with
+    the normed input made in it or not; the RoPE epilogue (which may use shared memory to pair dim d with
+    d + dim/2) and the norm's pass over x stay out of it."""
     config = int4_mma_rope.config_for(dim)
-    loop = int4_mma.main_loop(int4_mma_rope.compile_for_sm90(dim=dim).asm["cubin"])
+    loop = int4_mma.main_loop(int4_mma_rope.compile_for_sm90(dim=dim, norm=norm).asm["cubin"])
     ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
     assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
     weights = 16 * config.tiles * 1024 // 32
     assert ops["HMMA"] == 8 * 8 * config.tiles + 8
-    assert len(loop) < 2 * weights, ops  # 1.31 a weight for the 8B's heads of 128 (triton 3.6 and 3.9)
+    # 1.31 a weight for the 8B's heads of 128 (triton 3.6 and 3.9), 1.45 with the norm
+    assert len(loop) < 2 * weights + 32 * INPUT_COST["norm" if norm else "plain"], ops
     assert any(line.startswith("LDG.E.EF.128") for line in loop)
+    assert ops["LDG"] == 20 * config.tiles + 32 * (2 if norm else 1), ops
 
 
 # (row blocks, steps) of the 8B's products at the candidates' tiles (128 rows; the output layer's 64)

@@ -97,43 +97,48 @@ needs_gluon = pytest.mark.skipif(not int4_mma.available(),
 
 
 @needs_gluon
+@pytest.mark.parametrize("form", [dict(), dict(norm=True), dict(swiglu=True)], ids=["plain", "norm", "swiglu"])
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
                                     int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
-def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config):
+def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config, form):
     """Before the wait: the first step's words (16-byte evict-first loads: 2 rows x 8 groups a thread a tile) and its
     scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts).
-    Stream-K: its first segment's first step (a later segment passes the same wait again, already met)."""
-    early = before_the_wait(sass(int4_mma.compile_for_sm90(config, residual=True, pdl=True).asm["cubin"]))
+    Stream-K: its first segment's first step (a later segment passes the same wait again, already met). A kernel
+    that makes its input reads x (the norm's pass over it, the up half) and the norm's weights after it."""
+    early = before_the_wait(sass(int4_mma.compile_for_sm90(config, residual=True, pdl=True, **form).asm["cubin"]))
     loads = [op for op in early if op.startswith("LDG")]
     assert not writes(early), writes(early)
     assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * config.tiles, loads
-    assert sum(".EF" not in op for op in loads) == 4 * config.tiles, loads
+    assert sum(".EF" not in op for op in loads) == 4 * config.tiles, loads  # the scales and offsets: nothing else
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
                     reason=f"int4_mma_rope does not compile here: {int4_mma_rope.unavailable_reason()}")
-def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_the_wait():
+@pytest.mark.parametrize("norm", [False, True])
+def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_the_wait(norm):
     """As the plain product's (a program a head of 128 rows: two tiles a warp): the first step's words, scales and
-    offsets; not x, cos/sin or the position, and no store or atomic."""
-    early = before_the_wait(sass(int4_mma_rope.compile_for_sm90(dim=128, pdl=True).asm["cubin"]))
+    offsets; not x (nor the norm's pass over it), the norm's weights, cos/sin or the position, and no store or
+    atomic."""
+    early = before_the_wait(sass(int4_mma_rope.compile_for_sm90(dim=128, pdl=True, norm=norm).asm["cubin"]))
     loads = [op for op in early if op.startswith("LDG")]
     assert not writes(early), writes(early)
     assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * 2, loads
     assert sum(".EF" not in op for op in loads) == 4 * 2, loads
 
 
-@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma stream",
-                                                  "int4 mma rope"])
+@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma stream", "int4 mma norm",
+                                                  "int4 mma swiglu", "int4 mma rope", "int4 mma rope norm"])
 def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
-    if name == "int4 mma rope":
+    if name.startswith("int4 mma rope"):
         if not int4_mma_rope.available():
             pytest.skip(int4_mma_rope.unavailable_reason())
-        compiled = int4_mma_rope.compile_for_sm90(dim=128)
+        compiled = int4_mma_rope.compile_for_sm90(dim=128, norm=name.endswith("norm"))
     elif name.startswith("int4 mma"):
         if not int4_mma.available():
             pytest.skip(int4_mma.unavailable_reason())
         config = int4_mma.Config(4, 1, name.endswith("prefetch"), stream=2 if name.endswith("stream") else 0)
-        compiled = int4_mma.compile_for_sm90(config, residual=True)
+        compiled = int4_mma.compile_for_sm90(config, residual=True, norm=name.endswith("norm"),
+                                             swiglu=name.endswith("swiglu"))
     else:
         compiled = compiled_for_sm90(name, pdl=False)
     assert "griddepcontrol" not in compiled.asm["ptx"]

@@ -22,6 +22,8 @@ How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8,
 - X (each group's input sum, for the 128 and the offsets) comes from one more mma: A all ones, B the 8 groups' x.
 A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
+The input may be made in the kernel (NORM: norm * rms_norm(x), SWIGLU: SiLU(x[:K]) * x[K:]), each program making the
+values of B it needs at each step from x (``_made_input``), so that no kernel of its own makes it first.
 Needs K a multiple of 1024 (every Llama-3.1-8B product is).
 
 Stream-K (``Config.stream``, ``_int4_mma_matvec_stream``): the split's grid lands unevenly on the SMs (down's 32 row
@@ -137,10 +139,45 @@ if IMPORT_ERROR is None:
         return w0, w1, w2, w3, w4, w5, w6, w7, scale, offset
 
     @gluon.jit
-    def _step(total, loaded, x_at, ones, MMA: gl.constexpr, BLOCK_M: gl.constexpr):
-        """total + one step's 8 groups, scaled: s (C - 128 X) + o X for each (row, group)."""
+    def _inverse_rms(x_ptr, k, eps, RMS_BLOCK: gl.constexpr):
+        """1 / RMS(x) over x's k values, in float32, as ``quant_kernels._inverse_rms`` (RMS_BLOCK values a round of
+        loads: the 8B's rows in one). Its sum runs in another order than that kernel's, so the two may differ in the
+        last bit, and an input made from them (``_made_input``) by one bfloat16 step where a value falls near a
+        rounding boundary."""
+        LAYOUT: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])  # 16 bytes a load
+        squares = gl.zeros([RMS_BLOCK], gl.float32, LAYOUT)
+        for start in range(0, k, RMS_BLOCK):
+            cols = start + gl.arange(0, RMS_BLOCK, layout=LAYOUT)
+            v = gl.load(x_ptr + cols, mask=cols < k, other=0.0).to(gl.float32)
+            squares += v * v
+        return gl.rsqrt(gl.sum(squares, 0) / k + eps)
+
+    @gluon.jit
+    def _made_input(x_at, norm_at, k, inverse_rms, NORM: gl.constexpr, SWIGLU: gl.constexpr):
+        """The product's input at ``x_at`` (B's layout): x itself, or made as ``quant_kernels._input`` makes it, the
+        same float32 math rounded to x's dtype at the same places: norm * rms_norm(x) (``norm_at``: the norm's
+        weights at the same columns), or SiLU(x[:k]) * x[k:]."""
+        v = gl.load(x_at)
+        if SWIGLU:
+            up = gl.load(x_at + k)
+            gate = v.to(gl.float32)
+            silu = gate * (1 / (1 + gl.exp(-gate)))  # tl.sigmoid's expression
+            v = (silu.to(v.dtype).to(gl.float32) * up.to(gl.float32)).to(v.dtype)
+        if NORM:
+            weight = gl.load(norm_at).to(gl.float32)
+            v = (weight * (v.to(gl.float32) * inverse_rms).to(v.dtype).to(gl.float32)).to(v.dtype)
+        return v
+
+    @gluon.jit
+    def _step(total, loaded, x_at, ones, MMA: gl.constexpr, BLOCK_M: gl.constexpr, norm_at=None, k=0,
+              inverse_rms=1.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False):
+        """total + one step's 8 groups, scaled: s (C - 128 X) + o X for each (row, group). NORM, SWIGLU: the input
+        made here from x (``_made_input``)."""
         w0, w1, w2, w3, w4, w5, w6, w7, scale, offset = loaded
-        x = gl.load(x_at)
+        if NORM or SWIGLU:
+            x = _made_input(x_at, norm_at, k, inverse_rms, NORM, SWIGLU)
+        else:  # loaded here, not in _made_input: the plain kernel's SASS stays as it was (a call scope moved ptxas)
+            x = gl.load(x_at)
         zero = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
         inputs = mma_v2(ones, x, zero)  # X of group c in every row's column c
         sums = _group_sums(w0, x, 0, zero, BLOCK_M)
@@ -156,10 +193,13 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA: gl.constexpr,
-                   WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr):
+                   WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr,
+                   norm_ptr=None, eps=0.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
+                   RMS_BLOCK: gl.constexpr = 1024):
         """The (BLOCK_M,) sums of rows block * BLOCK_M on over steps first .. last - 1 (1024 columns each), in
         SliceLayout(1, MMA). PDL: the first step's weights are asked for before ``gdc_wait``, everything else
-        after it."""
+        after it. NORM (norm_ptr, eps, RMS_BLOCK: ``rms_block(k)``) or SWIGLU (x of 2k values): the input is made
+        here, at each step from x (``_made_input``), instead of by a kernel before this one."""
         A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         groups = (k // 1024) * 8  # written so, the compiler sees rows of words 64-byte aligned (16-byte loads)
@@ -173,6 +213,9 @@ if IMPORT_ERROR is None:
         x_columns = 16 * ((kk >> 5) + 4 * (kk & 1)) + 4 * ((kk >> 1) & 3) + 2 * ((kk >> 4) & 1) + ((kk >> 3) & 1)
         group_of = gl.arange(0, 8, layout=gl.SliceLayout(0, B_LAYOUT))[None, :]
         x_at = x_ptr + x_columns[:, None] + 128 * group_of
+        norm_at = x_at  # never read without NORM
+        if NORM:
+            norm_at = norm_ptr + x_columns[:, None] + 128 * group_of
         ones = gl.full([BLOCK_M, 128], 1.0, gl.bfloat16, A_LAYOUT)
         # scales and offsets in C's layout: (row, group c of the step)
         rows_c = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA)), n - 1)
@@ -181,27 +224,36 @@ if IMPORT_ERROR is None:
         # PREFETCH: the words (and scales, offsets) of the next step are loaded while this one's are used. Loaded
         # in the step that uses them, ptxas issued the loads at most one group ahead of their mma: 1-2 KB in flight
         # a warp. Prefetched, 8 KB a tile in flight, for 64 more registers a thread a tile.
+        # The norm's pass over x comes after the wait (x is the previous kernel's output) and before the K loop.
         scale_at, offset_at = scale_ptr + scale_at, offset_ptr + scale_at
         total = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
+        inverse_rms = 1.0
         if PREFETCH:
             loaded = _step_loads(words_at, scale_at, offset_at, first, first < last)
             if PDL:
                 gdc_wait()
+            if NORM:
+                inverse_rms = _inverse_rms(x_ptr, k, eps, RMS_BLOCK)
             for step in range(first, last):
                 current = loaded
                 loaded = _step_loads(words_at, scale_at, offset_at, step + 1, step + 1 < last)
-                total = _step(total, current, x_at + step * 1024, ones, MMA, BLOCK_M)
+                total = _step(total, current, x_at + step * 1024, ones, MMA, BLOCK_M, norm_at + step * 1024, k,
+                              inverse_rms, NORM, SWIGLU)
         else:
             begin = first
             if PDL:  # the first step taken out of the loop, its loads before the wait
                 loaded = _step_loads(words_at, scale_at, offset_at, first, first < last)
                 gdc_wait()
+            if NORM:
+                inverse_rms = _inverse_rms(x_ptr, k, eps, RMS_BLOCK)
+            if PDL:
                 if first < last:
-                    total = _step(total, loaded, x_at + first * 1024, ones, MMA, BLOCK_M)
+                    total = _step(total, loaded, x_at + first * 1024, ones, MMA, BLOCK_M, norm_at + first * 1024, k,
+                                  inverse_rms, NORM, SWIGLU)
                 begin = first + 1
             for step in range(begin, last):
                 total = _step(total, _step_loads(words_at, scale_at, offset_at, step, True), x_at + step * 1024,
-                              ones, MMA, BLOCK_M)
+                              ones, MMA, BLOCK_M, norm_at + step * 1024, k, inverse_rms, NORM, SWIGLU)
         return gl.sum(total, axis=1)
 
     @gluon.jit
@@ -230,12 +282,14 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
-                         n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
-                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
+                         n, k, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
+                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False,
+                         NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
         # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
         # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
         # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
-        # partials and counts, reused memory under a CUDA graph) is touched after the wait.
+        # partials and counts, reused memory under a CUDA graph) is touched after the wait. NORM, SWIGLU: the input
+        # made in each program (``_part_sums``).
         if PDL:
             gdc_launch_dependents()
         block = gl.program_id(0)
@@ -243,7 +297,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA, WORDS,
-                              BLOCK_M, PREFETCH, PDL)
+                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
         row_ok = rows < n
         if parts == 1:
@@ -285,13 +339,16 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _int4_mma_matvec_stream(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr,
-                                counts_ptr, n, k, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
-                                PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False):
+                                counts_ptr, n, k, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
+                                BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr,
+                                PDL: gl.constexpr = False, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
+                                RMS_BLOCK: gl.constexpr = 1024):
         # Stream-K (the module docstring): program p takes units [p U / P, (p + 1) U / P) (U = blocks * steps,
         # P <= U, so at least one): its first segment may start inside a block, its last end inside one. PDL as
         # ``_int4_mma_matvec``: only the first segment's first step's weights are loaded before the wait (in
         # ``_part_sums``). Later segments pass the wait again, at once (the previous kernel is done): one call site
-        # of the K loop instead of a second copy for them, which had doubled the kernel's compile time.
+        # of the K loop instead of a second copy for them, which had doubled the kernel's compile time. NORM, SWIGLU:
+        # the input made in each segment (``_part_sums``; the norm's pass over x again for each).
         if PDL:
             gdc_launch_dependents()
         program = gl.program_id(0)
@@ -303,7 +360,7 @@ if IMPORT_ERROR is None:
         for block in range(start // steps, gl.cdiv(end, steps)):
             row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block,
                                   gl.maximum(start - block * steps, 0), gl.minimum(end - block * steps, steps), MMA,
-                                  WORDS, BLOCK_M, PREFETCH, PDL)
+                                  WORDS, BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK)
             _segment_done(row_sums, block, program, steps, units, programs, residual_ptr, out_ptr, partial_ptr,
                           counts_ptr, n, MMA, BLOCK_M, RESIDUAL)
 
@@ -367,28 +424,41 @@ def _parts(config: Config, n: int, k: int, device: torch.device) -> int:
     return max(1, min(MAX_PARTS, triton.cdiv(programs, blocks), k // COLUMNS_PER_STEP))
 
 
+def rms_block(k: int) -> int:
+    """The values of x a program loads at once for the norm's RMS: the whole row up to 8192 (the 8B's 4096), so that
+    it waits for one round of loads, as ``quant_kernels._rms_block``."""
+    return min(triton.next_power_of_2(k), 8192)
+
+
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                     residual: Optional[torch.Tensor] = None, config: Optional[Config] = None,
-                    pdl: bool = False) -> torch.Tensor:
-    """W @ x (+ residual) for one bfloat16 row x (K,) and an int4 weight (``quantization``'s layout), on CUDA.
-    ``config``: None for the fastest of ``candidates`` at this shape (``chosen_config``). ``pdl``: a programmatic
-    dependent launch (the kernel's PDL), which may start while the previous kernel runs."""
+                    pdl: bool = False, norm: Optional[torch.Tensor] = None, swiglu: bool = False,
+                    eps: float = 0.0) -> torch.Tensor:
+    """W @ v (+ residual) for one bfloat16 row and an int4 weight (``quantization``'s layout), on CUDA: v = x (K,),
+    norm * rms_norm(x), or SiLU(x[:K]) * x[K:] (x of 2K values), made in the kernel's programs as
+    ``quant_kernels._input`` makes it. ``config``: None for the fastest of ``candidates`` at this shape
+    (``chosen_config``). ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
+    previous kernel runs."""
     n = words.shape[0]
     k = words.shape[1] * 8
     x = x.reshape(-1).contiguous()
-    if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16 or x.numel() != k
-            or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31 or not words.is_contiguous()
-            or (residual is not None and residual.numel() != n)):
-        raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}")
+    if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16
+            or x.numel() != (2 * k if swiglu else k) or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31
+            or not words.is_contiguous() or (residual is not None and residual.numel() != n)
+            or (norm is not None and (swiglu or norm.numel() != k))):
+        raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}, "
+                         f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
     if config is None:
-        config = chosen_config(x, words, scale, offset, residual, pdl)
+        config = chosen_config(x, words, scale, offset, residual, pdl, norm, swiglu, eps)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     blocks = triton.cdiv(n, block_m)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     arguments = (x, words, scale.contiguous(), offset.contiguous(),
                  residual.reshape(-1).contiguous() if residual is not None else out, out)
+    made = (norm.contiguous() if norm is not None else out, eps)
     options = dict(MMA=mma, WORDS=words_layout, BLOCK_M=block_m, PREFETCH=config.prefetch,
-                   RESIDUAL=residual is not None, PDL=pdl, num_warps=config.warps, launch_pdl=pdl)
+                   RESIDUAL=residual is not None, PDL=pdl, NORM=norm is not None, SWIGLU=swiglu,
+                   RMS_BLOCK=rms_block(k), num_warps=config.warps, launch_pdl=pdl)
     if config.stream:
         units = blocks * (k // COLUMNS_PER_STEP)
         programs = min(config.stream * multiprocessors(x.device), units)
@@ -396,12 +466,12 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
             raise ValueError(f"int4_matvec_mma: stream-K over {units} units on {programs} programs")
         partials = torch.empty((programs + blocks) * block_m, dtype=torch.float32, device=x.device)
         counts = arrival_counts(x.device, blocks, "int4_matvec_mma stream-K")
-        _int4_mma_matvec_stream[(programs, )](*arguments, partials, counts, n, k, **options)
+        _int4_mma_matvec_stream[(programs, )](*arguments, partials, counts, n, k, *made, **options)
     else:
         parts = _parts(config, n, k, x.device)
         partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
         counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
-        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, **options)
+        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, **options)
     return out
 
 
@@ -409,7 +479,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
 # registers with two tiles, so two programs of 4 warps fit an SM at once (4: two even waves of shorter runs; 3 would
 # leave half a wave), and 154-163 with one: three fit. One compiled kernel serves each tiling's counts.
 STREAM_PROGRAMS = {1: (2, 3), 2: (2, 4)}
-_chosen_configs: dict = {}  # (n, k, residual, device) -> the fastest of ``candidates``
+_chosen_configs: dict = {}  # (n, k, residual, norm, SwiGLU, device) -> the fastest of ``candidates``
 
 
 def candidates(n: int) -> list[Config]:
@@ -422,19 +492,21 @@ def candidates(n: int) -> list[Config]:
 
 
 def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                  residual: Optional[torch.Tensor], pdl: bool) -> Config:
+                  residual: Optional[torch.Tensor], pdl: bool, norm: Optional[torch.Tensor] = None,
+                  swiglu: bool = False, eps: float = 0.0) -> Config:
     """The fastest of ``candidates`` for this product's shape, timed at its first call as a step meets it
     (``kernel_timing``: a CUDA graph of launches on scratch copies of the weight) and kept. A fixed rule left the
     short products 6-9 us above the memory's pace (H100, run 36); which grid suits each shape is measured."""
     n, k = words.shape[0], words.shape[1] * 8
-    key = (n, k, residual is not None, x.device)
+    key = (n, k, residual is not None, norm is not None, swiglu, x.device)
     if key not in _chosen_configs:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("int4_matvec_mma: a first call of this shape inside a CUDA graph capture; run it once "
                                "before capturing (its configuration is chosen then)")
         copies = with_scratch_copies([words, scale, offset])
         times = {config: time_in_a_graph([lambda copy=copy, config=config: int4_matvec_mma(
-                     x, *copy, residual, config, pdl) for copy in copies]) for config in candidates(n)}
+                     x, *copy, residual, config, pdl, norm, swiglu, eps) for copy in copies])
+                 for config in candidates(n)}
         _chosen_configs[key] = min(times, key=times.get)
     return _chosen_configs[key]
 
@@ -443,28 +515,30 @@ def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, off
 
 SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offset_ptr": "*bf16",
              "residual_ptr": "*bf16", "out_ptr": "*bf16", "partial_ptr": "*fp32", "counts_ptr": "*i32",
-             "n": "i32", "k": "i32"}
+             "n": "i32", "k": "i32", "norm_ptr": "*bf16", "eps": "fp32"}
 
 
-def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False):
+def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False, norm: bool = False,
+                     swiglu: bool = False):
     """The kernel of ``config`` (the split's or stream-K's) compiled for an H100 (sm_90) without a GPU, pointers
     16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
-    dependent launch."""
+    dependent launch; ``norm``, ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the
+    norm)."""
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
-                  "RESIDUAL": residual, "PDL": pdl}
+                  "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096)}
     kernel = _int4_mma_matvec_stream if config.stream else _int4_mma_matvec
     return compile_gluon_for_sm90(kernel, SIGNATURE, constexprs, config.warps, pdl)
 
 
 def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool):
-    """A Gluon kernel compiled for sm_90 without a GPU: every argument but ``n`` and the strides 16-divisible (the
-    pointers 16-byte aligned, k a multiple of 16), as the launcher's specialization finds them."""
+    """A Gluon kernel compiled for sm_90 without a GPU: the pointers 16-byte aligned and k a multiple of 16 (``n``,
+    the strides and eps taken as they come), as the launcher's specialization finds them."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    attrs = {(i, ): [["tt.divisibility", 16]] for i, name in enumerate(signature)
-             if name != "n" and not name.startswith("stride")}
+    attrs = {(i, ): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
+             if kind.startswith("*") or name == "k"}
     source = GluonASTSource(kernel, dict(signature, **{name: "constexpr" for name in constexprs}), constexprs, attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "launch_pdl": pdl})
 

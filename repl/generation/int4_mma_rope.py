@@ -8,7 +8,8 @@ sums are laid out so that d and d + dim/2 meet in one thread, rotated and stored
 does: the sums rounded to the model's dtype (as the product's output would be), rotated in float32 if a q or k
 head, then q stored, k and v written into the caches at the position.
 
-The input is the normed row, made first (``quant_kernels.prepared_input``), as for the other tensor-core products.
+The input is the normed row: made first (``quant_kernels.prepared_input``), or with NORM made in each program from x
+and the norm's weights (``int4_mma._part_sums``), which saves the kernel that makes it.
 """
 
 import functools
@@ -60,11 +61,13 @@ if IMPORT_ERROR is None:
     @gluon.jit
     def _int4_mma_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr,
                                  k_cache_ptr, v_cache_ptr, partial_ptr, counts_ptr, n, k, stride_kh, stride_kn,
-                                 stride_vh, stride_vn, MMA: gl.constexpr, WORDS: gl.constexpr, DIM: gl.constexpr,
-                                 PREFETCH: gl.constexpr, HEADS: gl.constexpr, KV_HEADS: gl.constexpr,
-                                 WARPS: gl.constexpr, PDL: gl.constexpr = False):
+                                 stride_vh, stride_vn, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
+                                 DIM: gl.constexpr, PREFETCH: gl.constexpr, HEADS: gl.constexpr,
+                                 KV_HEADS: gl.constexpr, WARPS: gl.constexpr, PDL: gl.constexpr = False,
+                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
         # Program (head, part). PDL: as ``int4_mma._int4_mma_matvec``, only the first step's weights before the
-        # wait; x, cos/sin, the position, the partials and counts, q and the caches after it.
+        # wait; x (and the norm's pass over it), cos/sin, the position, the partials and counts, q and the caches
+        # after it.
         if PDL:
             gdc_launch_dependents()
         head = gl.program_id(0)
@@ -72,7 +75,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, first, last, MMA, WORDS, DIM,
-                              PREFETCH, PDL)
+                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK)
         if parts == 1:
             _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                             stride_kh, stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, DIM, WARPS)
@@ -106,17 +109,19 @@ def serves(x: torch.Tensor, n: int, k: int, dim: int) -> bool:
 
 def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            positions: torch.Tensor, heads: int, kv_heads: int, pdl: bool = False) -> torch.Tensor:
-    """q (1, heads, 1, dim) of the q/k/v product W @ x for one bfloat16 row x (k,) (already normed), rotated at
-    ``positions`` (1,); k and v written into the caches (1, kv_heads, length, dim). The caller checks the shapes
-    (``quant_kernels.quant_qkv_rope_cache_launch``). ``pdl``: a programmatic dependent launch."""
+                            positions: torch.Tensor, heads: int, kv_heads: int, pdl: bool = False,
+                            norm: Optional[torch.Tensor] = None, eps: float = 0.0) -> torch.Tensor:
+    """q (1, heads, 1, dim) of the q/k/v product W @ v for one bfloat16 row x (k,), v = x (already normed) or, given
+    ``norm``, norm * rms_norm(x) made in the kernel; rotated at ``positions`` (1,); k and v written into the caches
+    (1, kv_heads, length, dim). The caller checks the shapes (``quant_kernels.quant_qkv_rope_cache_launch``).
+    ``pdl``: a programmatic dependent launch."""
     dim = k_cache.shape[-1]
     n = words.shape[0]
     k = words.shape[1] * 8
     x = x.reshape(-1).contiguous()
     if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16 or x.numel() != k
             or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31 or not words.is_contiguous() or not fits(dim)
-            or n != (heads + 2 * kv_heads) * dim):
+            or n != (heads + 2 * kv_heads) * dim or (norm is not None and norm.numel() != k)):
         raise ValueError(f"int4_qkv_rope_cache_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, "
                          f"words {tuple(words.shape)}, heads {heads}, kv heads {kv_heads}, dim {dim}")
     config = config_for(dim)
@@ -129,8 +134,10 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
     _int4_mma_qkv_rope_cache[(heads_all, parts)](
         x, words, scale.contiguous(), offset.contiguous(), cos.reshape(-1).contiguous(), sin.reshape(-1).contiguous(),
         positions, q, k_cache, v_cache, partials, counts, n, k, k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(1), v_cache.stride(2), MMA=mma, WORDS=words_layout, DIM=block_m, PREFETCH=config.prefetch,
-        HEADS=heads, KV_HEADS=kv_heads, WARPS=config.warps, PDL=pdl, num_warps=config.warps, launch_pdl=pdl)
+        v_cache.stride(1), v_cache.stride(2), norm.contiguous() if norm is not None else x, eps, MMA=mma,
+        WORDS=words_layout, DIM=block_m, PREFETCH=config.prefetch, HEADS=heads, KV_HEADS=kv_heads,
+        WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=int4_mma.rms_block(k), num_warps=config.warps,
+        launch_pdl=pdl)
     return q
 
 
@@ -139,17 +146,20 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
 SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offset_ptr": "*bf16", "cos_ptr": "*bf16",
              "sin_ptr": "*bf16", "position_ptr": "*i64", "q_ptr": "*bf16", "k_cache_ptr": "*bf16",
              "v_cache_ptr": "*bf16", "partial_ptr": "*fp32", "counts_ptr": "*i32", "n": "i32", "k": "i32",
-             "stride_kh": "i32", "stride_kn": "i32", "stride_vh": "i32", "stride_vn": "i32"}
+             "stride_kh": "i32", "stride_kn": "i32", "stride_vh": "i32", "stride_vn": "i32", "norm_ptr": "*bf16",
+             "eps": "fp32"}
 
 
 def compile_for_sm90(dim: int = 128, heads: int = 32, kv_heads: int = 8, pdl: bool = False,
-                     config: Optional[Config] = None):
-    """The kernel compiled for an H100 (sm_90) without a GPU, at the 8B's heads by default."""
+                     config: Optional[Config] = None, norm: bool = False):
+    """The kernel compiled for an H100 (sm_90) without a GPU, at the 8B's heads by default; ``norm``: its form that
+    makes its input (rows of 4096, the 8B's hidden size)."""
     config = config or config_for(dim)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     assert block_m == dim, "a program owns one head"
     constexprs = {"MMA": mma, "WORDS": words_layout, "DIM": dim, "PREFETCH": config.prefetch, "HEADS": heads,
-                  "KV_HEADS": kv_heads, "WARPS": config.warps, "PDL": pdl}
+                  "KV_HEADS": kv_heads, "WARPS": config.warps, "PDL": pdl, "NORM": norm,
+                  "RMS_BLOCK": int4_mma.rms_block(4096)}
     return int4_mma.compile_gluon_for_sm90(_int4_mma_qkv_rope_cache, SIGNATURE, constexprs, config.warps, pdl)
 
 
