@@ -1,13 +1,15 @@
 """The tensor-core one-row int4 product (``int4_mma``) and its q/k/v form with RoPE and the cache writes
 (``int4_mma_rope``): compiled offline for an H100 (sm_90), their K loops keep the weights in registers (no shared
-memory, no shuffles) at under two instructions a weight; stream-K's partition of the work (on the CPU); on CUDA, the
-product against the dequantized reference, split along K or not or in stream-K form, ragged rows, with a residual;
-q/k/v with RoPE against the fused CUDA-core kernel."""
+memory, no shuffles) at under two instructions a weight, plus a few a value of the input where they make it (a norm,
+SwiGLU); stream-K's partition of the work (on the CPU); on CUDA, the product against the dequantized reference,
+split along K or not or in stream-K form, ragged rows, with a residual; the input made in the kernel against the
+input made first; q/k/v with RoPE against the fused CUDA-core kernel."""
 
 import collections
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from repl.generation import int4_mma, int4_mma_rope
 
@@ -99,23 +101,25 @@ def test_stream_k_programs_take_every_unit_once_and_a_shared_block_is_added_in_p
         assert len(set(slots)) == len(slots) and max(slots) < programs + blocks, (blocks, programs)
 
 
-def test_tensor_cores_are_never_handed_an_input_they_would_not_make():
-    """int4_mma takes a plain input: asked for with a norm or SwiGLU fused in and the input not made first, the
-    launcher refuses rather than leave the norm out; off CUDA, the kernel refuses."""
+def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
+    """The tensor-core products make a norm's or SwiGLU's input themselves (not made first: accepted), and off CUDA
+    they refuse, rather than fall back to another kernel than the one asked for."""
     from repl.generation import quant_kernels
     from repl.generation.quantization import quantize
 
     words, scale, offset = quantize(torch.randn(64, 1024), "int4")
-    x, norm = torch.randn(1024), torch.ones(1024)
-    with pytest.raises(ValueError, match="input made first"):
-        quant_kernels.quant_matvec_launch(x, words, scale, offset, norm, None, False, 1e-5, input_first=False,
-                                          tensor_cores=True)
-    with pytest.raises(ValueError, match="int4_matvec_mma"):
-        quant_kernels.quant_matvec_launch(x, words, scale, offset, None, None, False, 0.0, tensor_cores=True)
+    x, norm = torch.randn(2048), torch.ones(1024)
+    for fused in (dict(x=x[:1024], norm=norm), dict(x=x, swiglu=True), dict(x=x[:1024])):
+        arguments = dict(dict(norm=None, residual=None, swiglu=False), **fused)
+        with pytest.raises(ValueError, match="int4_matvec_mma"):
+            quant_kernels.quant_matvec_launch(words=words, scale=scale, offset=offset, eps=1e-5, input_first=False,
+                                              tensor_cores=True, **arguments)
     cos, sin, caches = torch.ones(16), torch.zeros(16), torch.zeros(2, 1, 1, 4, 16)
-    with pytest.raises(ValueError, match="tensor cores take int4 weights and a row on CUDA"):
-        quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, caches[0], caches[1],
-                                                  torch.tensor([1]), 2, 1, 1e-5, tensor_cores=True)
+    for first in (None, False):
+        with pytest.raises(ValueError, match="tensor cores take int4 weights and a row on CUDA"):
+            quant_kernels.quant_qkv_rope_cache_launch(x[:1024], norm, words, scale, offset, cos, sin, caches[0],
+                                                      caches[1], torch.tensor([1]), 2, 1, 1e-5, tensor_cores=True,
+                                                      input_first=first)
 
 
 @pytest.mark.gpu
@@ -217,11 +221,52 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
     assert _relative_error(chosen, reference + residual.float()) < 1e-2
 
 
+def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:
+    """The input ``quant_kernels._input`` makes, in torch: float32 math rounded to bfloat16 at the same places."""
+    if swiglu:
+        return (F.silu(x[:k].float()).bfloat16().float() * x[k:].float()).bfloat16()
+    inverse_rms = torch.rsqrt(x.float().pow(2).mean() + eps)
+    return (norm.float() * (x.float() * inverse_rms).bfloat16().float()).bfloat16()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("form", ["norm", "swiglu"])
+@pytest.mark.parametrize("n,k,config", [(3000, 2048, int4_mma.Config(4, 2, False)),
+                                        (1000, 5120, int4_mma.Config(4, 1, True)),
+                                        (72, 3072, int4_mma.Config(2, 1, True, 3))])
+def test_tensor_cores_make_their_input_as_the_kernel_before_them_does(n, k, config, form):
+    """The product with its input made in its programs (NORM; SWIGLU with a residual) against the same product of
+    the input made first (``prepared_input``) and against float32 on torch's input: within 1e-2 of the largest
+    output (the RMS sums in another order, so an input may round one bfloat16 step apart; bfloat16 rounds an output
+    at 2^-8); a second call gives the same bits."""
+    from repl.generation import quant_kernels
+    from repl.generation.quantization import dequantize, quantize
+
+    generator = torch.Generator(device="cuda").manual_seed(n + k)
+    quantized = quantize(torch.randn(n, k, generator=generator, device="cuda").to(torch.bfloat16), "int4")
+    swiglu = form == "swiglu"
+    x = torch.randn(2 * k if swiglu else k, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = None if swiglu else (1 + 0.1 * torch.randn(k, generator=generator, device="cuda")).to(torch.bfloat16)
+    residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16) if swiglu else None
+    made = dict(norm=norm, swiglu=swiglu, eps=1e-5)
+    first = int4_mma.int4_matvec_mma(quant_kernels.prepared_input(x, norm, swiglu, k, 1e-5), *quantized, residual,
+                                     config)
+    inside = int4_mma.int4_matvec_mma(x, *quantized, residual, config, **made)
+    reference = dequantize(quantized, torch.float32) @ _made_in_torch(x, norm, swiglu, k, 1e-5).float()
+    reference += 0 if residual is None else residual.float()
+    assert inside.dtype == torch.bfloat16 and inside.shape == (n,)
+    for against in (first.float(), reference):
+        assert ((inside.float() - against).abs().max() / against.abs().max()).item() < 1e-2
+    assert torch.equal(int4_mma.int4_matvec_mma(x, *quantized, residual, config, **made), inside)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
-    """quant_matvec_launch's int4 products with a norm, SwiGLU or a residual, their input made first, computed on
-    tensor cores and on CUDA cores; and the way chosen by timing gives the same output again."""
+    """quant_matvec_launch's int4 products with a norm, SwiGLU or a residual, computed every way (the input made
+    first or in the product's programs, tensor cores or CUDA cores) within 1e-2 of the largest output of each other;
+    the way chosen by timing gives that way's output, bit for bit, and the same again at the next call."""
     from repl.generation import quant_kernels
     from repl.generation.quantization import quantize
 
@@ -231,20 +276,25 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
     x = torch.randn(2 * k, generator=generator, device="cuda").to(torch.bfloat16)
     norm = (1 + torch.rand(k, generator=generator, device="cuda")).to(torch.bfloat16)
     residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
-    for fused in [dict(x=x[:k]), dict(x=x[:k], norm=norm), dict(x=x, swiglu=True, residual=residual),
-                  dict(x=x[:k], residual=residual)]:
-        arguments = dict(dict(norm=None, residual=None, swiglu=False), **fused)
-        outputs = [quant_kernels.quant_matvec_launch(words=words, scale=scale, offset=offset, eps=1e-5,
-                                                     input_first=True, tensor_cores=cores, **arguments)
-                   for cores in (False, True, None)]
-        cuda_cores = outputs[0].float()
-        for out in outputs[1:]:
-            assert ((out.float() - cuda_cores).abs().max() / cuda_cores.abs().max()).item() < 1e-2, fused.keys()
-    chosen = {key[:5]: way for key, way in quant_kernels._chosen_ways.items() if key[:2] == (n, k)}
-    assert chosen.keys() == {(n, k, False, False, False), (n, k, True, False, False), (n, k, False, True, True),
-                             (n, k, False, False, True)}, chosen  # a way timed and kept for each product
-    for (_, _, norm, swiglu, _), (first, core) in chosen.items():
-        assert first or not core or not (norm or swiglu), "tensor cores take their input made first"
+    products = {(False, False, False): dict(x=x[:k]), (True, False, False): dict(x=x[:k], norm=norm),
+                (False, True, True): dict(x=x, swiglu=True, residual=residual),
+                (False, False, True): dict(x=x[:k], residual=residual)}
+    for fused in products.values():
+        arguments = dict(dict(norm=None, residual=None, swiglu=False, words=words, scale=scale, offset=offset,
+                              eps=1e-5), **fused)
+        outputs = {(first, cores): quant_kernels.quant_matvec_launch(input_first=first, tensor_cores=cores,
+                                                                     **arguments)
+                   for first in (True, False) for cores in (False, True)}
+        cuda_cores = outputs[True, False].float()
+        for way, out in outputs.items():
+            assert ((out.float() - cuda_cores).abs().max() / cuda_cores.abs().max()).item() < 1e-2, (fused.keys(), way)
+        chosen = quant_kernels.quant_matvec_launch(**arguments)
+        assert torch.equal(quant_kernels.quant_matvec_launch(**arguments), chosen)
+        key = (n, k, "norm" in fused, "swiglu" in fused, "residual" in fused)
+        way = next(way for at, way in quant_kernels._chosen_ways.items() if at[:5] == key)
+        assert torch.equal(chosen, outputs[way]), way
+    chosen = {key[:5] for key in quant_kernels._chosen_ways if key[:2] == (n, k)}
+    assert chosen == {(n, k) + key for key in products}, chosen  # a way timed and kept for each product
 
 
 def _rope_tables(dim: int, position: int, device) -> tuple:
@@ -258,12 +308,13 @@ def _rope_tables(dim: int, position: int, device) -> tuple:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("hidden,heads,kv_heads,dim", [(4096, 32, 8, 128), (1024, 4, 2, 64), (2048, 8, 2, 128)])
 def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads, kv_heads, dim):
-    """q and the caches' new entries from ``int4_mma_rope`` (the input made first) against the fused CUDA-core
-    kernel, at a few positions (the 8B's heads split along K in 4 parts, the small shape's not split); a second
-    call the same bits; nothing else in the caches written. Bound: the two add the same float32 products in
-    different orders, so a sum may round to the neighbouring bfloat16 (2^-8 of it) before the rotation; a rotation
-    (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the output's own
-    rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
+    """q and the caches' new entries from ``int4_mma_rope``, the normed input made in its programs or first, against
+    the fused CUDA-core kernel, at a few positions (the 8B's heads split along K in 4 parts, the small shape's not
+    split); a second call the same bits; nothing else in the caches written. Bound: the two add the same float32
+    products in different orders, so a sum may round to the neighbouring bfloat16 (2^-8 of it) before the rotation
+    (and the RMS, summed in another order too, may round an input one bfloat16 step apart: far less over a head's
+    sum); a rotation (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the
+    output's own rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
     from repl.generation import quant_kernels
     from repl.generation.quantization import quantize
 
@@ -273,26 +324,29 @@ def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads,
     words, scale, offset = quantize(weight, "int4")
     x = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
     norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
-    caches = {cores: torch.zeros(2, 1, kv_heads, 80, dim, dtype=torch.bfloat16, device="cuda")
-              for cores in (False, True)}
+    ways = [(False, False), (False, True), (True, True)]  # (input made first, tensor cores)
+    caches = {way: torch.zeros(2, 1, kv_heads, 80, dim, dtype=torch.bfloat16, device="cuda") for way in ways}
+
+    def launch(way, cos, sin, positions):
+        return quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, caches[way][0],
+                                                         caches[way][1], positions, heads, kv_heads, 1e-5,
+                                                         tensor_cores=way[1], input_first=way[0])
+
     for position in (0, 5, 79):
         cos, sin = _rope_tables(dim, position, "cuda")
         positions = torch.tensor([position], device="cuda")
-        q = {cores: quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin,
-                                                              caches[cores][0], caches[cores][1], positions, heads,
-                                                              kv_heads, 1e-5, tensor_cores=cores)
-             for cores in (False, True)}
-        assert q[True].shape == (1, heads, 1, dim) and q[True].dtype == torch.bfloat16
-        pairs = [(q[True], q[False])] + [(caches[True][i][:, :, position], caches[False][i][:, :, position])
-                                         for i in (0, 1)]
-        for name, (new, old) in zip("qkv", pairs):
-            largest = old.float().abs().max()
-            assert largest > 0, name
-            assert (new.float() - old.float()).abs().max() <= 2**-6 * largest, (name, position)
-        again = quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, *caches[True],
-                                                          positions, heads, kv_heads, 1e-5, tensor_cores=True)
-        assert torch.equal(again, q[True]), "a second call (the split's counts back at zero) gives other bits"
+        q = {way: launch(way, cos, sin, positions) for way in ways}
+        for way in ways[1:]:
+            assert q[way].shape == (1, heads, 1, dim) and q[way].dtype == torch.bfloat16
+            pairs = [(q[way], q[False, False])] + [(caches[way][i][:, :, position],
+                                                    caches[False, False][i][:, :, position]) for i in (0, 1)]
+            for name, (new, old) in zip("qkv", pairs):
+                largest = old.float().abs().max()
+                assert largest > 0, name
+                assert (new.float() - old.float()).abs().max() <= 2**-6 * largest, (name, position, way)
+            assert torch.equal(launch(way, cos, sin, positions), q[way]), \
+                f"a second call (the split's counts back at zero) gives other bits, {way}"
     written = torch.zeros(80, dtype=torch.bool, device="cuda")
     written[[0, 5, 79]] = True
-    for cores in (False, True):
-        assert not caches[cores][:, :, :, ~written].any(), "an entry outside the positions written"
+    for way in ways:
+        assert not caches[way][:, :, :, ~written].any(), "an entry outside the positions written"

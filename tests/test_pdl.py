@@ -148,12 +148,13 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
-@pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on tensor cores"])
+@pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on tensor cores", "int4 inputs made on tensor cores"])
 def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch, mode):
     """int8 and int4 weights: q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and
     down after SwiGLU plus the residual (each the way the launcher chooses: tensor cores where faster; or q/k/v
-    forced onto tensor cores, ``int4_mma_rope``), chained as a step chains them, in a CUDA graph replayed 50 times
-    with PDL on: each replay gives the bits of the same chain with PDL off."""
+    forced onto tensor cores, ``int4_mma_rope``; or q/k/v, gate/up and down on tensor cores that make their input,
+    the norm's pass over x after the wait), chained as a step chains them, in a CUDA graph replayed 50 times with
+    PDL on: each replay gives the bits of the same chain with PDL off."""
     from repl.generation.quantization import quantize
 
     hidden, intermediate, heads, kv_heads, dim = 1024, 3072, 8, 2, 128
@@ -171,12 +172,15 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
     position = torch.tensor([5], device="cuda")
     h = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
 
+    made = dict(input_first=False, tensor_cores=True) if "inputs made" in mode else {}  # gate/up's, down's way
+    qkv_way = dict(dict(tensor_cores=True) if "on tensor cores" in mode else {}, **made)
+
     def chain():
         q = quant_kernels.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
-                                                      kv_heads, 1e-5, tensor_cores=True if "q/k/v" in mode else None)
+                                                      kv_heads, 1e-5, **qkv_way)
         x = quant_kernels.quant_matvec_launch(q.reshape(-1), *o, None, h, False, 1e-5)
-        up = quant_kernels.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5)
-        return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5), q
+        up = quant_kernels.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5, **made)
+        return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5, **made), q
 
     def replayed(pdl: bool, times: int) -> list:
         monkeypatch.setattr(quant_kernels, "PDL", pdl)

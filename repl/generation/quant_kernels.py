@@ -15,10 +15,10 @@ Three products:
   input and the residual after it fused in as needed; block sizes tuned on the real shapes at the first call, for
   each fused variant on its own, and for a norm or SwiGLU the faster of making the input in every program or once,
   in a kernel of its own, before the product. An int4 product of a bfloat16 row may instead run on tensor cores
-  (``int4_mma``: the fields dequantized in registers into ``mma.sync``, its input made first); the first call of
-  each product times the ways that apply and keeps the fastest. ``quant_qkv_rope_cache``: the same for q/k/v,
-  with RoPE and the cache writes in the product's programs (CUDA cores, the norm fused in; or for int4, the normed
-  input made first and ``int4_mma_rope`` on tensor cores).
+  (``int4_mma``: the fields dequantized in registers into ``mma.sync``, its input made in its programs or first);
+  the first call of each product times the ways that apply and keeps the fastest. ``quant_qkv_rope_cache``: the
+  same for q/k/v, with RoPE and the cache writes in the product's programs (CUDA cores, the norm fused in; or for
+  int4, ``int4_mma_rope`` on tensor cores, the normed input made in its programs or first).
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
@@ -126,8 +126,9 @@ def _exact_field(words, SHIFT: tl.constexpr, MASK: tl.constexpr, LESS: tl.conste
 def _rms_block(args) -> int:
     """``_inverse_rms``'s block: the whole row at once up to 8192 inputs (the 8B's 4096), so that a program waits for
     one round of loads before its products instead of one per 1024 inputs (with int8's first tile of weights asked
-    for before it: the int8 products of a decode step 3.32 -> 3.16 ms on an H100, run 24; int4 unchanged)."""
-    return min(triton.next_power_of_2(args["k"]), 8192)
+    for before it: the int8 products of a decode step 3.32 -> 3.16 ms on an H100, run 24; int4 unchanged). The
+    tensor-core kernels take the same (``int4_mma.rms_block``)."""
+    return int4_mma.rms_block(args["k"])
 
 
 @triton.jit
@@ -391,12 +392,14 @@ def rope_fits(dim: int) -> bool:
 def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
                                 offset: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,
                                 k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, heads: int,
-                                kv_heads: int, eps: float, tensor_cores: Optional[bool] = None) -> torch.Tensor:
+                                kv_heads: int, eps: float, tensor_cores: Optional[bool] = None,
+                                input_first: Optional[bool] = None) -> torch.Tensor:
     """q (1, heads, 1, dim) of one token x (1, 1, hidden) at ``positions`` (1,): the quantized q/k/v product of
     norm * rms_norm(x), rotated; its k and v written into the caches (1, kv_heads, length, dim). As
     ``llama_math.attention_input`` for one row of one token. ``tensor_cores``: an int4 product of a bfloat16 x
-    with ``int4_mma_rope`` (the normed input made first, ``prepared_input``) instead of the fused CUDA-core kernel;
-    None: whichever was faster at this shape on CUDA (where ``int4_mma_rope`` serves it), else CUDA cores."""
+    with ``int4_mma_rope`` instead of the fused CUDA-core kernel, the normed input made in its programs or, with
+    ``input_first``, in a kernel of its own before it (``prepared_input``). None: whichever way was faster at this
+    shape on CUDA (where ``int4_mma_rope`` serves it), else CUDA cores."""
     dim = k_cache.shape[-1]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x, norm = x.reshape(-1).contiguous(), norm.contiguous()
@@ -408,22 +411,28 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
         raise ValueError(f"quant_qkv_rope_cache: x {tuple(x.shape)}, words {tuple(words.shape)}, "
                          f"cos {tuple(cos.shape)}, caches {tuple(k_cache.shape)} {tuple(v_cache.shape)}")
     n = words.shape[0]
-    if tensor_cores is None and offset is not None and x.is_cuda and int4_mma_rope.serves(x, n, k, dim):
+    if ((tensor_cores is None or (tensor_cores and input_first is None)) and offset is not None and x.is_cuda
+            and int4_mma_rope.serves(x, n, k, dim)):
+        # (input made first, tensor cores): the fused CUDA-core kernel, tensor cores with the norm in their
+        # programs, or the input made first then tensor cores
+        ways = [(first, core) for first, core in [(False, False), (False, True), (True, True)]
+                if tensor_cores in (None, core) and input_first in (None, first)]
         key = (n, k, True, False, "q/k/v rope", x.dtype, False, x.device)  # as quant_matvec_launch's, for the record
 
         def way(first: bool, core: bool, words, scale, offset):
             quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, k_cache, v_cache, positions, heads,
-                                        kv_heads, eps, core)
+                                        kv_heads, eps, core, first)
 
-        # (input made first, tensor cores): the fused CUDA-core kernel, or the input made first then tensor cores.
         # Timing writes the caches at this position from scratch weights; the launch below writes them again.
-        _, tensor_cores = _fastest_way(key, (words, scale, offset), way, [(False, False), (True, True)])
+        input_first, tensor_cores = ways[0] if len(ways) == 1 else _fastest_way(key, (words, scale, offset), way,
+                                                                                 ways)
     if tensor_cores:
         if offset is None or not x.is_cuda:
             raise ValueError("quant_qkv_rope_cache: tensor cores take int4 weights and a row on CUDA")
-        return int4_mma_rope.int4_qkv_rope_cache_mma(prepared_input(x, norm, False, k, eps), words, scale, offset,
-                                                     cos, sin, k_cache, v_cache, positions, heads, kv_heads,
-                                                     pdl=_pdl_on(x))
+        if input_first:
+            x, norm = prepared_input(x, norm, False, k, eps), None
+        return int4_mma_rope.int4_qkv_rope_cache_mma(x, words, scale, offset, cos, sin, k_cache, v_cache, positions,
+                                                     heads, kv_heads, pdl=_pdl_on(x), norm=norm, eps=eps)
     q = torch.empty((1, heads, 1, dim), dtype=x.dtype, device=x.device)
     grid = lambda meta: ((heads + 2 * kv_heads) * dim // meta["BLOCK_N"],)
     rest = (cos, sin, positions, q, k_cache, v_cache, k, eps, k_cache.stride(1), k_cache.stride(2),
@@ -492,10 +501,14 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
 # first, tensor cores). Each program of a fused product makes its own inputs (and its own pass over x for the norm),
 # which costs little with few programs and more than a kernel of its own with many: on an H100 (run 21) the input
 # made first was faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for
-# q/k/v (13.8 against 12.9). int4 products of a bfloat16 row may also run on tensor cores (``int4_mma``, which takes
-# a plain input: after the input made first): faster for gate/up, down and the output layer, not for o (run 36); and
-# q/k/v with RoPE (``int4_mma_rope``, not yet timed against the fused CUDA-core kernel). So the first call of each
-# shape times every way that applies.
+# q/k/v (13.8 against 12.9). int4 products of a bfloat16 row may also run on tensor cores (``int4_mma``): faster for
+# gate/up, down and the output layer, not for o (run 36), each with its input made first; and q/k/v with RoPE
+# (``int4_mma_rope``, H100, ``tools/int4_mma_check.py --rope``: the kernel alone 8.6 us, 10.3 with the input made
+# first, against the CUDA-core 11.9). The tensor-core kernels may also make their input in their programs (NORM,
+# SWIGLU): that saves a kernel and its boundary (1-2 us even with PDL) but costs each program a pass over x for the
+# norm and the input's arithmetic at every step (offline, sm_90: 4 instructions a value of the norm's input, 16 of
+# SwiGLU's, each warp making all of them; not yet timed). So the first call of each shape times every way that
+# applies.
 _chosen_ways: dict = {}
 
 
@@ -517,9 +530,9 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
                         tensor_cores: Optional[bool] = None) -> torch.Tensor:
     """W @ v for one row, v = x (k,), norm * rms_norm(x), or SiLU(x[:k]) * x[k:] (x of 2k); plus the residual.
     With a norm or SwiGLU, ``input_first`` makes v in a kernel of its own (``prepared_input``) before the product
-    instead of in each of the product's programs; ``tensor_cores`` computes an int4 product of a bfloat16 v with
-    ``int4_mma`` (its input made first). None: whichever way was faster at this shape on CUDA; under the
-    interpreter, fused on CUDA cores."""
+    instead of in each of the product's programs; ``tensor_cores`` computes an int4 product of a bfloat16 row with
+    ``int4_mma`` (v made in its programs too, or first). None: whichever way was faster at this shape on CUDA; under
+    the interpreter, fused on CUDA cores."""
     n = words.shape[0]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x = x.reshape(-1).contiguous()
@@ -529,13 +542,11 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
     norm = norm.contiguous() if norm is not None else None
     made_in_kernel = norm is not None or swiglu
-    if tensor_cores and made_in_kernel and input_first is False:
-        raise ValueError("quant_matvec: the tensor-core product takes its input made first (input_first=True)")
     if x.is_cuda and (input_first is None or tensor_cores is None):
         firsts = (input_first,) if input_first is not None else (False, True) if made_in_kernel else (False,)
         cores = ((tensor_cores,) if tensor_cores is not None
                  else (False, True) if offset is not None and int4_mma.serves(x, n, k) else (False,))
-        ways = [(first, core) for first in firsts for core in cores if first or not core or not made_in_kernel]
+        ways = [(first, core) for first in firsts for core in cores]
         if len(ways) == 1:
             input_first, tensor_cores = ways[0]
         else:
@@ -548,7 +559,8 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
     if input_first and made_in_kernel:
         x, norm, swiglu = prepared_input(x, norm, swiglu, k, eps), None, False
     if tensor_cores:
-        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=_pdl_on(x))
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=_pdl_on(x), norm=norm, swiglu=swiglu,
+                                        eps=eps)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     residual = residual.reshape(-1).contiguous() if residual is not None else out
     norm = norm if norm is not None else out
