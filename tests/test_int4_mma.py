@@ -217,7 +217,7 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
         torch.cuda.synchronize()
         assert torch.equal(first, eager) and torch.equal(second, eager)
     chosen = int4_mma.int4_matvec_mma(x, *quantized, residual=residual)
-    assert int4_mma._chosen_configs[(n, k, True, x.device)] in int4_mma.candidates(n)
+    assert int4_mma._chosen_configs[int4_mma.config_key(n, k, True, x.device)] in int4_mma.candidates(n)
     assert _relative_error(chosen, reference + residual.float()) < 1e-2
 
 

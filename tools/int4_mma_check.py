@@ -1,8 +1,10 @@
 """The tensor-core one-row int4 product (``repl/generation/int4_mma.py``) against the shipped CUDA-core one, on the
-Llama-3.1-8B shapes (an H100; about two minutes), and q/k/v with RoPE and the cache writes both ways:
+Llama-3.1-8B shapes (an H100; about two minutes), q/k/v with RoPE and the cache writes every way, and the products
+whose input the tensor cores make themselves:
 
-    python tools/int4_mma_check.py           # everything
-    python tools/int4_mma_check.py --rope    # q/k/v with RoPE only
+    python tools/int4_mma_check.py            # everything
+    python tools/int4_mma_check.py --rope     # q/k/v with RoPE only
+    python tools/int4_mma_check.py --inputs   # q/k/v with RoPE, gate/up after the norm, down after SwiGLU
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
@@ -13,13 +15,15 @@ step (32 layers of q/k/v, o, gate/up and down, and the output layer). The config
 (``Config.stream``: 2-4 programs an SM on three tilings); the residual is checked on the split and on each stream-K
 candidate, and the launcher's own choice (``int4_mma.chosen_config``, timed among ``candidates`` at the first call)
 is printed and checked, with and without the residual. Exits 1 if a check fails or the kernel does not compile
-here; a watchdog ends the process after 400 s whatever it is waiting on.
+here; a watchdog ends the process after 500 s whatever it is waiting on.
 
 q/k/v with RoPE (``quant_qkv_rope_cache_launch``, the 8B's 32 heads, 8 kv heads of 128, hidden 4096): the fused
 CUDA-core kernel (the norm in its programs), the input made first then ``int4_mma_rope`` on tensor cores, and that
-kernel alone on an input made once; q and the caches' new entries of the two ways against each other (within 2^-6
-of the largest, ``tests/test_int4_mma.py`` says why), the microseconds of each as above, and the way the launcher
-chooses.
+kernel making the normed input itself (NORM); q and the caches' new entries of each way against the CUDA-core way
+and float32 (within 2^-6 of the largest, ``tests/test_int4_mma.py`` says why), the in-kernel input against the
+input made first, the microseconds of each as above (and of the kernel alone on an input made once), and the way the
+launcher chooses. gate/up (after the norm) and down (after SwiGLU, with the residual): the four ways of
+``quant_matvec_launch`` (the input made in the kernel or first, CUDA cores or tensor cores) the same way.
 """
 
 import faulthandler
@@ -79,7 +83,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
         chosen_error = error(chosen, reference + (0 if add is None else add.float()))
         ok &= chosen_error < TOLERANCE
         print(f"  the launcher chooses{' with the residual' if add is not None else ''}: "
-              f"{int4_mma._chosen_configs[(n, k, add is not None, x.device)]}, error {chosen_error:.2e}"
+              f"{int4_mma._chosen_configs[int4_mma.config_key(n, k, add is not None, x.device)]}, error {chosen_error:.2e}"
               f"{'' if chosen_error < TOLERANCE else '  FAILED'}")
     del reference
 
@@ -88,7 +92,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
     for config in int4_mma.CONFIGS:
         times[config] = 1000 * time_in_a_graph(
             [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config) for c in copies])
-    times["chosen"] = times[int4_mma._chosen_configs[(n, k, False, x.device)]]
+    times["chosen"] = times[int4_mma._chosen_configs[int4_mma.config_key(n, k, False, x.device)]]
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for key, us in times.items():
         print(f"  {key}: {us:.1f} us ({gigabytes / us * 1e6:.0f} GB/s)")
@@ -97,66 +101,148 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
 
 ROPE_SHAPE = dict(hidden=4096, heads=32, kv_heads=8, dim=128)
 ROPE_TOLERANCE = 2**-6  # of the largest output: a sum rounded one bfloat16 apart, rotated, rounded again
+# (input made first, tensor cores) -> its name
+WAYS = {(False, False): "CUDA cores, input made in the kernel", (True, False): "CUDA cores, input made first",
+        (True, True): "input made first + tensor cores", (False, True): "tensor cores, input made in the kernel"}
+EPS = 1e-5
+
+
+def made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int) -> torch.Tensor:
+    """The input ``quant_kernels._input`` makes, in torch (float32 math rounded to bfloat16 at the same places)."""
+    if swiglu:
+        return (torch.nn.functional.silu(x[:k].float()).bfloat16().float() * x[k:].float()).bfloat16()
+    inverse_rms = torch.rsqrt(x.float().pow(2).mean() + EPS)
+    return (norm.float() * (x.float() * inverse_rms).bfloat16().float()).bfloat16()
+
+
+def rotated(values: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of (heads, dim) in float32, as ``llama_math`` applies it."""
+    half = values.shape[-1] // 2
+    return values * cos.float() + torch.cat([-values[:, half:], values[:, :half]], -1) * sin.float()
 
 
 def check_rope(generator: torch.Generator) -> bool:
-    """q/k/v with RoPE and the cache writes: the fused CUDA-core kernel against the input made first and the
-    tensor-core kernel, checked against each other, then timed (us a launch, a graph of launches on distinct
-    weights)."""
+    """q/k/v with RoPE and the cache writes: the fused CUDA-core kernel, the input made first then the tensor-core
+    kernel, and the tensor-core kernel making the normed input itself, checked against each other and against
+    float32 (the product of torch's normed input, rotated), then timed (us a launch, a graph of launches on
+    distinct weights), with the tensor-core kernel alone on an input made once."""
     hidden, heads, kv_heads, dim = ROPE_SHAPE.values()
     n = (heads + 2 * kv_heads) * dim
-    words, scale, offset = quantize((torch.randn(n, hidden, generator=generator, device="cuda") * hidden ** -0.5)
-                                    .to(torch.bfloat16), "int4")
+    quantized = quantize((torch.randn(n, hidden, generator=generator, device="cuda") * hidden ** -0.5)
+                         .to(torch.bfloat16), "int4")
+    words, scale, offset = quantized
     x = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
     norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
     angles = 7 * torch.cat([500000.0 ** (-torch.arange(0, dim, 2, device="cuda") / dim)] * 2)
     cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
     position = torch.tensor([7], device="cuda")
-    caches = {cores: torch.zeros(2, 1, kv_heads, 64, dim, dtype=torch.bfloat16, device="cuda")
-              for cores in (False, True)}
+    ways = [(False, False), (True, True), (False, True)]
+    caches = {way: torch.zeros(2, 1, kv_heads, 64, dim, dtype=torch.bfloat16, device="cuda") for way in ways}
 
-    def rope(cores, c, into):
+    def rope(way, c, into):
         return quant_kernels.quant_qkv_rope_cache_launch(x, norm, *c, cos, sin, into[0], into[1], position, heads,
-                                                         kv_heads, 1e-5, tensor_cores=cores)
+                                                         kv_heads, EPS, tensor_cores=way[1], input_first=way[0])
 
-    q = {cores: rope(cores, (words, scale, offset), caches[cores]) for cores in (False, True)}
+    q = {way: rope(way, quantized, caches[way]) for way in ways}
     torch.cuda.synchronize()
+    product = (dequantize(quantized, torch.float32) @ made_in_torch(x, norm, False, hidden).float()).view(-1, dim)
+    reference = {"q": rotated(product[:heads], cos, sin), "k": rotated(product[heads:heads + kv_heads], cos, sin),
+                 "v": product[heads + kv_heads:]}
     ok = True
-    print(f"q/k/v with RoPE {n}x{hidden} ({heads} heads, {kv_heads} kv heads of {dim}):")
-    for name, new, old in [("q", q[True], q[False]), ("k", caches[True][0, :, :, 7], caches[False][0, :, :, 7]),
-                           ("v", caches[True][1, :, :, 7], caches[False][1, :, :, 7])]:
-        difference = error(new, old.float())
-        ok &= difference <= ROPE_TOLERANCE
-        print(f"  {name}: tensor cores against CUDA cores {difference:.2e}"
-              f"{'' if difference <= ROPE_TOLERANCE else '  FAILED'}")
+    print(f"q/k/v with RoPE {n}x{hidden} ({heads} heads, {kv_heads} kv heads of {dim}), errors of the largest output:")
+    for way in ways:
+        outputs = {"q": q[way].view(heads, dim), "k": caches[way][0, 0, :, 7], "v": caches[way][1, 0, :, 7]}
+        for name, out in outputs.items():
+            errors = {"float32": error(out, reference[name])}
+            if way != (False, False):
+                old = {"q": q[False, False].view(heads, dim), "k": caches[False, False][0, 0, :, 7],
+                       "v": caches[False, False][1, 0, :, 7]}[name]
+                errors["CUDA cores"] = error(out, old.float())
+            if way == (False, True):
+                made_first = {"q": q[True, True].view(heads, dim), "k": caches[True, True][0, 0, :, 7],
+                              "v": caches[True, True][1, 0, :, 7]}[name]
+                errors["made first"] = error(out, made_first.float())
+                errors["identical bits to made first"] = float(torch.equal(out, made_first))
+            good = all(value <= ROPE_TOLERANCE for key, value in errors.items() if not key.startswith("identical"))
+            ok &= good
+            print(f"  {WAYS[way]}, {name}: " + ", ".join(f"{key} {value:.2e}" for key, value in errors.items())
+                  + ("" if good else "  FAILED"))
 
     copies = with_scratch_copies([words, scale, offset])
-    prepared = quant_kernels.prepared_input(x, norm, False, hidden, 1e-5)
-    kernel_alone = [lambda c=c: int4_mma_rope.int4_qkv_rope_cache_mma(prepared, *c, cos, sin, *caches[True],
+    prepared = quant_kernels.prepared_input(x, norm, False, hidden, EPS)
+    kernel_alone = [lambda c=c: int4_mma_rope.int4_qkv_rope_cache_mma(prepared, *c, cos, sin, *caches[True, True],
                                                                       position, heads, kv_heads,
                                                                       pdl=quant_kernels._pdl_on(x)) for c in copies]
-    times = {"CUDA cores (norm fused)": time_in_a_graph([lambda c=c: rope(False, c, caches[False]) for c in copies]),
-             "input made first + tensor cores": time_in_a_graph([lambda c=c: rope(True, c, caches[True])
-                                                                 for c in copies]),
-             "tensor-core kernel alone": time_in_a_graph(kernel_alone)}
+    times = {WAYS[way]: time_in_a_graph([lambda c=c, way=way: rope(way, c, caches[way]) for c in copies])
+             for way in ways}
+    times["tensor-core kernel alone (input made once, not timed)"] = time_in_a_graph(kernel_alone)
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for way, ms in times.items():
         print(f"  {way}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s), a step's 32: {32 * ms:.3f} ms")
-    rope(None, (words, scale, offset), caches[True])
+    rope((None, None), quantized, caches[True, True])
     chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[4] == "q/k/v rope"]
     print(f"  the launcher chooses (input made first, tensor cores): {chosen}, PDL {quant_kernels.PDL}")
     return ok
 
 
+def check_made_inputs(generator: torch.Generator) -> bool:
+    """gate/up after the norm and down after SwiGLU with the residual, the 8B's shapes, each of the four ways
+    (``WAYS``): errors against float32 (the product of torch's input, plus the residual), the tensor cores' input
+    made in the kernel against made first, then the microseconds of each way (graphs of launches on distinct
+    weights, the input-making kernel included) and the way the launcher chooses."""
+    ok = True
+    for name, swiglu in [("gate/up", False), ("down", True)]:
+        n, k = SHAPES[name]
+        quantized = quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
+                             "int4")
+        x = torch.randn(2 * k if swiglu else k, generator=generator, device="cuda").to(torch.bfloat16)
+        norm = None if swiglu else (1 + 0.1 * torch.randn(k, generator=generator, device="cuda")).to(torch.bfloat16)
+        residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16) if swiglu else None
+
+        def product(first, core, words, scale, offset):
+            return quant_kernels.quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, EPS, first, core)
+
+        reference = dequantize(quantized, torch.float32) @ made_in_torch(x, norm, swiglu, k).float()
+        reference += 0 if residual is None else residual.float()
+        outputs = {way: product(*way, *quantized) for way in WAYS}
+        torch.cuda.synchronize()
+        print(f"{name} {n}x{k} ({'SwiGLU, residual' if swiglu else 'norm'}), errors of the largest output:")
+        for way, out in outputs.items():
+            errors = {"float32": error(out, reference)}
+            if way == (False, True):
+                errors["made first + tensor cores"] = error(out, outputs[True, True].float())
+                errors["identical bits to it"] = float(torch.equal(out, outputs[True, True]))
+                errors["second call identical"] = float(torch.equal(product(*way, *quantized), out))
+            good = errors["float32"] < TOLERANCE and errors.get("made first + tensor cores", 0) < TOLERANCE \
+                and errors.get("second call identical", 1) == 1
+            ok &= good
+            print(f"  {WAYS[way]}: " + ", ".join(f"{key} {value:.2e}" for key, value in errors.items())
+                  + ("" if good else "  FAILED"))
+        del reference
+        copies = with_scratch_copies(list(quantized))
+        gigabytes = (quantized.words.numel() * 4 + quantized.scale.numel() * 4) / 1e9
+        for way in WAYS:
+            ms = time_in_a_graph([lambda c=c, way=way: product(*way, *c) for c in copies])
+            print(f"  {WAYS[way]}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s), a step's 32: {32 * ms:.3f} ms")
+        product(None, None, *quantized)
+        chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[:4] == (n, k, not swiglu, swiglu)]
+        print(f"  the launcher chooses (input made first, tensor cores): {chosen}, PDL {quant_kernels.PDL}")
+        del copies, quantized
+        torch.cuda.empty_cache()
+    return ok
+
+
 def main() -> int:
-    faulthandler.dump_traceback_later(400, exit=True)
+    faulthandler.dump_traceback_later(500, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
     if not int4_mma.available() or not int4_mma_rope.available():
         print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
         return 1
     generator = torch.Generator(device="cuda").manual_seed(0)
-    if "--rope" in sys.argv[1:]:
+    if "--rope" in sys.argv[1:] or "--inputs" in sys.argv[1:]:
         ok = check_rope(generator)
+        if "--inputs" in sys.argv[1:]:
+            ok &= check_made_inputs(generator)
         print("checks passed" if ok else "CHECKS FAILED")
         return 0 if ok else 1
     all_ok, step = True, {}
@@ -172,12 +258,14 @@ def main() -> int:
     best = {name: min(int4_mma.CONFIGS, key=lambda config: step[name][config]) for name in SHAPES}
     print(f"  best configuration each: {sum(PER_STEP[name] * step[name][best[name]] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(best[name])}' for name in SHAPES)})")
-    chosen = {name: int4_mma._chosen_configs[(n, k, False, torch.device('cuda', torch.cuda.current_device()))]
+    chosen = {name: int4_mma._chosen_configs[int4_mma.config_key(
+                 n, k, False, torch.device('cuda', torch.cuda.current_device()))]
               for name, (n, k) in SHAPES.items()}
     print(f"  the launcher's choice each (timed in this process; above, the same configuration timed again): "
           f"{sum(PER_STEP[name] * step[name]['chosen'] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(chosen[name])}' for name in SHAPES)})")
     all_ok &= check_rope(generator)
+    all_ok &= check_made_inputs(generator)
     print("checks passed" if all_ok else "CHECKS FAILED")
     return 0 if all_ok else 1
 

@@ -491,6 +491,11 @@ def candidates(n: int) -> list[Config]:
     return [rule] + [rule._replace(parts=None, stream=programs) for programs in STREAM_PROGRAMS[rule.tiles]]
 
 
+def config_key(n: int, k: int, residual: bool, device: torch.device, norm: bool = False, swiglu: bool = False):
+    """The key of ``_chosen_configs`` for a product's shape and form."""
+    return n, k, residual, norm, swiglu, device
+
+
 def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                   residual: Optional[torch.Tensor], pdl: bool, norm: Optional[torch.Tensor] = None,
                   swiglu: bool = False, eps: float = 0.0) -> Config:
@@ -498,7 +503,7 @@ def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, off
     (``kernel_timing``: a CUDA graph of launches on scratch copies of the weight) and kept. A fixed rule left the
     short products 6-9 us above the memory's pace (H100, run 36); which grid suits each shape is measured."""
     n, k = words.shape[0], words.shape[1] * 8
-    key = (n, k, residual is not None, norm is not None, swiglu, x.device)
+    key = config_key(n, k, residual is not None, x.device, norm is not None, swiglu)
     if key not in _chosen_configs:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("int4_matvec_mma: a first call of this shape inside a CUDA graph capture; run it once "
