@@ -11,8 +11,8 @@ Three checks, one summary line at the end (``PDL SUMMARY ...``):
 2. ms a step: the int4 products of Llama-3.1-8B's 32 layers (8 distinct random layers, each used 4 times: 0.9 GB
    between two reads of one weight, far above the L2) with the step's fusions, as the launcher chooses them (q/k/v
    with the norm, RoPE and cache writes; decode attention; o plus the residual; gate/up after the norm and down after
-   SwiGLU, on tensor cores where faster, their input made first) and the output layer, captured in one graph and
-   replayed: PDL off, then on with the same tiles and ways (chosen with it off).
+   SwiGLU, on tensor cores where faster, their input made first or in them) and the output layer, captured in one
+   graph and replayed: PDL off, then on with the same tiles and ways (chosen with it off).
 3. The outputs (logits, the last hidden state, the caches) with PDL on against off: the same kernels and tiles, so
    they must be identical bits; and every replay with PDL on gives the same bits (a read before the wait of
    something the previous kernel writes would show as a difference from one replay to the next).
