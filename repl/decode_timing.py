@@ -272,7 +272,7 @@ def _kernel_kind(name: str) -> str:
     if lowered.startswith(("_int8_matvec", "_int4_matvec", "_int4_mma_matvec", "_int8_qkv_rope", "_int4_qkv_rope",
                            "_prepare_input", "_matmul_small", "_dequantize")):
         return "quantized products (quant_kernels)"
-    if lowered.startswith(("_attend_slices", "_combine_slices")):
+    if lowered.startswith(("_attend_and_combine", "_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):
         return "matmul (cuBLAS)"

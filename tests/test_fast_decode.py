@@ -459,10 +459,10 @@ torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 # (batch, heads, kv heads, head dim, cache, position, window, attended, q's scale), one call after another
 for batch, heads, kv_heads, dim, length, position, window, attended, spread in [
-        (2, 4, 2, 16, 512, 40, 1, 512, 1),  # slices of 32: 2 to 15 empty
+        (2, 4, 2, 16, 512, 40, 1, 512, 1),  # 8 slices of 64: 1 to 7 empty
         (3, 6, 3, 16, 128, 100, 3, 128, 1),  # groups of 2 x a window of 3 rows, padded to 16
         (1, 2, 2, 16, 64, 0, 1, 64, 1),  # a group of one: 1 row of 16
-        (2, 12, 2, 16, 96, 62, 4, 96, 1),  # 6 x 4 rows: 32 with the padding; the window crosses slices 1 and 2
+        (2, 12, 2, 16, 96, 62, 4, 96, 1),  # 6 x 4 rows: 32 with the padding; the window crosses slices 0 and 1
         (2, 4, 2, 16, 512, 509, 3, 512, 1),  # the first's shapes again, every slice used, the window at the end
         (1, 4, 2, 16, 512, 300, 2, 512, 100)]:  # scores in the hundreds: exp overflows unless taken from the max
     q = torch.randn(batch, heads, window, dim, device=device, dtype=dtype) * spread

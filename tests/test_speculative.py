@@ -329,8 +329,9 @@ print("ok")
 
 
 # (batch, heads, kv heads, head dim, cache, position, window, attended): windows that start at 0, end at the cache's
-# end, cross a slice boundary, and groups of 2 and 1 query heads; the GPU adds the 8B's shapes.
-SMALL_CASES = [(2, 4, 2, 16, 256, 0, 3, 256), (1, 4, 2, 16, 256, 250, 6, 256), (1, 4, 4, 16, 256, 31, 5, 256)]
+# end, cross a slice boundary (slices of 64 positions), and groups of 2 and 1 query heads; the GPU adds the 8B's
+# shapes.
+SMALL_CASES = [(2, 4, 2, 16, 256, 0, 3, 256), (1, 4, 2, 16, 256, 250, 6, 256), (1, 4, 4, 16, 256, 62, 5, 256)]
 
 
 def test_window_attention_kernel_matches_torch_in_the_interpreter():

@@ -78,7 +78,8 @@ NORM_BLOCK = 1024
 MAX_SMALL_ROWS = 16
 
 # Programmatic dependent launch (issue 27; on unless KERNELLLM_PDL=0 in the environment): the one-row
-# kernels of a decode step (``_prepare_input``, the matvec and q/k/v kernels, ``int4_mma``'s) are launched with
+# kernels of a decode step (``_prepare_input``, the matvec and q/k/v kernels, ``int4_mma``'s; ``decode_attention``'s
+# follow the same switch and read the position and older cache entries before the wait) are launched with
 # ``launch_pdl``, so that each may start while the kernel before it finishes: its programs let the next kernel launch
 # as soon as they have all started (``gdc_launch_dependents``), ask for their first weights (never written by any
 # kernel), then wait for the previous kernel to finish (``gdc_wait``) before reading anything a kernel wrote (x, the
