@@ -1,7 +1,8 @@
 """Programmatic dependent launch (``quant_kernels.PDL``): compiled offline for an H100 (sm_90), each kernel's PDL form
-lets its dependents launch, asks for its first weights and nothing else before ``gdc_wait``, and writes nothing
-before it; without PDL the kernels carry no grid dependency control. On CUDA, a step's products give the same bits
-with PDL as without, in a CUDA graph replayed many times."""
+lets its dependents launch, asks for its first weights and nothing else before ``gdc_wait`` (decode attention: the
+position and its first block's older cache entries), and writes nothing before it; without PDL the kernels carry no
+grid dependency control. On CUDA, a step's products and attention give the same bits with PDL as without, in a CUDA
+graph replayed many times."""
 
 import os
 import re
@@ -12,7 +13,7 @@ import pytest
 import torch
 import triton
 
-from repl.generation import int4_mma, int4_mma_rope, quant_kernels
+from repl.generation import decode_attention, int4_mma, int4_mma_rope, quant_kernels
 
 P, W = "*bf16", "*i32"
 RESIDUAL_FLAGS = dict(NORM=False, SWIGLU=False, RESIDUAL=True)
@@ -37,19 +38,49 @@ KERNELS = {
     "prepare input": (quant_kernels._prepare_input, dict(x_ptr=P, norm_ptr=P, out_ptr=P, k="i32", eps="fp32"),
                       dict(NORM=True, SWIGLU=False, BLOCK=1024, RMS_BLOCK=4096)),
 }
+# decode attention at the 8B's shapes (32 query heads, 8 key/value heads of 128): kernel -> (signature, constexprs)
+SLICE = dict(q_ptr=P, k_ptr=P, v_ptr=P, position_ptr="*i64", out_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32")
+STRIDES = dict(**{f"stride_{t}{d}": "i32" for t in "qkv" for d in ("b", "h", "t" if t == "q" else "n")},
+               chunk="i32", scale="fp32")
+ATTENTION_SHAPE = dict(KV_HEADS=8, GROUP=4, DIM=128, IEEE=False)
+ATTENTION_KERNELS = {
+    "attention": (decode_attention._attend_and_combine, dict(SLICE, result_ptr=P, counts_ptr="*i32", **STRIDES),
+                  dict(ATTENTION_SHAPE, ROW_BLOCK=4, SPLITS_PAD=32)),
+    "attention slices": (decode_attention._attend_slices, dict(SLICE, **STRIDES), ATTENTION_SHAPE),
+    "attention combine": (decode_attention._combine_slices,
+                          dict(out_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32", result_ptr=P, splits="i32"),
+                          dict(ROWS=4, ROW_BLOCK=4, SPLITS_PAD=32, DIM=128)),
+}
+
+
+def attention_for_sm90(name: str, pdl: bool, window: int = 1, block_n: int = 64):
+    """A ``decode_attention`` kernel compiled for an H100 as ``decode_attention()`` launches it: its pointers, strides
+    and chunk multiples of 16 (at these shapes they are), one stage, 4 warps (8 for blocks of 128)."""
+    kernel, signature, constexprs = ATTENTION_KERNELS[name]
+    if "WINDOW" in kernel.arg_names:
+        constexprs = dict(constexprs, WINDOW=window, BLOCK_N=block_n, GROUP_PAD=max(16, 4 * window))
+    return compile_for_sm90(kernel, signature, dict(constexprs, PDL=pdl), [n for n in signature if n != "splits"],
+                            num_warps=8 if block_n >= 128 else 4, num_stages=1)
 
 
 def compiled_for_sm90(name: str, pdl: bool):
     """A ``quant_kernels`` kernel compiled for an H100 without a GPU, its pointers 16-byte aligned."""
+    heuristics, signature, constexprs = KERNELS[name]
+    return compile_for_sm90(heuristics.fn, signature, dict(constexprs, PDL=pdl),
+                            [n for n, kind in signature.items() if kind.startswith("*")], num_warps=4)
+
+
+def compile_for_sm90(kernel, signature: dict, constexprs: dict, aligned: list, **options):
+    """A ``triton.jit`` function compiled for an H100 without a GPU, the arguments named in ``aligned`` multiples of
+    16 (as the launcher specializes pointers and integers that are)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernel, signature, constexprs = KERNELS[name]
-    constexprs = dict(constexprs, PDL=pdl)
-    source = ASTSource(getattr(kernel, "fn", kernel), dict(signature, **{c: "constexpr" for c in constexprs}),
-                       constexprs, {(i, ): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values())
-                                    if kind.startswith("*")})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": pdl})
+    source = ASTSource(kernel, dict(signature, **{c: "constexpr" for c in constexprs}),
+                       constexprs, {(i, ): [["tt.divisibility", 16]] for i, name in enumerate(signature)
+                                    if name in aligned})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options=dict(options, launch_pdl=constexprs["PDL"]))
 
 
 def sass(cubin: bytes) -> list[str]:
@@ -126,10 +157,32 @@ def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_
     assert sum(".EF" not in op for op in loads) == 4 * 2, loads
 
 
+@pytest.mark.parametrize("name", ["attention", "attention slices"])
+@pytest.mark.parametrize("window,block_n", [(1, 64), (8, 32), (1, 128)])
+def test_attention_reads_only_the_position_and_older_cache_entries_before_the_wait(name, window, block_n):
+    """Before the wait: the position (one 8-byte load) and the first block's keys and values (evict-first 16-byte
+    loads: a block of 128-wide bf16 rows over the threads, twice); not q, and no store or atomic (the counts)."""
+    compiled = attention_for_sm90(name, pdl=True, window=window, block_n=block_n)
+    early = before_the_wait(sass(compiled.asm["cubin"]))
+    loads = [op for op in early if op.startswith("LDG")]
+    assert not writes(early), writes(early)
+    threads = 32 * (8 if block_n >= 128 else 4)
+    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 2 * block_n * 128 * 2 // (16 * threads), loads
+    assert [op.split()[0] for op in loads if not op.startswith("LDG.E.EF.128")] == ["LDG.E.64"], loads
+
+
+def test_the_attention_combine_kernel_reads_nothing_before_the_wait():
+    early = before_the_wait(sass(attention_for_sm90("attention combine", pdl=True).asm["cubin"]))
+    assert not [op for op in early if op.startswith("LDG")] and not writes(early), early
+
+
 @pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma stream", "int4 mma norm",
-                                                  "int4 mma swiglu", "int4 mma rope", "int4 mma rope norm"])
+                                                  "int4 mma swiglu", "int4 mma rope", "int4 mma rope norm"]
+                         + list(ATTENTION_KERNELS))
 def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
-    if name.startswith("int4 mma rope"):
+    if name in ATTENTION_KERNELS:
+        compiled = attention_for_sm90(name, pdl=False)
+    elif name.startswith("int4 mma rope"):
         if not int4_mma_rope.available():
             pytest.skip(int4_mma_rope.unavailable_reason())
         compiled = int4_mma_rope.compile_for_sm90(dim=128, norm=name.endswith("norm"))
@@ -202,3 +255,60 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
     reference = replayed(False, 1)[0]
     for result in replayed(True, 50):
         assert torch.equal(result, reference)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a CUDA GPU of sm_90 or later")
+@pytest.mark.parametrize("one_kernel", [True, False], ids=["one kernel", "two kernels"])
+def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_position(monkeypatch, one_kernel):
+    """Four layers of int4 q/k/v with RoPE and the cache writes, decode attention up to the position and o plus the
+    residual, then the position advanced, as a step runs them, in one CUDA graph replayed 40 times from position 0:
+    each replay reads the cache entries the earlier ones wrote, and attention reads them and the position before
+    its wait. With PDL on, every replay gives the bits of PDL off."""
+    from repl.generation.decode_attention import decode_attention
+    from repl.generation.quantization import quantize
+
+    hidden, heads, kv_heads, dim, layers, cache = 1024, 8, 2, 128, 4, 256
+    generator = torch.Generator(device="cuda").manual_seed(4)
+
+    def weight(n, k):
+        return quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16), "int4")
+
+    qkv, o = weight((heads + 2 * kv_heads) * dim, hidden), weight(hidden, heads * dim)
+    norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
+    cos, sin = torch.rand(2, dim, generator=generator, device="cuda").to(torch.bfloat16)
+    caches = torch.zeros(layers, 2, 1, kv_heads, cache, dim, dtype=torch.bfloat16, device="cuda")
+    position = torch.zeros(1, dtype=torch.long, device="cuda")
+    h = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
+
+    def step():
+        x = h
+        for k_cache, v_cache in caches:
+            q = quant_kernels.quant_qkv_rope_cache_launch(x, norm, *qkv, cos, sin, k_cache, v_cache, position, heads,
+                                                          kv_heads, 1e-5)
+            attention = decode_attention(q, k_cache, v_cache, position, cache, one_kernel=one_kernel)
+            x = quant_kernels.quant_matvec_launch(attention.reshape(-1), *o, None, x, False, 1e-5)
+        position.add_(1)
+        return x
+
+    def replayed(pdl: bool, times: int) -> list:
+        monkeypatch.setattr(quant_kernels, "PDL", pdl)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # the tunings (made with PDL off, kept for both), the arrival counts of this stream
+        side.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            out = step()
+        caches.zero_()
+        position.zero_()
+        results = []
+        for _ in range(times):
+            graph.replay()
+            results.append(torch.cat([out, caches.reshape(-1)]).clone())
+        return results
+
+    for i, (off, on) in enumerate(zip(replayed(False, 40), replayed(True, 40))):
+        assert torch.equal(off, on), i
