@@ -171,7 +171,7 @@ def test_stream_k_matches_the_float32_reference_on_the_8b_shapes(name):
     tolerance of the float32 reference; a second call (the counts back at zero) the same bits."""
     n, k = EIGHT_B_SHAPES[name]
     quantized, x, residual, reference = _product(n, k, n + k)
-    streams = [config for config in int4_mma.candidates(n) if config.stream]
+    streams = int4_mma.stream_configs(n)
     assert streams
     for config in streams:
         for add in (None, residual):

@@ -73,7 +73,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
         ok &= good
         print(f"  {config}: error {errors[0]:.2e}, against shipped {errors[1]:.2e}{'' if good else '  FAILED'}")
     residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
-    for config in [int4_mma.CONFIGS[0]] + [config for config in int4_mma.candidates(n) if config.stream]:
+    for config in [int4_mma.CONFIGS[0]] + int4_mma.stream_configs(n):
         with_residual = int4_mma.int4_matvec_mma(x, words, scale, offset, residual, config=config)
         residual_error = error(with_residual, reference + residual.float())
         ok &= residual_error < TOLERANCE
