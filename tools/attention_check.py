@@ -69,7 +69,7 @@ def main() -> None:
     began = time.time()
     results = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    sms=torch.cuda.get_device_properties(0).multi_processor_count, batch=options.batch,
-                   default=dict(block_n=attention.BLOCK_N, max_splits=attention.MAX_SPLITS), positions={})
+                   default=dict(block_n=attention.BLOCK_N, form=attention.form_for(options.batch)), positions={})
     print({k: v for k, v in results.items() if k != "positions"}, flush=True)
     generator = torch.Generator(device="cuda").manual_seed(0)
     layers = [(torch.randn((options.batch, HEADS, 1, DIM), device="cuda", generator=generator).to(DTYPE),
@@ -104,8 +104,9 @@ def main() -> None:
                   f"{max(r['error'] for r in rows[i:i + len(FORMS)]):.1e}", flush=True)
         ranked = sorted(rows, key=lambda r: r["us"])
         best = ranked[0]
-        default = next(r for r in rows if r["block_n"] == attention.BLOCK_N and r["max_splits"] == attention.MAX_SPLITS
-                       and r["one_kernel"] and r["pdl"])
+        most, one = attention.form_for(options.batch)
+        default = next(r for r in rows if r["block_n"] == attention.BLOCK_N and r["max_splits"] == most
+                       and r["one_kernel"] == one and r["pdl"])
         before = next(r for r in rows if r["block_n"] == 32 and r["max_splits"] == 16 and not r["one_kernel"]
                       and not r["pdl"])
         results["positions"][at] = dict(attended=attended, rows=rows)

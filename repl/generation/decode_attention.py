@@ -1,11 +1,11 @@
-"""Attention of one decode step over the static KV cache as one Triton kernel (split-K "flash decoding").
+"""Attention of one decode step over the static KV cache in Triton, split along the cache ("flash decoding").
 
 The torch version (``llama_math.attend_cache``) is nine small kernels per layer (two batched products, scale, mask,
 casts, softmax); at batch 1 each reads a few megabytes, so launches and gaps cost more than the reads: 0.67 ms of a
 6.5 ms step on the H100. Here each program reads one slice of one key/value head's cache for the query heads that
 share it (an online softmax over blocks), and the last slice program of a head to finish combines the slices (an
-arrival count per batch row and head, ``arrival_counts``); ``one_kernel=False`` combines them in a second kernel
-instead, as this module did until issue 27 (kept to time one against the other: ``tools/attention_check.py``). The
+arrival count per batch row and head, ``arrival_counts``), or a second kernel combines them, as this module did
+until issue 27: whichever was faster for the batch (``form_for``; ``tools/attention_check.py`` times both). The
 cache is read up to the position held on the device, so one captured graph serves every position of its length
 bucket.
 
@@ -197,8 +197,17 @@ def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr, splits, ROWS: tl.cons
                   ROWS, ROW_BLOCK, SPLITS_PAD, DIM)
 
 
+def form_for(batch: int) -> tuple[int, bool]:
+    """(most slices, one kernel) for a batch of ``batch`` rows, from ``tools/attention_check.py`` at 1128 cached
+    positions on an H100 (run 45, blocks of 64, PDL on, µs a layer): one row, at most 32 slices combined by a
+    second kernel, 6.15 (one kernel 7.51; before issue 27's changes, 16 slices of 32 in two kernels without PDL,
+    10.93); eight rows, at most 8 slices in one kernel, 18.67 (two kernels 20.33; 32 slices in one, 23.49; before,
+    23.33). Fewer slices for more rows keep the programs at a few an SM."""
+    return (MAX_SPLITS, False) if batch == 1 else (8, True)
+
+
 def decode_attention(q, k_cache, v_cache, position, attended: int, *, block_n: int = BLOCK_N,
-                     max_splits: int = MAX_SPLITS, one_kernel: bool = True):
+                     max_splits: int | None = None, one_kernel: bool | None = None):
     """Same contract as ``llama_math.attend_cache``: q (B, H, 1, D) against the first ``attended`` cached positions,
     masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype.
 
@@ -206,8 +215,12 @@ def decode_attention(q, k_cache, v_cache, position, attended: int, *, block_n: i
     after its own position (as ``llama_math.attend_cache`` too); returns (B, H, T, D).
 
     ``block_n``, ``max_splits``: the slicing (``slicing``); ``one_kernel=False``: the slices combined by a second
-    kernel (the same sums: the same bits). On an H100 with ``quant_kernels.PDL``, programmatic dependent launches."""
+    kernel (the same sums: the same bits); None: ``form_for`` the batch. On an H100 with ``quant_kernels.PDL``,
+    programmatic dependent launches."""
     batch, heads, window, dim = q.shape
+    form = form_for(batch)
+    max_splits = form[0] if max_splits is None else max_splits
+    one_kernel = form[1] if one_kernel is None else one_kernel
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
     rows = group * window  # query rows of a key/value head
