@@ -179,9 +179,7 @@ def check_rope(generator: torch.Generator) -> bool:
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for way, ms in times.items():
         print(f"  {way}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s), a step's 32: {32 * ms:.3f} ms")
-    rope((None, None), quantized, caches[True, True])
-    chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[4] == "q/k/v rope"]
-    print(f"  the launcher chooses (input made first, tensor cores): {chosen}, PDL {quant_kernels.PDL}")
+    print(f"  the launcher serves (input made first, tensor cores): (False, True) untimed, PDL {quant_kernels.PDL}")
     return ok
 
 
@@ -225,7 +223,8 @@ def check_made_inputs(generator: torch.Generator) -> bool:
             ms = time_in_a_graph([lambda c=c, way=way: product(*way, *c) for c in copies])
             print(f"  {WAYS[way]}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s), a step's 32: {32 * ms:.3f} ms")
         product(None, None, *quantized)
-        chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[:4] == (n, k, not swiglu, swiglu)]
+        chosen = [way for key, way in quant_kernels._chosen_ways.items() if key[:4] == (n, k, not swiglu, swiglu)] \
+            or "(True, True) untimed (TENSOR_CORES_FROM)"
         print(f"  the launcher chooses (input made first, tensor cores): {chosen}, PDL {quant_kernels.PDL}")
         del copies, quantized
         torch.cuda.empty_cache()

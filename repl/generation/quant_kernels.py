@@ -399,8 +399,8 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
     norm * rms_norm(x), rotated; its k and v written into the caches (1, kv_heads, length, dim). As
     ``llama_math.attention_input`` for one row of one token. ``tensor_cores``: an int4 product of a bfloat16 x
     with ``int4_mma_rope`` instead of the fused CUDA-core kernel, the normed input made in its programs or, with
-    ``input_first``, in a kernel of its own before it (``prepared_input``). None: whichever way was faster at this
-    shape on CUDA (where ``int4_mma_rope`` serves it), else CUDA cores."""
+    ``input_first``, in a kernel of its own before it (``prepared_input``). None: tensor cores making the input
+    where ``int4_mma_rope`` serves it (int4 on CUDA), else CUDA cores."""
     dim = k_cache.shape[-1]
     k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
     x, norm = x.reshape(-1).contiguous(), norm.contiguous()
@@ -412,23 +412,14 @@ def quant_qkv_rope_cache_launch(x: torch.Tensor, norm: torch.Tensor, words: torc
         raise ValueError(f"quant_qkv_rope_cache: x {tuple(x.shape)}, words {tuple(words.shape)}, "
                          f"cos {tuple(cos.shape)}, caches {tuple(k_cache.shape)} {tuple(v_cache.shape)}")
     n = words.shape[0]
-    if ((tensor_cores is None or (tensor_cores and input_first is None)) and offset is not None and x.is_cuda
-            and int4_mma_rope.serves(x, n, k, dim)):
-        # (input made first, tensor cores): the fused CUDA-core kernel or tensor cores with the norm in their
-        # programs (which beat the input made first then tensor cores on an H100, run 44: that way is taken only
-        # when asked for, so the warm-up neither compiles nor times it)
-        ways = [(first, core) for first, core in [(False, False), (False, True), (True, True)]
-                if tensor_cores in (None, core) and input_first in (None, first)
-                and (input_first is not None or (first, core) != (True, True))]
-        key = (n, k, True, False, "q/k/v rope", x.dtype, False, x.device)  # as quant_matvec_launch's, for the record
-
-        def way(first: bool, core: bool, words, scale, offset):
-            quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, k_cache, v_cache, positions, heads,
-                                        kv_heads, eps, core, first)
-
-        # Timing writes the caches at this position from scratch weights; the launch below writes them again.
-        input_first, tensor_cores = ways[0] if len(ways) == 1 else _fastest_way(key, (words, scale, offset), way,
-                                                                                 ways)
+    if tensor_cores is None:
+        # Tensor cores making the norm in their programs (int4 on a GPU where ``int4_mma_rope`` serves): faster than
+        # the fused CUDA-core kernel and than the input made first on an H100 (run 43: 11.9 and 10.3 us a layer;
+        # run 44's timing chose it), so served untimed: timing the CUDA-core kernel had cost the warm-up five
+        # compiles of it (each 1-2 s).
+        tensor_cores = offset is not None and x.is_cuda and int4_mma_rope.serves(x, n, k, dim)
+    if tensor_cores and input_first is None:
+        input_first = False
     if tensor_cores:
         if offset is None or not x.is_cuda:
             raise ValueError("quant_qkv_rope_cache: tensor cores take int4 weights and a row on CUDA")
@@ -500,18 +491,20 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
     return out
 
 
+# Weights of an int4 product from which the tensor cores (the input made first) serve it untimed: gate/up, down and
+# the output layer of the 8B (117M, 59M, 525M weights) ran 22-36% faster so than the tuned CUDA-core kernels on an
+# H100 (runs 36-45), and timing the CUDA-core ways had cost the warm-up five compiles of each form of that kernel
+# (serving after 22-30 s on cold caches). o and q/k/v (17M, 25M) stay timed: o ran faster on CUDA cores.
+TENSOR_CORES_FROM = 2**25
+
 # (rows, columns, norm, SwiGLU, residual, dtype, format, device) -> the fastest way of that product: (input made
 # first, tensor cores). Each program of a fused product makes its own inputs (and its own pass over x for the norm),
 # which costs little with few programs and more than a kernel of its own with many: on an H100 (run 21) the input
 # made first was faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for
 # q/k/v (13.8 against 12.9). int4 products of a bfloat16 row may also run on tensor cores (``int4_mma``): faster for
-# gate/up, down and the output layer, not for o (run 36), each with its input made first; and q/k/v with RoPE
-# (``int4_mma_rope``, H100, ``tools/int4_mma_check.py --rope``: the kernel alone 8.6 us, 10.3 with the input made
-# first, against the CUDA-core 11.9). The tensor-core kernels may also make their input in their programs (NORM,
-# SWIGLU): that saves a kernel and its boundary (1-2 us even with PDL) but costs each program a pass over x for the
-# norm and the input's arithmetic at every step (offline, sm_90: 4 instructions a value of the norm's input, 16 of
-# SwiGLU's, each warp making all of them; not yet timed). So the first call of each shape times every way that
-# applies.
+# gate/up, down and the output layer, not for o (run 36), each with its input made first (the tensor cores making
+# it in each of hundreds of programs lost, run 44). The first call of each shape not settled by
+# ``TENSOR_CORES_FROM`` times the ways that apply.
 _chosen_ways: dict = {}
 
 
@@ -545,6 +538,9 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
     norm = norm.contiguous() if norm is not None else None
     made_in_kernel = norm is not None or swiglu
+    if (x.is_cuda and tensor_cores is None and input_first is None and offset is not None
+            and n * k >= TENSOR_CORES_FROM and int4_mma.serves(x, n, k)):
+        input_first, tensor_cores = True, True
     if x.is_cuda and (input_first is None or tensor_cores is None):
         firsts = (input_first,) if input_first is not None else (False, True) if made_in_kernel else (False,)
         cores = ((tensor_cores,) if tensor_cores is not None
