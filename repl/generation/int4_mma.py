@@ -566,11 +566,17 @@ def available() -> bool:
 @functools.cache
 def unavailable_reason() -> str:
     """Why the kernel cannot serve here ("" where it can), found once per process."""
+    return compile_failure(compile_for_sm90)
+
+
+def compile_failure(compile_kernel) -> str:
+    """Why Gluon or ``compile_kernel()`` fails here, in one line ("" where it compiles): any failure means the
+    CUDA-core kernels serve instead."""
     if IMPORT_ERROR is not None:
         return IMPORT_ERROR
     try:
-        compile_for_sm90()
-    except Exception as error:  # any failure means: use the CUDA-core kernel
+        compile_kernel()
+    except Exception as error:
         return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
     return ""
 

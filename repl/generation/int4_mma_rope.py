@@ -171,10 +171,4 @@ def available() -> bool:
 @functools.cache
 def unavailable_reason() -> str:
     """Why the kernel cannot serve here ("" where it can), found once per process."""
-    if IMPORT_ERROR is not None:
-        return IMPORT_ERROR
-    try:
-        compile_for_sm90()
-    except Exception as error:  # any failure means: the CUDA-core kernel
-        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
-    return ""
+    return int4_mma.compile_failure(compile_for_sm90)
