@@ -82,8 +82,9 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
         chosen = int4_mma.int4_matvec_mma(x, words, scale, offset, add)
         chosen_error = error(chosen, reference + (0 if add is None else add.float()))
         ok &= chosen_error < TOLERANCE
-        print(f"  the launcher chooses{' with the residual' if add is not None else ''}: "
-              f"{int4_mma._chosen_configs[int4_mma.config_key(n, k, add is not None, x.device)]}, error {chosen_error:.2e}"
+        chosen_config = int4_mma._chosen_configs[int4_mma.config_key(n, k, add is not None, x.device)]
+        print(f"  the launcher chooses{' with the residual' if add is not None else ''}: {chosen_config}, "
+              f"error {chosen_error:.2e}"
               f"{'' if chosen_error < TOLERANCE else '  FAILED'}")
     del reference
 

@@ -5,8 +5,8 @@ not by memory (ncu on an H100: issue 77% of cycles, DRAM 38%; docs/performance.m
 tokens/s"). Here one LOP3 turns two nibbles of a word into two bfloat16 numbers 128 + u (the nibble under the
 exponent of 128, exact) and ``mma.sync`` does the multiply-adds, 256 weights an instruction: offline (sm_90 SASS,
 triton 3.6) the K loop takes 1.3-1.7 instructions a weight (7 a word of 8 weights, an HMMA for 8 weights a
-thread, B's masks and the loads), against 5-6. Plain Triton's ``tl.dot`` moved such operands through shared memory; Gluon lets the words
-be loaded straight in the layout the tensor-core operand needs, so nothing moves between threads.
+thread, B's masks and the loads), against 5-6. Plain Triton's ``tl.dot`` moved such operands through shared memory;
+Gluon lets the words be loaded straight in the layout the tensor-core operand needs, so nothing moves between threads.
 
 The format is ``quantization``'s (int4: ``words`` (N, K/8), nibble j of word 16g + w is column 128g + 16j + w).
 How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8, C = 16 x 8 float32):

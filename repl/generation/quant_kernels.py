@@ -497,7 +497,7 @@ def prepared_input(x: torch.Tensor, norm: Optional[torch.Tensor], swiglu: bool, 
 # (serving after 22-30 s on cold caches). o and q/k/v (17M, 25M) stay timed: o ran faster on CUDA cores.
 TENSOR_CORES_FROM = 2**25
 
-# (rows, columns, norm, SwiGLU, residual, dtype, format, device) -> the fastest way of that product: (input made
+# (rows, columns, norm, SwiGLU, residual, dtype, format, device, ways timed) -> the fastest of those ways: (input made
 # first, tensor cores). Each program of a fused product makes its own inputs (and its own pass over x for the norm),
 # which costs little with few programs and more than a kernel of its own with many: on an H100 (run 21) the input
 # made first was faster for gate/up, down and the output layer (int4 gate/up 42.8 against 46.0 us) and slower for
@@ -553,7 +553,9 @@ def quant_matvec_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tenso
         if len(ways) == 1:
             input_first, tensor_cores = ways[0]
         else:
-            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device)
+            # the ways timed belong to the key: a call that narrowed them (a test, a tool) must not settle the others
+            key = (n, k, norm is not None, swiglu, residual is not None, x.dtype, offset is None, x.device,
+                   tuple(ways))
 
             def way(first: bool, core: bool, words, scale, offset):
                 quant_matvec_launch(x, words, scale, offset, norm, residual, swiglu, eps, first, core)
