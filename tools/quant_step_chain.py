@@ -36,7 +36,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: 
 
 from repl.generation import quant_kernels as shipped  # noqa: E402
 from repl.generation.kernel_timing import GraphTuner  # noqa: E402
-from repl.generation.quant_kernels import _field_as_float, _input, _inverse_rms  # noqa: E402
+from repl.generation.quant_kernels import (_field_as_float, _input, _int4_block, _inverse_rms,  # noqa: E402
+                                           _store_output)
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
 
 HIDDEN, QKV, INTERMEDIATE, VOCAB, LAYERS = 4096, 6144, 14336, 128256, 32
@@ -81,9 +82,7 @@ def int8_early(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n, 
         words = coming
     total = 256.0 * tl.sum(acc, 1) - 384.0 * tl.sum(inputs, 0)
     total *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+    _store_output(total, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
 
 
 @triton.jit
@@ -105,29 +104,13 @@ def int4_early(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, 
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, 1024)
     acc = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)
     for start in range(0, groups_per_row, BLOCK_G):
-        groups = start + block
-        ok = groups < groups_per_row
         coming = tl.load(words_ptr + at + (start + BLOCK_G) * 16,
-                         mask=row_ok[:, None, None] & (groups + BLOCK_G < groups_per_row)[None, :, None], other=0,
-                         eviction_policy="evict_first")
-        sums = tl.zeros([BLOCK_N, BLOCK_G, 16], tl.float32)
-        inputs = tl.zeros([BLOCK_G, 16], tl.float32)
-        for j in tl.static_range(8):
-            v = _input(x_ptr, norm_ptr, groups[:, None] * 128 + j * 16 + word_in_group[None, :], ok[:, None], k,
-                       inverse_rms, NORM, SWIGLU)
-            sums += _field_as_float(words, 16 - 4 * j, 0x000F0000) * v[None, :, :]
-            inputs += v
-        group_sums, group_inputs = tl.sum(sums, 2), tl.sum(inputs, 1)[None, :]
-        qp = rows[:, None] * groups_per_row + groups[None, :]
-        qp_ok = row_ok[:, None] & ok[None, :]
-        scale = tl.load(scale_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
-        offset = tl.load(offset_ptr + qp, mask=qp_ok, other=0.0).to(tl.float32)
-        acc += scale * 128.0 * (group_sums - group_inputs) + offset * group_inputs
+                         mask=row_ok[:, None, None] & (start + block + BLOCK_G < groups_per_row)[None, :, None],
+                         other=0, eviction_policy="evict_first")
+        acc = _int4_block(acc, words, start, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, inverse_rms,
+                          NORM, SWIGLU, BLOCK_N, BLOCK_G)
         words = coming
-    total = tl.sum(acc, 1)
-    if RESIDUAL:
-        total += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+    _store_output(tl.sum(acc, 1), rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
 
 
 _int8_early = GraphTuner(int8_early, shipped.INT8_CONFIGS)
