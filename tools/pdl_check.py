@@ -38,6 +38,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait, globalti
 
 from repl.generation import quant_kernels  # noqa: E402
 from repl.generation.decode_attention import decode_attention  # noqa: E402
+from repl.generation.kernel_timing import replay_milliseconds  # noqa: E402
 
 HIDDEN, INTERMEDIATE, VOCAB, LAYERS, DISTINCT = 4096, 14336, 128256, 32, 8
 HEADS, KV_HEADS, DIM = 32, 8, 128
@@ -165,19 +166,6 @@ def programmatic_lines(dot: Path) -> list[str]:
     return [line.strip() for line in dot.read_text(errors="replace").splitlines() if "rogrammatic" in line]
 
 
-def timed(graph, replays: int) -> list[float]:
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return times
-
-
 def snapshot(outputs, caches) -> list[torch.Tensor]:
     return [tensor.clone() for tensor in outputs] + [cache.clone() for pair in caches for cache in pair]
 
@@ -224,7 +212,7 @@ def main() -> None:
         graph, outputs = captured_step(run, dot)
         if dot is not None:
             results["step_dot_programmatic_lines"] = len(programmatic_lines(dot))
-        times = timed(graph, options.replays)
+        times = replay_milliseconds(graph, options.replays)
         timings[name] = (statistics.median(times), min(times))
         snapshots[name] = snapshot(outputs, caches)
         if pdl:  # every replay the same bits

@@ -35,7 +35,7 @@ import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from repl.generation import quant_kernels as shipped  # noqa: E402
-from repl.generation.kernel_timing import GraphTuner  # noqa: E402
+from repl.generation.kernel_timing import GraphTuner, replay_milliseconds  # noqa: E402
 from repl.generation.quant_kernels import (_field_as_float, _input, _int4_block, _inverse_rms,  # noqa: E402
                                            _store_output)
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
@@ -187,16 +187,7 @@ def replay_times(run, replays: int):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         output = run()
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return times, output
+    return replay_milliseconds(graph, replays), output
 
 
 def time_step(matvec, layers, lm_head, final_norm, replays: int):

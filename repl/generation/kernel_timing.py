@@ -81,6 +81,21 @@ def time_in_a_graph(launches: Sequence[Callable[[], None]]) -> float:
     return statistics.median(begin.elapsed_time(end) for begin, end in events) / len(launches)
 
 
+def replay_milliseconds(graph: "torch.cuda.CUDAGraph", replays: int) -> list[float]:
+    """The milliseconds of each of ``replays`` replays of a captured graph (after one untimed replay), each timed
+    with events around it alone: for tools that time a whole step."""
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return times
+
+
 def launch_options(config) -> dict:
     """A ``triton.Config``'s block sizes and launch options, as keyword arguments of a launch."""
     return dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
