@@ -198,15 +198,30 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
     assert not compiled.metadata.launch_pdl
 
 
+def captured(run, pdl: bool, monkeypatch):
+    """``run`` with ``quant_kernels.PDL`` set to ``pdl``: once on a side stream (the tunings, made at the first call
+    and kept for both settings, and that stream's arrival counts), then captured there: (the graph, what it returns)."""
+    monkeypatch.setattr(quant_kernels, "PDL", pdl)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        out = run()
+    return graph, out
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
-@pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on tensor cores", "int4 inputs made on tensor cores"])
+@pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on CUDA cores", "int4 inputs made on tensor cores"])
 def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch, mode):
     """int8 and int4 weights: q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and
-    down after SwiGLU plus the residual (each the way the launcher chooses: tensor cores where faster; or q/k/v
-    forced onto tensor cores, ``int4_mma_rope``; or q/k/v, gate/up and down on tensor cores that make their input,
-    the norm's pass over x after the wait), chained as a step chains them, in a CUDA graph replayed 50 times with
+    down after SwiGLU plus the residual (each the way the launcher chooses: for int4 q/k/v on tensor cores,
+    ``int4_mma_rope``, the others where faster; or q/k/v forced onto the fused CUDA-core kernel; or q/k/v, gate/up
+    and down on tensor cores that make their input, the norm's pass over x after the wait), chained as a step chains them, in a CUDA graph replayed 50 times with
     PDL on: each replay gives the bits of the same chain with PDL off."""
     from repl.generation.quantization import quantize
 
@@ -226,7 +241,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
     h = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
 
     made = dict(input_first=False, tensor_cores=True) if "inputs made" in mode else {}  # gate/up's, down's way
-    qkv_way = dict(dict(tensor_cores=True) if "on tensor cores" in mode else {}, **made)
+    qkv_way = dict(dict(tensor_cores=False) if "on CUDA cores" in mode else {}, **made)
 
     def chain():
         q = quant_kernels.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
@@ -236,15 +251,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
         return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5, **made), q
 
     def replayed(pdl: bool, times: int) -> list:
-        monkeypatch.setattr(quant_kernels, "PDL", pdl)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            chain()  # the tunings (made with PDL off, kept for both), the arrival counts of this stream
-        side.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            out, q = chain()
+        graph, (out, q) = captured(chain, pdl, monkeypatch)
         results = []
         for _ in range(times):
             caches.zero_()
@@ -293,15 +300,7 @@ def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_positi
         return x
 
     def replayed(pdl: bool, times: int) -> list:
-        monkeypatch.setattr(quant_kernels, "PDL", pdl)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()  # the tunings (made with PDL off, kept for both), the arrival counts of this stream
-        side.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            out = step()
+        graph, out = captured(step, pdl, monkeypatch)
         caches.zero_()
         position.zero_()
         results = []
