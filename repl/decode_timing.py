@@ -261,6 +261,9 @@ def profile_lines(profile: dict, top: int = 12) -> list[str]:
         kinds = ", ".join(f"{kind} {ms:.3f}" for kind, ms in sorted(part["by_kind_ms"].items(), key=lambda kv: -kv[1]))
         lines.append(f"{name}: wall {part['wall_ms_per_step']:.3f} ms/step, GPU kernels {part['gpu_ms_per_step']:.3f}"
                      f" ms/step ({kinds})")
+        if part["gpu_ms_per_step"] > part["wall_ms_per_step"]:  # a kernel's time runs from its launch, not its wait
+            lines.append("    (kernels overlap: with programmatic dependent launch each starts before the one before "
+                         "it ends, so their times add up to more than the step's)")
         lines += [f"    {row['ms']:.3f} ms x{row['per_step']:.0f} {row['name']}" for row in part["top_kernels"][:top]]
     return lines
 
@@ -269,8 +272,8 @@ def _kernel_kind(name: str) -> str:
     lowered = name.lower()
     if lowered.startswith(("_matvec", "_qkv_rope")):  # not Inductor's triton_* kernels named after their inputs
         return "q/k/v, o, down products (decode_matvec)"
-    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_int4_mma_matvec", "_int8_qkv_rope", "_int4_qkv_rope",
-                           "_prepare_input", "_matmul_small", "_dequantize")):
+    if lowered.startswith(("_int8_matvec", "_int4_matvec", "_int4_mma_matvec", "_int4_mma_qkv_rope", "_int8_qkv_rope",
+                           "_int4_qkv_rope", "_prepare_input", "_matmul_small", "_dequantize")):
         return "quantized products (quant_kernels)"
     if lowered.startswith(("_attend_and_combine", "_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"

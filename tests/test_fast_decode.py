@@ -356,7 +356,7 @@ def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
     kernels count, divided by the steps profiled, grouped by kind, the longest first."""
     from types import SimpleNamespace
 
-    from repl.decode_timing import _grouped
+    from repl.decode_timing import _grouped, profile_lines
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     event = lambda key, us, count, device=cuda: SimpleNamespace(key=key, self_device_time_total=us, count=count,
@@ -364,14 +364,20 @@ def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
     profiler = SimpleNamespace(key_averages=lambda: [
         event("_int4_mma_matvec", 3000.0, 130), event("_attend_slices", 400.0, 64),
         event("aten::mm", 9000.0, 10, cpu),  # a CPU op: its kernels are counted as kernels
-        event("_int4_qkv_rope_cache", 800.0, 64)])
+        event("_int4_qkv_rope_cache", 800.0, 64), event("_int4_mma_qkv_rope_cache", 200.0, 64),
+        event("_attend_and_combine", 100.0, 64)])
     grouped = _grouped(profiler, 0.010, 2)
     assert grouped["wall_ms_per_step"] == pytest.approx(5.0)
-    assert grouped["by_kind_ms"] == {"quantized products (quant_kernels)": pytest.approx(1.9),
-                                     "attention (decode_attention)": pytest.approx(0.2)}
-    assert grouped["gpu_ms_per_step"] == pytest.approx(2.1) and grouped["launches"] == 129
+    assert grouped["by_kind_ms"] == {"quantized products (quant_kernels)": pytest.approx(2.0),
+                                     "attention (decode_attention)": pytest.approx(0.25)}
+    assert grouped["gpu_ms_per_step"] == pytest.approx(2.25) and grouped["launches"] == 193
     assert [row["name"] for row in grouped["top_kernels"]] == ["_int4_mma_matvec", "_int4_qkv_rope_cache",
-                                                               "_attend_slices"]
+                                                               "_attend_slices", "_int4_mma_qkv_rope_cache",
+                                                               "_attend_and_combine"]
+    assert not any("overlap" in line for line in profile_lines({"graph": grouped}))
+    # under programmatic dependent launch the kernels' times add up to more than the step's wall time: said so
+    overlapped = _grouped(profiler, 0.003, 2)
+    assert any("overlap" in line for line in profile_lines({"graph": overlapped}))
 
 
 def test_a_profile_detaches_cupti_as_it_stops_unless_teardown_was_set_either_way(monkeypatch):
