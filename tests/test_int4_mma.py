@@ -190,8 +190,7 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
     """Ragged rows (10000: not a multiple of the block) and 7 steps, so the units are not a multiple of the
     programs, blocks are shared by several programs and programs span several blocks: against the reference; in a
     CUDA graph (PDL where the GPU has it) replayed 20 times, each replay the bits of the eager call (the counts
-    reset by each block's last holder). The launcher's timed choice (``config=None``) is one of the candidates and
-    agrees too."""
+    reset by each block's last holder)."""
     n, k = 10000, 7168
     quantized, x, residual, reference = _product(n, k, 11)
     block_m = 16 * config.warps * config.tiles
@@ -216,9 +215,6 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(first, eager) and torch.equal(second, eager)
-    chosen = int4_mma.int4_matvec_mma(x, *quantized, residual=residual)
-    assert int4_mma._chosen_configs[int4_mma.config_key(n, k, True, x.device)] in int4_mma.candidates(n)
-    assert _relative_error(chosen, reference + residual.float()) < 1e-2
 
 
 def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:

@@ -13,8 +13,7 @@ configuration of the new kernel and of the shipped kernel (tuned as it ships), e
 launches on distinct copies of the weight (``kernel_timing``: as a decode step meets it), and the sum over a decode
 step (32 layers of q/k/v, o, gate/up and down, and the output layer). The configurations include stream-K's
 (``Config.stream``: 2-4 programs an SM on three tilings); the residual is checked on the split and on each stream-K
-candidate, and the launcher's own choice (``int4_mma.chosen_config``, timed among ``candidates`` at the first call)
-is printed and checked, with and without the residual. Exits 1 if a check fails or the kernel does not compile
+candidate and on the configuration the launcher serves (``int4_mma.config_for``). Exits 1 if a check fails or the kernel does not compile
 here; a watchdog ends the process after 500 s whatever it is waiting on.
 
 q/k/v with RoPE (``quant_qkv_rope_cache_launch``, the 8B's 32 heads, 8 kv heads of 128, hidden 4096): the fused
@@ -73,19 +72,11 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
         ok &= good
         print(f"  {config}: error {errors[0]:.2e}, against shipped {errors[1]:.2e}{'' if good else '  FAILED'}")
     residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
-    for config in [int4_mma.CONFIGS[0]] + int4_mma.stream_configs(n):
+    for config in [int4_mma.config_for(n)] + int4_mma.stream_configs(n):
         with_residual = int4_mma.int4_matvec_mma(x, words, scale, offset, residual, config=config)
         residual_error = error(with_residual, reference + residual.float())
         ok &= residual_error < TOLERANCE
         print(f"  residual, {config}: error {residual_error:.2e}{'' if residual_error < TOLERANCE else '  FAILED'}")
-    for add in (None, residual):  # the launcher's choice, timed among ``candidates`` at this first call
-        chosen = int4_mma.int4_matvec_mma(x, words, scale, offset, add)
-        chosen_error = error(chosen, reference + (0 if add is None else add.float()))
-        ok &= chosen_error < TOLERANCE
-        chosen_config = int4_mma._chosen_configs[int4_mma.config_key(n, k, add is not None, x.device)]
-        print(f"  the launcher chooses{' with the residual' if add is not None else ''}: {chosen_config}, "
-              f"error {chosen_error:.2e}"
-              f"{'' if chosen_error < TOLERANCE else '  FAILED'}")
     del reference
 
     copies = with_scratch_copies([words, scale, offset])
@@ -93,7 +84,7 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
     for config in int4_mma.CONFIGS:
         times[config] = 1000 * time_in_a_graph(
             [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config) for c in copies])
-    times["chosen"] = times[int4_mma._chosen_configs[int4_mma.config_key(n, k, False, x.device)]]
+    times["served"] = times[int4_mma.config_for(n)]
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for key, us in times.items():
         print(f"  {key}: {us:.1f} us ({gigabytes / us * 1e6:.0f} GB/s)")
@@ -258,12 +249,8 @@ def main() -> int:
     best = {name: min(int4_mma.CONFIGS, key=lambda config: step[name][config]) for name in SHAPES}
     print(f"  best configuration each: {sum(PER_STEP[name] * step[name][best[name]] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(best[name])}' for name in SHAPES)})")
-    chosen = {name: int4_mma._chosen_configs[int4_mma.config_key(
-                 n, k, False, torch.device('cuda', torch.cuda.current_device()))]
-              for name, (n, k) in SHAPES.items()}
-    print(f"  the launcher's choice each (timed in this process; above, the same configuration timed again): "
-          f"{sum(PER_STEP[name] * step[name]['chosen'] for name in SHAPES) / 1000:.3f}"
-          f" ({', '.join(f'{name} {tuple(chosen[name])}' for name in SHAPES)})")
+    print(f"  the launcher's (config_for): {sum(PER_STEP[name] * step[name]['served'] for name in SHAPES) / 1000:.3f}"
+          f" ({', '.join(f'{name} {tuple(int4_mma.config_for(n))}' for name, (n, k) in SHAPES.items())})")
     all_ok &= check_rope(generator)
     all_ok &= check_made_inputs(generator)
     print("checks passed" if all_ok else "CHECKS FAILED")

@@ -205,7 +205,6 @@ def main() -> None:
         quant_kernels.PDL = pdl
         if name == "on retuned":
             quant_kernels._chosen_ways.clear()
-            quant_kernels.int4_mma._chosen_configs.clear()
             for tuner in (quant_kernels._int4_tuned, quant_kernels._int4_rope_tuned):
                 tuner.cache.clear()
         dot = out / "pdl_step_graph.dot" if name == "on" else None

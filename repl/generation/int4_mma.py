@@ -49,8 +49,6 @@ try:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies
     IMPORT_ERROR = None
 except Exception as error:  # no Triton, or one without Gluon's mma_v2: available() says so
     IMPORT_ERROR = f"{type(error).__name__}: {error}"
@@ -436,8 +434,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
                     eps: float = 0.0) -> torch.Tensor:
     """W @ v (+ residual) for one bfloat16 row and an int4 weight (``quantization``'s layout), on CUDA: v = x (K,),
     norm * rms_norm(x), or SiLU(x[:K]) * x[K:] (x of 2K values), made in the kernel's programs as
-    ``quant_kernels._input`` makes it. ``config``: None for the fastest of ``candidates`` at this shape
-    (``chosen_config``). ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
+    ``quant_kernels._input`` makes it. ``config``: None for ``config_for`` this shape. ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
     previous kernel runs."""
     n = words.shape[0]
     k = words.shape[1] * 8
@@ -448,8 +445,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
             or (norm is not None and (swiglu or norm.numel() != k))):
         raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}, "
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
-    if config is None:
-        config = chosen_config(x, words, scale, offset, residual, pdl, norm, swiglu, eps)
+    config = config or config_for(n)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     blocks = triton.cdiv(n, block_m)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
@@ -475,55 +471,20 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     return out
 
 
-# Programs an SM of the stream-K candidates, by tiles a warp. Offline (sm_90, triton 3.6) a thread takes 216-222
+# Programs an SM of the stream-K configurations, by tiles a warp. Offline (sm_90, triton 3.6) a thread takes 216-222
 # registers with two tiles, so two programs of 4 warps fit an SM at once (4: two even waves of shorter runs; 3 would
 # leave half a wave), and 154-163 with one: three fit. One compiled kernel serves each tiling's counts.
 STREAM_PROGRAMS = {1: (2, 3), 2: (2, 4)}
-_chosen_configs: dict = {}  # (n, k, residual, norm, SwiGLU, device) -> the fastest of ``candidates``
 
 
 def stream_configs(n: int) -> list[Config]:
-    """Stream-K on ``config_for``'s tiles (one more compiled kernel), where its blocks' counts fit
-    ``arrival_counts``: measured by ``tools/int4_mma_check.py`` and the tests, not timed by the launcher (on an H100,
-    run 44, the split's rule was faster for every product of the 8B, and each candidate costs the warm-up a compile)."""
+    """Stream-K on ``config_for``'s tiles, where its blocks' counts fit ``arrival_counts``: measured by
+    ``tools/int4_mma_check.py`` and the tests, not served (on an H100, run 44, timed at each product's first call
+    against the split's rule, the rule was faster for every product of the 8B)."""
     rule = config_for(n)
     if triton.cdiv(n, 16 * rule.warps * rule.tiles) > COUNTS:
         return []
     return [rule._replace(parts=None, stream=programs) for programs in STREAM_PROGRAMS[rule.tiles]]
-
-
-def candidates(n: int) -> list[Config]:
-    """The configurations the launcher times for products of n rows: ``config_for``'s rule alone for now (see
-    ``stream_configs``); with one, nothing is timed."""
-    return [config_for(n)]
-
-
-def config_key(n: int, k: int, residual: bool, device: torch.device, norm: bool = False, swiglu: bool = False):
-    """The key of ``_chosen_configs`` for a product's shape and form."""
-    return n, k, residual, norm, swiglu, device
-
-
-def chosen_config(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                  residual: Optional[torch.Tensor], pdl: bool, norm: Optional[torch.Tensor] = None,
-                  swiglu: bool = False, eps: float = 0.0) -> Config:
-    """The fastest of ``candidates`` for this product's shape, timed at its first call as a step meets it
-    (``kernel_timing``: a CUDA graph of launches on scratch copies of the weight) and kept. A fixed rule left the
-    short products 6-9 us above the memory's pace (H100, run 36); which grid suits each shape is measured."""
-    n, k = words.shape[0], words.shape[1] * 8
-    key = config_key(n, k, residual is not None, x.device, norm is not None, swiglu)
-    options = candidates(n)
-    if key not in _chosen_configs and len(options) == 1:
-        _chosen_configs[key] = options[0]
-    if key not in _chosen_configs:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("int4_matvec_mma: a first call of this shape inside a CUDA graph capture; run it once "
-                               "before capturing (its configuration is chosen then)")
-        copies = with_scratch_copies([words, scale, offset])
-        times = {config: time_in_a_graph([lambda copy=copy, config=config: int4_matvec_mma(
-                     x, *copy, residual, config, pdl, norm, swiglu, eps) for copy in copies])
-                 for config in options}
-        _chosen_configs[key] = min(times, key=times.get)
-    return _chosen_configs[key]
 
 
 # -- offline compilation (no GPU needed): whether the kernel compiles, and its SASS -----------------------------------

@@ -818,5 +818,4 @@ def tuned_configs() -> dict[str, str]:
                                 ("int4 q/k/v", _int4_rope_tuned), ("small", _small_tuned))
             for key, config in getattr(tuner, "cache", {}).items()} | {
         f"{'int8' if key[6] else 'int4'} {key[:6]}": f"input made first {first}, tensor cores {core}"
-        for key, (first, core) in _chosen_ways.items()} | {
-        f"int4 tensor cores {key[:3]}": str(config) for key, config in int4_mma._chosen_configs.items()}
+        for key, (first, core) in _chosen_ways.items()}
