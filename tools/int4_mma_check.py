@@ -5,7 +5,6 @@ whose input the tensor cores make themselves:
     python tools/int4_mma_check.py            # everything
     python tools/int4_mma_check.py --rope     # q/k/v with RoPE only
     python tools/int4_mma_check.py --inputs   # q/k/v with RoPE, gate/up after the norm, down after SwiGLU
-    python tools/int4_mma_check.py --l2       # the L2 asked for the weights first (int4_mma.L2_AHEAD) or not
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
@@ -224,63 +223,6 @@ def check_made_inputs(generator: torch.Generator) -> bool:
     return ok
 
 
-def check_l2_ahead(generator: torch.Generator) -> bool:
-    """Each 8B product on tensor cores with the L2 asked for the program's weights first (``int4_mma.L2_AHEAD``: 1 a
-    prefetch a line, 2 a bulk prefetch a row) against without, on a few configurations, as a step launches them
-    (PDL as the launcher sets it): identical bits, and the microseconds of each (a graph of launches on distinct
-    weights); then q/k/v with RoPE, the norm made in the kernel, the same way."""
-    ok, pdl = True, quant_kernels.PDL
-    for name, (n, k) in SHAPES.items():
-        quantized = quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
-                             "int4")
-        x = torch.randn(k, generator=generator, device="cuda").to(torch.bfloat16)
-        copies = with_scratch_copies(list(quantized))
-        gigabytes = (quantized.words.numel() * 4 + quantized.scale.numel() * 4) / 1e9
-        configs = [int4_mma.config_for(n), int4_mma.Config(4, 1, True), int4_mma.Config(4, 1, False),
-                   int4_mma.Config(4, 2, False), int4_mma.Config(8, 1, True)]
-        print(f"{name} {n}x{k}, PDL {pdl}:")
-        for config in dict.fromkeys(configs):
-            plain = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, l2_ahead=0)
-            cells = []
-            for mode in (0, 1, 2):
-                same = torch.equal(int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, l2_ahead=mode),
-                                   plain)
-                ok &= same
-                ms = time_in_a_graph([lambda c=c, config=config, mode=mode: int4_mma.int4_matvec_mma(
-                    x, *c, config=config, pdl=pdl, l2_ahead=mode) for c in copies])
-                cells.append(f"L2 {mode}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s)"
-                             + ("" if same else " DIFFERENT BITS"))
-            print(f"  {tuple(config)}{' served' if config == int4_mma.config_for(n) else ''}: " + "; ".join(cells))
-        del copies, quantized
-        torch.cuda.empty_cache()
-    hidden, heads, kv_heads, dim = ROPE_SHAPE.values()
-    n = (heads + 2 * kv_heads) * dim
-    quantized = quantize((torch.randn(n, hidden, generator=generator, device="cuda") * hidden ** -0.5)
-                         .to(torch.bfloat16), "int4")
-    x = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
-    norm = (1 + 0.1 * torch.randn(hidden, generator=generator, device="cuda")).to(torch.bfloat16)
-    angles = 7 * torch.cat([500000.0 ** (-torch.arange(0, dim, 2, device="cuda") / dim)] * 2)
-    cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
-    position = torch.tensor([7], device="cuda")
-    caches = torch.zeros(2, 1, kv_heads, 64, dim, dtype=torch.bfloat16, device="cuda")
-    copies = with_scratch_copies(list(quantized))
-    gigabytes = (quantized.words.numel() * 4 + quantized.scale.numel() * 4) / 1e9
-
-    def rope(c, mode):
-        return int4_mma_rope.int4_qkv_rope_cache_mma(x, *c, cos, sin, caches[0], caches[1], position, heads,
-                                                     kv_heads, pdl=pdl, norm=norm, eps=EPS, l2_ahead=mode)
-
-    plain = rope(quantized, 0)
-    cells = []
-    for mode in (0, 1, 2):
-        same = torch.equal(rope(quantized, mode), plain)
-        ok &= same
-        ms = time_in_a_graph([lambda c=c, mode=mode: rope(c, mode) for c in copies])
-        cells.append(f"L2 {mode}: {1000 * ms:.1f} us ({gigabytes / ms * 1e3:.0f} GB/s)" + ("" if same else " DIFFERENT"))
-    print("q/k/v with RoPE, the norm in the kernel: " + "; ".join(cells))
-    return ok
-
-
 def main() -> int:
     faulthandler.dump_traceback_later(500, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
@@ -288,10 +230,6 @@ def main() -> int:
         print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
         return 1
     generator = torch.Generator(device="cuda").manual_seed(0)
-    if "--l2" in sys.argv[1:]:
-        ok = check_l2_ahead(generator)
-        print("checks passed" if ok else "CHECKS FAILED")
-        return 0 if ok else 1
     if "--rope" in sys.argv[1:] or "--inputs" in sys.argv[1:]:
         ok = check_rope(generator)
         if "--inputs" in sys.argv[1:]:

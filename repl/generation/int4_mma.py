@@ -37,7 +37,6 @@ arrives last). ``stream_segments`` and ``stream_holders`` state the partition in
 
 import functools
 import math
-import os
 from typing import NamedTuple, Optional
 
 import torch
@@ -92,18 +91,10 @@ lop3.b32 $3, s, 0x000F000F, 0x43004300, 0xEA;
 # B of group c: x where the thread's column is c, else 0: an AND of each bfloat16 pair with a mask of all ones or 0
 # (pack=2: one instruction a register; a select of each 16-bit element and a repack took three).
 _MASK_ASM = "and.b32 $0, $1, $2;"
-# The L2 asked for weights ahead of their loads (``_ask_l2``): a line (128 bytes) a prefetch, or a row's run of a
-# program's steps in one bulk prefetch (sm_90). The output register only gives the asm a result.
-_L2_LINE_ASM = "prefetch.global.L2 [$1];\nmov.u32 $0, 0;"
-_L2_BULK_ASM = "cp.async.bulk.prefetch.L2.global [$1], $2;\nmov.u32 $0, 0;"
-# 0: off, 1: lines, 2: bulk (``KERNELLLM_L2_AHEAD``): an experiment of issue 27, measured by tools/int4_mma_check.py
-L2_AHEAD = int(os.environ.get("KERNELLLM_L2_AHEAD", "0"))
 
 if IMPORT_ERROR is None:
     _DEQUANT = gl.constexpr(_DEQUANT_ASM)
     _MASK = gl.constexpr(_MASK_ASM)
-    _L2_LINE = gl.constexpr(_L2_LINE_ASM)
-    _L2_BULK = gl.constexpr(_L2_BULK_ASM)
     _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # triton 3.6's name, and later ones'
 
     @gluon.jit
@@ -144,32 +135,6 @@ if IMPORT_ERROR is None:
         scale = gl.load(scale_at + step * 8, mask=present)
         offset = gl.load(offset_at + step * 8, mask=present)
         return w0, w1, w2, w3, w4, w5, w6, w7, scale, offset
-
-    @gluon.jit
-    def _ask_l2(words_ptr, scale_ptr, offset_ptr, block, n, groups, first, last, BLOCK_M: gl.constexpr,
-                L2_AHEAD: gl.constexpr):
-        """Ask the L2 for the words of this program's rows over steps first .. last - 1 (and, in bulk, their scales
-        and offsets) before any of them is loaded: the memory then works for the whole program at once instead of
-        the few KB its loads keep in flight."""
-        LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-        if L2_AHEAD == 1:  # a prefetch a 128-byte line: 4 lines a row a step
-            i = gl.arange(0, BLOCK_M * 4, layout=LAYOUT)
-            rows = gl.minimum(block * BLOCK_M + i // 4, n - 1)
-            at = words_ptr + rows * (groups * 16) + (i % 4) * 32
-            for step in range(first, last):
-                gl.inline_asm_elementwise(_L2_LINE, "=r,l", [at + step * 128], dtype=gl.int32, is_pure=False,
-                                          pack=1)
-        elif first < last:  # a bulk prefetch a row of each tensor
-            i = gl.arange(0, BLOCK_M, layout=LAYOUT)
-            rows = gl.minimum(block * BLOCK_M + i, n - 1)
-            words_bytes = gl.zeros([BLOCK_M], gl.int32, LAYOUT) + (last - first) * 512
-            gl.inline_asm_elementwise(_L2_BULK, "=r,l,r", [words_ptr + rows * (groups * 16) + first * 128,
-                                                            words_bytes], dtype=gl.int32, is_pure=False, pack=1)
-            field_bytes = gl.zeros([BLOCK_M], gl.int32, LAYOUT) + (last - first) * 16
-            gl.inline_asm_elementwise(_L2_BULK, "=r,l,r", [scale_ptr + rows * groups + first * 8, field_bytes],
-                                      dtype=gl.int32, is_pure=False, pack=1)
-            gl.inline_asm_elementwise(_L2_BULK, "=r,l,r", [offset_ptr + rows * groups + first * 8, field_bytes],
-                                      dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _inverse_rms(x_ptr, k, eps, RMS_BLOCK: gl.constexpr):
@@ -228,7 +193,7 @@ if IMPORT_ERROR is None:
     def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA: gl.constexpr,
                    WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr,
                    norm_ptr=None, eps=0.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
-                   RMS_BLOCK: gl.constexpr = 1024, L2_AHEAD: gl.constexpr = 0):
+                   RMS_BLOCK: gl.constexpr = 1024):
         """The (BLOCK_M,) sums of rows block * BLOCK_M on over steps first .. last - 1 (1024 columns each), in
         SliceLayout(1, MMA). PDL: the first step's weights are asked for before ``gdc_wait``, everything else
         after it. NORM (norm_ptr, eps, RMS_BLOCK: ``rms_block(k)``) or SWIGLU (x of 2k values): the input is made
@@ -258,8 +223,6 @@ if IMPORT_ERROR is None:
         # in the step that uses them, ptxas issued the loads at most one group ahead of their mma: 1-2 KB in flight
         # a warp. Prefetched, 8 KB a tile in flight, for 64 more registers a thread a tile.
         # The norm's pass over x comes after the wait (x is the previous kernel's output) and before the K loop.
-        if L2_AHEAD:
-            _ask_l2(words_ptr, scale_ptr, offset_ptr, block, n, groups, first, last, BLOCK_M, L2_AHEAD)
         scale_at, offset_at = scale_ptr + scale_at, offset_ptr + scale_at
         total = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
         inverse_rms = 1.0
@@ -319,8 +282,7 @@ if IMPORT_ERROR is None:
     def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
                          n, k, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
                          PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False,
-                         NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024,
-                         L2_AHEAD: gl.constexpr = 0):
+                         NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
         # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
         # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
         # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
@@ -333,7 +295,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA, WORDS,
-                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK, L2_AHEAD)
+                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
         row_ok = rows < n
         if parts == 1:
@@ -469,7 +431,7 @@ def rms_block(k: int) -> int:
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                     residual: Optional[torch.Tensor] = None, config: Optional[Config] = None,
                     pdl: bool = False, norm: Optional[torch.Tensor] = None, swiglu: bool = False,
-                    eps: float = 0.0, l2_ahead: Optional[int] = None) -> torch.Tensor:
+                    eps: float = 0.0) -> torch.Tensor:
     """W @ v (+ residual) for one bfloat16 row and an int4 weight (``quantization``'s layout), on CUDA: v = x (K,),
     norm * rms_norm(x), or SiLU(x[:K]) * x[K:] (x of 2K values), made in the kernel's programs as
     ``quant_kernels._input`` makes it. ``config``: None for ``config_for`` this shape. ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
@@ -505,8 +467,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
         parts = _parts(config, n, k, x.device)
         partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
         counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
-        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, **options,
-                                          L2_AHEAD=L2_AHEAD if l2_ahead is None else l2_ahead)
+        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, **options)
     return out
 
 
@@ -534,7 +495,7 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
 
 
 def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False, norm: bool = False,
-                     swiglu: bool = False, l2_ahead: int = 0):
+                     swiglu: bool = False):
     """The kernel of ``config`` (the split's or stream-K's) compiled for an H100 (sm_90) without a GPU, pointers
     16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
     dependent launch; ``norm``, ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the
@@ -542,8 +503,6 @@ def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: b
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
                   "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096)}
-    if not config.stream:
-        constexprs["L2_AHEAD"] = l2_ahead
     kernel = _int4_mma_matvec_stream if config.stream else _int4_mma_matvec
     return compile_gluon_for_sm90(kernel, SIGNATURE, constexprs, config.warps, pdl)
 

@@ -64,8 +64,7 @@ if IMPORT_ERROR is None:
                                  stride_vh, stride_vn, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
                                  DIM: gl.constexpr, PREFETCH: gl.constexpr, HEADS: gl.constexpr,
                                  KV_HEADS: gl.constexpr, WARPS: gl.constexpr, PDL: gl.constexpr = False,
-                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024,
-                                 L2_AHEAD: gl.constexpr = 0):
+                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
         # Program (head, part). PDL: as ``int4_mma._int4_mma_matvec``, only the first step's weights before the
         # wait; x (and the norm's pass over it), cos/sin, the position, the partials and counts, q and the caches
         # after it.
@@ -76,7 +75,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, first, last, MMA, WORDS, DIM,
-                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK, L2_AHEAD)
+                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK)
         if parts == 1:
             _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                             stride_kh, stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, DIM, WARPS)
@@ -111,8 +110,7 @@ def serves(x: torch.Tensor, n: int, k: int, dim: int) -> bool:
 def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             positions: torch.Tensor, heads: int, kv_heads: int, pdl: bool = False,
-                            norm: Optional[torch.Tensor] = None, eps: float = 0.0,
-                            l2_ahead: Optional[int] = None) -> torch.Tensor:
+                            norm: Optional[torch.Tensor] = None, eps: float = 0.0) -> torch.Tensor:
     """q (1, heads, 1, dim) of the q/k/v product W @ v for one bfloat16 row x (k,), v = x (already normed) or, given
     ``norm``, norm * rms_norm(x) made in the kernel; rotated at ``positions`` (1,); k and v written into the caches
     (1, kv_heads, length, dim). The caller checks the shapes (``quant_kernels.quant_qkv_rope_cache_launch``).
@@ -139,7 +137,7 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
         v_cache.stride(1), v_cache.stride(2), norm.contiguous() if norm is not None else x, eps, MMA=mma,
         WORDS=words_layout, DIM=block_m, PREFETCH=config.prefetch, HEADS=heads, KV_HEADS=kv_heads,
         WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=int4_mma.rms_block(k), num_warps=config.warps,
-        launch_pdl=pdl, L2_AHEAD=int4_mma.L2_AHEAD if l2_ahead is None else l2_ahead)
+        launch_pdl=pdl)
     return q
 
 
@@ -153,7 +151,7 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
 
 
 def compile_for_sm90(dim: int = 128, heads: int = 32, kv_heads: int = 8, pdl: bool = False,
-                     config: Optional[Config] = None, norm: bool = False, l2_ahead: int = 0):
+                     config: Optional[Config] = None, norm: bool = False):
     """The kernel compiled for an H100 (sm_90) without a GPU, at the 8B's heads by default; ``norm``: its form that
     makes its input (rows of 4096, the 8B's hidden size)."""
     config = config or config_for(dim)
@@ -161,7 +159,7 @@ def compile_for_sm90(dim: int = 128, heads: int = 32, kv_heads: int = 8, pdl: bo
     assert block_m == dim, "a program owns one head"
     constexprs = {"MMA": mma, "WORDS": words_layout, "DIM": dim, "PREFETCH": config.prefetch, "HEADS": heads,
                   "KV_HEADS": kv_heads, "WARPS": config.warps, "PDL": pdl, "NORM": norm,
-                  "RMS_BLOCK": int4_mma.rms_block(4096), "L2_AHEAD": l2_ahead}
+                  "RMS_BLOCK": int4_mma.rms_block(4096)}
     return int4_mma.compile_gluon_for_sm90(_int4_mma_qkv_rope_cache, SIGNATURE, constexprs, config.warps, pdl)
 
 
