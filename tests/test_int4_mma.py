@@ -217,6 +217,61 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
         assert torch.equal(first, eager) and torch.equal(second, eager)
 
 
+@needs_gluon
+@pytest.mark.parametrize("pdl", [False, True])
+def test_the_normed_output_form_compiles_and_keeps_its_k_loop(pdl):
+    """The form whose last block's program also writes the next product's normed input (NORMED_OUT) compiles for
+    sm_90 with and without PDL; its K loop has the plain form's loads and mma, nothing through shared memory, and
+    within a few instructions of its length (the epilogue runs once, after it; ptxas moved a compare and a select)."""
+    def k_loop(**form):
+        compiled = int4_mma.compile_for_sm90(int4_mma.Config(4, 2, False), residual=True, pdl=pdl, **form)
+        return [loop for loop in int4_mma.innermost_loops(compiled.asm["cubin"])
+                if any(line.startswith("HMMA") for line in loop)]
+
+    normed, plain = k_loop(normed_out=True), k_loop()
+    opcodes = lambda loop: collections.Counter(line.split()[0].split(".")[0] for line in loop)
+    assert len(normed) == 1 and abs(len(normed[0]) - len(plain[0])) <= 8
+    for op in ("HMMA", "LDG", "LDS", "STS", "SHFL"):
+        assert opcodes(normed[0])[op] == opcodes(plain[0])[op], op
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,k", [(4096, 4096), (3000, 2048), (1000, 5120)])
+def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k):
+    """o's product with its residual also making gate/up's input (``next_norm``): the output the same bits as the
+    plain product's, the input within one bfloat16 step of ``prepared_input`` on that output (the RMS summed in
+    another order) and of torch's; in a CUDA graph replayed 20 times (PDL where the GPU has it), each replay the bits
+    of the eager call (the count of finished blocks reset by the last); ``quant_matvec_normed_launch`` serves it."""
+    from repl.generation import quant_kernels
+
+    quantized, x, residual, _ = _product(n, k, n + k + 1)
+    norm = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+    pdl = torch.cuda.get_device_capability() >= (9, 0)
+    plain = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl)
+    out, normed = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
+    assert torch.equal(out, plain)
+    made_first = quant_kernels.prepared_input(plain, norm, False, n, 1e-5)
+    step = 2.0 ** -7 * made_first.float().abs()  # one bfloat16 step of each value, at most
+    for against in (made_first, _made_in_torch(plain, norm, False, n, 1e-5)):
+        assert ((normed.float() - against.float()).abs() <= step + 1e-30).all()
+    served = quant_kernels.quant_matvec_normed_launch(x, *quantized, residual, norm, 1e-5)
+    assert torch.equal(served[0], out) and torch.equal(served[1], normed)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        first = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
+        second = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
+    for _ in range(20):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(first + second, (out, normed, out, normed)))
+
+
 def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:
     """The input ``quant_kernels._input`` makes, in torch: float32 math rounded to bfloat16 at the same places."""
     if swiglu:

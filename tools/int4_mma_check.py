@@ -5,6 +5,7 @@ whose input the tensor cores make themselves:
     python tools/int4_mma_check.py            # everything
     python tools/int4_mma_check.py --rope     # q/k/v with RoPE only
     python tools/int4_mma_check.py --inputs   # q/k/v with RoPE, gate/up after the norm, down after SwiGLU
+    python tools/int4_mma_check.py --normed   # o making gate/up's normed input, or a kernel after it
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
@@ -223,6 +224,38 @@ def check_made_inputs(generator: torch.Generator) -> bool:
     return ok
 
 
+def check_normed_out(generator: torch.Generator) -> bool:
+    """o with its residual, then gate/up's normed input: the product and ``prepared_input`` (two kernels) against
+    the product's last block making it (``int4_mma``'s NORMED_OUT, one kernel): the output the same bits, the input
+    within one bfloat16 step; the microseconds of each (graphs of launches on distinct weights, PDL as served)."""
+    n, k = SHAPES["o"]
+    quantized = quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
+                         "int4")
+    x = torch.randn(k, generator=generator, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = (1 + 0.1 * torch.randn(n, generator=generator, device="cuda")).to(torch.bfloat16)
+    pdl = quant_kernels._pdl_on(x)
+
+    def two(words, scale, offset):
+        out = int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=pdl)
+        return out, quant_kernels.prepared_input(out, norm, False, n, EPS)
+
+    def one(words, scale, offset):
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=pdl, next_norm=norm, next_eps=EPS)
+
+    (out_two, normed_two), (out_one, normed_one) = two(*quantized), one(*quantized)
+    same_out = torch.equal(out_two, out_one)
+    steps = ((normed_one.float() - normed_two.float()).abs() / (2.0 ** -7 * normed_two.float().abs())).max().item()
+    ok = same_out and steps <= 1
+    print(f"o {n}x{k} with the residual, then gate/up's normed input: output identical {same_out}, input at most "
+          f"{steps:.2f} bfloat16 steps apart{'' if ok else '  FAILED'}")
+    copies = with_scratch_copies(list(quantized))
+    for name, way in [("product + prepared_input (two kernels)", two), ("NORMED_OUT (one kernel)", one)]:
+        ms = time_in_a_graph([lambda c=c, way=way: way(*c) for c in copies])
+        print(f"  {name}: {1000 * ms:.1f} us, a step's 32: {32 * ms:.3f} ms")
+    return ok
+
+
 def main() -> int:
     faulthandler.dump_traceback_later(500, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
@@ -230,6 +263,10 @@ def main() -> int:
         print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
         return 1
     generator = torch.Generator(device="cuda").manual_seed(0)
+    if "--normed" in sys.argv[1:]:
+        ok = check_normed_out(generator)
+        print("checks passed" if ok else "CHECKS FAILED")
+        return 0 if ok else 1
     if "--rope" in sys.argv[1:] or "--inputs" in sys.argv[1:]:
         ok = check_rope(generator)
         if "--inputs" in sys.argv[1:]:

@@ -54,6 +54,7 @@ except Exception as error:  # no Triton, or one without Gluon's mma_v2: availabl
     IMPORT_ERROR = f"{type(error).__name__}: {error}"
 
 COLUMNS_PER_STEP = 1024  # 8 groups of 128: one mma per group into one column of C
+NORMED_UP_TO = 8192  # outputs one program reads to make the next product's normed input (``_normed_by_last``)
 MAX_PARTS = 8
 
 
@@ -280,14 +281,17 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _int4_mma_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, residual_ptr, out_ptr, partial_ptr, counts_ptr,
-                         n, k, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr, BLOCK_M: gl.constexpr,
-                         PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr = False,
-                         NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
+                         n, k, norm_ptr, eps, normed_ptr, next_norm_ptr, next_eps, MMA: gl.constexpr,
+                         WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr,
+                         PDL: gl.constexpr = False, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
+                         RMS_BLOCK: gl.constexpr = 1024, NORMED_OUT: gl.constexpr = False,
+                         NORMED_BLOCK: gl.constexpr = 1024):
         # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
         # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
         # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
         # partials and counts, reused memory under a CUDA graph) is touched after the wait. NORM, SWIGLU: the input
-        # made in each program (``_part_sums``).
+        # made in each program (``_part_sums``). NORMED_OUT: the program that stores the output's last block also
+        # writes the next product's input, next_norm * rms_norm(out) (``_normed_by_last``).
         if PDL:
             gdc_launch_dependents()
         block = gl.program_id(0)
@@ -300,10 +304,36 @@ if IMPORT_ERROR is None:
         row_ok = rows < n
         if parts == 1:
             _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+            if NORMED_OUT:
+                _normed_by_last(out_ptr, normed_ptr, next_norm_ptr, counts_ptr, n, next_eps, NORMED_BLOCK)
         elif _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, n, block, part, parts):
             row_sums = _parts_summed(rows, row_ok, partial_ptr, n, parts, gl.SliceLayout(1, MMA), BLOCK_M)
             _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
             gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
+            if NORMED_OUT:
+                _normed_by_last(out_ptr, normed_ptr, next_norm_ptr, counts_ptr, n, next_eps, NORMED_BLOCK)
+
+    @gluon.jit
+    def _normed_by_last(out_ptr, normed_ptr, norm_ptr, counts_ptr, n, eps, BLOCK: gl.constexpr):
+        """Called by the program that stored a block of the output: counted in at slot ``blocks`` of the counts
+        (the blocks use 0 .. blocks - 1), and the last block's program makes the next product's input from the
+        whole output, norm * rms_norm(out), with ``quant_kernels._input``'s float32 math and roundings (its RMS summed
+        in another order than ``_inverse_rms``'s: the two may differ in the last bit). One program's reads of n
+        values replace a kernel of its own (``quant_kernels.prepared_input``) between this product and the next."""
+        _cta_barrier()  # every thread's share of the block stored before the count says so (the atomic releases it)
+        blocks = gl.num_programs(0)
+        arrived = gl.atomic_add(counts_ptr + blocks, 1, sem="acq_rel", scope="gpu")
+        if arrived == blocks - 1:
+            LAYOUT: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])  # 16 bytes a load
+            cols = gl.arange(0, BLOCK, layout=LAYOUT)
+            ok = cols < n
+            out = gl.load(out_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg")  # other programs' stores: L2
+            values = out.to(gl.float32)
+            inverse_rms = gl.rsqrt(gl.sum(values * values, 0) / n + eps)
+            weight = gl.load(norm_ptr + cols, mask=ok, other=0.0).to(gl.float32)
+            normed = (weight * (values * inverse_rms).to(out.dtype).to(gl.float32)).to(out.dtype)
+            gl.store(normed_ptr + cols, normed, mask=ok)
+            gl.atomic_xchg(counts_ptr + blocks, 0, sem="relaxed", scope="gpu")
 
     @gluon.jit
     def _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: gl.constexpr):
@@ -378,11 +408,14 @@ def layouts(warps: int, tiles: int):
 
 
 def config_for(n: int) -> Config:
-    """The configuration for products of n rows: of the nine timed on the 8B shapes (H100, run 36,
-    ``tools/int4_mma_check.py``), two 16-row tiles a warp without the prefetch were the fastest for q/k/v, gate/up
-    and down (10.0, 30.1, 18.0 us) and within 2% for o; the output layer's 128256 rows ran best with one tile and the
-    prefetch (97.9 against 117.7 us)."""
-    return Config(4, 1, True) if n > 32768 else Config(4, 2, False)
+    """The configuration for products of n rows, from the configurations timed on the 8B shapes
+    (``tools/int4_mma_check.py``, H100): two 16-row tiles a warp without the prefetch for q/k/v, o and down (run 36,
+    and under PDL in run 47: 8.2, 7.2, 16.2 us); gate/up's 28672 rows with one tile (run 47, under PDL: 27.6 against
+    29.4 us: 448 programs of 4 steps at three an SM, where two tiles run two an SM); the output layer's 128256 rows
+    with one tile and the prefetch (97.9 against 117.7 us in run 36, 97.4 in run 47)."""
+    if n > 32768:
+        return Config(4, 1, True)
+    return Config(4, 1, False) if n > 16384 else Config(4, 2, False)
 
 
 def serves(x: torch.Tensor, n: int, k: int) -> bool:
@@ -431,7 +464,7 @@ def rms_block(k: int) -> int:
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                     residual: Optional[torch.Tensor] = None, config: Optional[Config] = None,
                     pdl: bool = False, norm: Optional[torch.Tensor] = None, swiglu: bool = False,
-                    eps: float = 0.0) -> torch.Tensor:
+                    eps: float = 0.0, next_norm: Optional[torch.Tensor] = None, next_eps: float = 0.0):
     """W @ v (+ residual) for one bfloat16 row and an int4 weight (``quantization``'s layout), on CUDA: v = x (K,),
     norm * rms_norm(x), or SiLU(x[:K]) * x[K:] (x of 2K values), made in the kernel's programs as
     ``quant_kernels._input`` makes it. ``config``: None for ``config_for`` this shape. ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
@@ -442,9 +475,11 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16
             or x.numel() != (2 * k if swiglu else k) or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31
             or not words.is_contiguous() or (residual is not None and residual.numel() != n)
-            or (norm is not None and (swiglu or norm.numel() != k))):
+            or (norm is not None and (swiglu or norm.numel() != k))
+            or (next_norm is not None and (next_norm.numel() != n or n > NORMED_UP_TO or (config and config.stream)))):
         raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}, "
-                         f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}")
+                         f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}, "
+                         f"next norm {None if next_norm is None else tuple(next_norm.shape)}")
     config = config or config_for(n)
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     blocks = triton.cdiv(n, block_m)
@@ -466,8 +501,15 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     else:
         parts = _parts(config, n, k, x.device)
         partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
-        counts = arrival_counts(x.device, blocks if parts > 1 else 0, "int4_matvec_mma")
-        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, **options)
+        counts = arrival_counts(x.device, blocks + 1 if next_norm is not None else blocks if parts > 1 else 0,
+                                "int4_matvec_mma")
+        normed = torch.empty(n, dtype=x.dtype, device=x.device) if next_norm is not None else out
+        _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, normed,
+                                          next_norm.contiguous() if next_norm is not None else out, next_eps,
+                                          **options, NORMED_OUT=next_norm is not None,
+                                          NORMED_BLOCK=triton.next_power_of_2(n) if next_norm is not None else 1024)
+        if next_norm is not None:
+            return out, normed
     return out
 
 
@@ -492,10 +534,11 @@ def stream_configs(n: int) -> list[Config]:
 SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offset_ptr": "*bf16",
              "residual_ptr": "*bf16", "out_ptr": "*bf16", "partial_ptr": "*fp32", "counts_ptr": "*i32",
              "n": "i32", "k": "i32", "norm_ptr": "*bf16", "eps": "fp32"}
+SPLIT_SIGNATURE = dict(SIGNATURE, normed_ptr="*bf16", next_norm_ptr="*bf16", next_eps="fp32")
 
 
 def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False, norm: bool = False,
-                     swiglu: bool = False):
+                     swiglu: bool = False, normed_out: bool = False):
     """The kernel of ``config`` (the split's or stream-K's) compiled for an H100 (sm_90) without a GPU, pointers
     16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
     dependent launch; ``norm``, ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the
@@ -503,8 +546,10 @@ def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: b
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
                   "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096)}
-    kernel = _int4_mma_matvec_stream if config.stream else _int4_mma_matvec
-    return compile_gluon_for_sm90(kernel, SIGNATURE, constexprs, config.warps, pdl)
+    if config.stream:
+        return compile_gluon_for_sm90(_int4_mma_matvec_stream, SIGNATURE, constexprs, config.warps, pdl)
+    constexprs.update(NORMED_OUT=normed_out, NORMED_BLOCK=4096)
+    return compile_gluon_for_sm90(_int4_mma_matvec, SPLIT_SIGNATURE, constexprs, config.warps, pdl)
 
 
 def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool):

@@ -608,6 +608,47 @@ def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool
     return out.view(1, 1, -1)
 
 
+# The int4 product before a norm (o, whose output feeds gate/up's norm) makes that norm's input in its own last
+# program (``int4_mma``'s NORMED_OUT) instead of a kernel of its own after it; ``KERNELLLM_NORMED_OUT=0`` turns it off
+# (the product, then ``prepared_input``), to measure one against the other.
+NORMED_OUT = os.environ.get("KERNELLLM_NORMED_OUT", "1") != "0"
+
+
+def quant_matvec_normed_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
+                               offset: Optional[torch.Tensor], residual: torch.Tensor, norm: torch.Tensor,
+                               eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """out = W @ x + residual for one row, and the next product's input norm * rms_norm(out), as
+    ``prepared_input`` makes it: in one tensor-core kernel where ``int4_mma`` serves an int4 product of this shape,
+    else the product (``quant_matvec_launch``) and then ``prepared_input``."""
+    n = words.shape[0]
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    x = x.reshape(-1).contiguous()
+    if (NORMED_OUT and offset is not None and x.is_cuda and n <= int4_mma.NORMED_UP_TO and x.numel() == k
+            and int4_mma.serves(x, n, k)):
+        return int4_mma.int4_matvec_mma(x, words, scale, offset, residual, pdl=_pdl_on(x),
+                                        next_norm=norm.reshape(-1), next_eps=eps)
+    out = quant_matvec_launch(x, words, scale, offset, None, residual, False, eps)
+    return out, prepared_input(out, norm.reshape(-1), False, n, eps)
+
+
+@torch.library.custom_op("kernelllm::quant_matvec_normed", mutates_args=())
+def quant_matvec_normed(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
+                        residual: torch.Tensor, norm: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return quant_matvec_normed_launch(x, words, scale, offset, residual, norm, eps)
+
+
+@quant_matvec_normed.register_fake
+def _(x, words, scale, offset, residual, norm, eps):
+    return x.new_empty(words.shape[0]), x.new_empty(words.shape[0])
+
+
+def matvec_normed(x, weight: QuantizedWeight, *, residual, norm, eps: float):
+    """``quant_matvec_normed`` for one row of x (1, 1, k): the output and the next product's normed input, each
+    shaped like the residual (1, 1, n)."""
+    out, normed = quant_matvec_normed(x, weight.words, weight.scale, weight.offset, residual, norm, eps)
+    return out.view(1, 1, -1), normed.view(1, 1, -1)
+
+
 # -- 2 to 16 rows: tensor cores --------------------------------------------------------------------------------------
 
 @triton.jit
