@@ -267,6 +267,30 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
         int4_mma.int4_matvec_mma(x, *(part[:n - 1] for part in quantized), swiglu_out=True)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replaces(monkeypatch):
+    """``quant_kernels.quant_gate_up_swiglu`` on the 8B's gate/up after the norm, as a decode step calls it: the bits
+    of the way it replaces (the normed input made first, the tensor-core product, then ``prepared_input``'s SwiGLU),
+    again at a second call, and with ``SWIGLU_OUT`` switched off (that way itself)."""
+    from repl.generation import quant_kernels
+
+    n, k = EIGHT_B_SHAPES["gate/up"]
+    quantized, x, _, _ = _product(n, k, 5)
+    norm = (1 + 0.1 * torch.randn(k, generator=torch.Generator(device="cuda").manual_seed(6), device="cuda"))
+    norm = norm.to(torch.bfloat16)
+    pdl = quant_kernels._pdl_on(x)
+    normed = quant_kernels.prepared_input(x, norm, False, k, 1e-5)
+    product = int4_mma.int4_matvec_mma(normed, *quantized, pdl=pdl)
+    two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
+    served = quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5)
+    assert served.dtype == torch.bfloat16 and served.shape == (n // 2, )
+    assert torch.equal(served, two_kernels)
+    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), served)
+    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", False)
+    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), two_kernels)
+
+
 def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:
     """The input ``quant_kernels._input`` makes, in torch: float32 math rounded to bfloat16 at the same places."""
     if swiglu:

@@ -3,7 +3,7 @@ one token (the norm, SwiGLU and the residual fused in); the decoder compiles the
 for full-precision weights. More rows, or full-precision weights, take ``llama_math``'s own pieces."""
 
 from repl.generation import llama_math
-from repl.generation.quant_kernels import matvec, qkv_rope_cache, rope_fits
+from repl.generation.quant_kernels import gate_up_swiglu, matvec, qkv_rope_cache, rope_fits
 from repl.generation.quantization import QuantizedWeight
 
 
@@ -25,11 +25,14 @@ def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: 
 
 def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
-    for one row of one token."""
+    for one row of one token; for int4, norm + gate/up + SwiGLU (``gate_up_swiglu``: the SwiGLU in gate/up's product
+    where the tensor cores serve it), then down + residual."""
     if not _one_row(x) or not isinstance(o, QuantizedWeight):
         return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
     x = matvec(attention, o, residual=x)
-    return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+    if gate_up.offset is None:
+        return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+    return matvec(gate_up_swiglu(x, gate_up, norm, eps), down, residual=x)
 
 
 def final_logits(x, norm, lm_head, eps: float):
