@@ -3,7 +3,8 @@
 memory, no shuffles) at under two instructions a weight, plus a few a value of the input where they make it (a norm,
 SwiGLU); stream-K's partition of the work (on the CPU); on CUDA, the product against the dequantized reference,
 split along K or not or in stream-K form, ragged rows, with a residual; the input made in the kernel against the
-input made first; q/k/v with RoPE against the fused CUDA-core kernel."""
+input made first; q/k/v with RoPE against the fused CUDA-core kernel; gate/up storing SiLU(gate) * up (SWIGLU_OUT):
+the plain product's K loop offline, and on CUDA the bits of the product followed by SwiGLU."""
 
 import collections
 
@@ -45,6 +46,27 @@ def test_the_k_loop_keeps_the_weights_in_registers(config, form):
     assert any(line.startswith("LDG.E.EF.128") for line in loops[0])  # words 16 bytes at a time, evict-first
     # words (2 rows x 8 groups a tile), scales and offsets (2 each a tile), x's values of B, the norm's or up's
     assert ops["LDG"] == 20 * config.tiles + 32 * (1 if form == "plain" else 2), ops
+
+
+@needs_gluon
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
+def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
+    """gate/up storing SiLU(gate) * up (SWIGLU_OUT) only reads other rows into the program's rows and adds an
+    epilogue: its K loop has the plain product's mma and loads, nothing through shared memory, no shuffles, and
+    about its length (offline, sm_90, triton 3.9: the same or up to two instructions fewer). Stream-K and a residual
+    have no such form."""
+    loops = {swiglu_out: int4_mma.main_loop(int4_mma.compile_for_sm90(config, pdl=pdl, swiglu_out=swiglu_out)
+                                            .asm["cubin"]) for swiglu_out in (False, True)}
+    ops = {swiglu_out: collections.Counter(line.split()[0].split(".")[0] for line in loop)
+           for swiglu_out, loop in loops.items()}
+    assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops[True]), ops[True]
+    assert all(ops[True][op] == ops[False][op] for op in ("HMMA", "LDG")), ops
+    assert len(loops[True]) <= len(loops[False]) + 8, (len(loops[True]), len(loops[False]))
+    with pytest.raises(ValueError, match="SWIGLU_OUT"):
+        int4_mma.compile_for_sm90(config._replace(stream=2), pdl=pdl, swiglu_out=True)
+    with pytest.raises(ValueError, match="SWIGLU_OUT"):
+        int4_mma.compile_for_sm90(config, residual=True, pdl=pdl, swiglu_out=True)
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
@@ -237,6 +259,34 @@ def test_the_normed_output_form_compiles_and_keeps_its_k_loop(pdl):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,k", [EIGHT_B_SHAPES["gate/up"], (2 * 1003, 2048)])
+def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
+    """gate/up storing SiLU(gate) * up (SWIGLU_OUT), on each of the split's configurations, with PDL and without: the
+    very bits of the product (rounded to bfloat16) followed by ``prepared_input``'s SwiGLU, and again at a second
+    call (the split's counts back at zero); the 8B's gate/up and a ragged one (1003 outputs: a multiple of neither a
+    program's outputs nor 8). Stream-K, a residual and an odd number of rows are refused."""
+    from repl.generation import quant_kernels
+
+    quantized, x, residual, _ = _product(n, k, n + k)
+    pdls = (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False, )
+    for config in [config for config in int4_mma.CONFIGS if not config.stream]:
+        for pdl in pdls:
+            product = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl)
+            two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
+            out = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, swiglu_out=True)
+            assert out.dtype == torch.bfloat16 and out.shape == (n // 2, )
+            assert torch.equal(out, two_kernels), (config, pdl)
+            again = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, swiglu_out=True)
+            assert torch.equal(again, out), (config, pdl)
+    for wrong in (dict(config=int4_mma.Config(4, 2, False, stream=2)), dict(residual=residual)):
+        with pytest.raises(ValueError, match="int4_matvec_mma"):
+            int4_mma.int4_matvec_mma(x, *quantized, swiglu_out=True, **wrong)
+    with pytest.raises(ValueError, match="int4_matvec_mma"):
+        int4_mma.int4_matvec_mma(x, *(part[:n - 1] for part in quantized), swiglu_out=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("n,k", [(4096, 4096), (3000, 2048), (1000, 5120)])
 def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k):
     """o's product with its residual also making gate/up's input (``next_norm``): the output the same bits as the
@@ -270,6 +320,30 @@ def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k
         graph.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(a, b) for a, b in zip(first + second, (out, normed, out, normed)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replaces(monkeypatch):
+    """``quant_kernels.quant_gate_up_swiglu`` on the 8B's gate/up after the norm, as a decode step calls it: the bits
+    of the way it replaces (the normed input made first, the tensor-core product, then ``prepared_input``'s SwiGLU),
+    again at a second call, and with ``SWIGLU_OUT`` switched off (that way itself)."""
+    from repl.generation import quant_kernels
+
+    n, k = EIGHT_B_SHAPES["gate/up"]
+    quantized, x, _, _ = _product(n, k, 5)
+    norm = (1 + 0.1 * torch.randn(k, generator=torch.Generator(device="cuda").manual_seed(6), device="cuda"))
+    norm = norm.to(torch.bfloat16)
+    pdl = quant_kernels._pdl_on(x)
+    normed = quant_kernels.prepared_input(x, norm, False, k, 1e-5)
+    product = int4_mma.int4_matvec_mma(normed, *quantized, pdl=pdl)
+    two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
+    served = quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5)
+    assert served.dtype == torch.bfloat16 and served.shape == (n // 2, )
+    assert torch.equal(served, two_kernels)
+    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), served)
+    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", False)
+    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), two_kernels)
 
 
 def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:

@@ -127,20 +127,35 @@ needs_gluon = pytest.mark.skipif(not int4_mma.available(),
                                  reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
 
 
+def assert_only_the_first_step_s_weights_before_the_wait(compiled, tiles: int) -> None:
+    """Before the wait: the first step's words (16-byte evict-first loads: 2 rows x 8 groups a thread a tile) and its
+    scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts)."""
+    early = before_the_wait(sass(compiled.asm["cubin"]))
+    loads = [op for op in early if op.startswith("LDG")]
+    assert not writes(early), writes(early)
+    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * tiles, loads
+    assert sum(".EF" not in op for op in loads) == 4 * tiles, loads  # the scales and offsets: nothing else
+
+
 @needs_gluon
 @pytest.mark.parametrize("form", [dict(), dict(norm=True), dict(swiglu=True)], ids=["plain", "norm", "swiglu"])
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
                                     int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
 def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config, form):
-    """Before the wait: the first step's words (16-byte evict-first loads: 2 rows x 8 groups a thread a tile) and its
-    scales and offsets (a pair of each a thread a tile, in C's layout); no store, no atomic (the split's counts).
-    Stream-K: its first segment's first step (a later segment passes the same wait again, already met). A kernel
-    that makes its input reads x (the norm's pass over it, the up half) and the norm's weights after it."""
-    early = before_the_wait(sass(int4_mma.compile_for_sm90(config, residual=True, pdl=True, **form).asm["cubin"]))
-    loads = [op for op in early if op.startswith("LDG")]
-    assert not writes(early), writes(early)
-    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * config.tiles, loads
-    assert sum(".EF" not in op for op in loads) == 4 * config.tiles, loads  # the scales and offsets: nothing else
+    """Before the wait: the first step's words, scales and offsets, nothing else, no store, no atomic. Stream-K: its
+    first segment's first step (a later segment passes the same wait again, already met). A kernel that makes its
+    input reads x (the norm's pass over it, the up half) and the norm's weights after it."""
+    compiled = int4_mma.compile_for_sm90(config, residual=True, pdl=True, **form)
+    assert_only_the_first_step_s_weights_before_the_wait(compiled, config.tiles)
+
+
+@needs_gluon
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
+def test_the_swiglu_out_form_reads_only_its_first_step_s_weights_before_the_wait(config):
+    """gate/up storing SiLU(gate) * up (SWIGLU_OUT, the split's configurations) as the plain product: its rows' first
+    step's words, scales and offsets, nothing else, no store, no atomic."""
+    compiled = int4_mma.compile_for_sm90(config, pdl=True, swiglu_out=True)
+    assert_only_the_first_step_s_weights_before_the_wait(compiled, config.tiles)
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
@@ -150,11 +165,8 @@ def test_the_tensor_core_rope_kernel_reads_only_its_first_step_s_weights_before_
     """As the plain product's (a program a head of 128 rows: two tiles a warp): the first step's words, scales and
     offsets; not x (nor the norm's pass over it), the norm's weights, cos/sin or the position, and no store or
     atomic."""
-    early = before_the_wait(sass(int4_mma_rope.compile_for_sm90(dim=128, pdl=True, norm=norm).asm["cubin"]))
-    loads = [op for op in early if op.startswith("LDG")]
-    assert not writes(early), writes(early)
-    assert sum(op.startswith("LDG.E.EF.128") for op in loads) == 16 * 2, loads
-    assert sum(".EF" not in op for op in loads) == 4 * 2, loads
+    compiled = int4_mma_rope.compile_for_sm90(dim=128, pdl=True, norm=norm)
+    assert_only_the_first_step_s_weights_before_the_wait(compiled, tiles=2)
 
 
 @pytest.mark.parametrize("name", ["attention", "attention slices"])

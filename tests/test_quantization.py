@@ -204,6 +204,11 @@ for mode in ("int8", "int4"):
     close(caches[1], caches[3], (mode, "v cache"))
     close(compile(quant_pieces.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
           llama_math.layer_output(x, attention, plain[1], norm, plain[2], plain[3], 1e-5), (mode, "layer_output"))
+    if device == "cpu":  # int4's gate/up + SwiGLU in one op (its fallback here): the bits of SwiGLU in down's kernel
+        h = quant_kernels.matvec(attention, o, residual=x)
+        assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5),
+                           quant_kernels.matvec(quant_kernels.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
+                                                swiglu=True)), (mode, "layer_output's gate/up + SwiGLU")
     close(compile(quant_pieces.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
           (mode, "final_logits"))
 print("ok")

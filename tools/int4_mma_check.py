@@ -6,6 +6,7 @@ whose input the tensor cores make themselves:
     python tools/int4_mma_check.py --rope     # q/k/v with RoPE only
     python tools/int4_mma_check.py --inputs   # q/k/v with RoPE, gate/up after the norm, down after SwiGLU
     python tools/int4_mma_check.py --normed   # o making gate/up's normed input, or a kernel after it
+    python tools/int4_mma_check.py --swiglu-out  # gate/up after the norm, then SwiGLU: three kernels or two
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
@@ -24,6 +25,11 @@ and float32 (within 2^-6 of the largest, ``tests/test_int4_mma.py`` says why), t
 input made first, the microseconds of each as above (and of the kernel alone on an input made once), and the way the
 launcher chooses. gate/up (after the norm) and down (after SwiGLU, with the residual): the four ways of
 ``quant_matvec_launch`` (the input made in the kernel or first, CUDA cores or tensor cores) the same way.
+
+gate/up after the norm, then SwiGLU (down's input): today's three kernels (the normed input made first, the
+tensor-core product, SwiGLU made by ``prepared_input``) against two (the normed input, then the product that stores
+SiLU(gate) * up, ``int4_mma``'s SWIGLU_OUT, as ``quant_kernels.quant_gate_up_swiglu`` serves it): the same bits, and
+the microseconds of each as above.
 """
 
 import faulthandler
@@ -256,6 +262,43 @@ def check_normed_out(generator: torch.Generator) -> bool:
     return ok
 
 
+def check_swiglu_out(generator: torch.Generator) -> bool:
+    """The 8B's gate/up after the norm, then SwiGLU, three kernels or two (the module docstring), PDL as the launcher
+    sets it: identical bits (and the served op's), then the microseconds of each (graphs of launches on distinct
+    weights, the norm's kernel included)."""
+    n, k = SHAPES["gate/up"]
+    quantized = quantize((torch.randn(n, k, generator=generator, device="cuda") * k ** -0.5).to(torch.bfloat16),
+                         "int4")
+    x = torch.randn(k, generator=generator, device="cuda").to(torch.bfloat16)
+    norm = (1 + 0.1 * torch.randn(k, generator=generator, device="cuda")).to(torch.bfloat16)
+    pdl = quant_kernels._pdl_on(x)
+
+    def three_kernels(words, scale, offset):
+        product = int4_mma.int4_matvec_mma(quant_kernels.prepared_input(x, norm, False, k, EPS), words, scale, offset,
+                                           pdl=pdl)
+        return quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
+
+    def two_kernels(words, scale, offset):
+        return int4_mma.int4_matvec_mma(quant_kernels.prepared_input(x, norm, False, k, EPS), words, scale, offset,
+                                        pdl=pdl, swiglu_out=True)
+
+    ways = {"three kernels (norm, gate/up, SwiGLU)": three_kernels,
+            "two kernels (norm, gate/up storing SwiGLU)": two_kernels}
+    outputs = [way(*quantized) for way in ways.values()]
+    served = quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, EPS)
+    ok = torch.equal(outputs[0], outputs[1]) and torch.equal(served, outputs[1])
+    print(f"gate/up {n}x{k} after the norm, then SwiGLU: identical bits (and the served op's) {ok}"
+          + ("" if ok else "  FAILED"))
+    copies = with_scratch_copies(list(quantized))
+    for name, way in ways.items():
+        ms = time_in_a_graph([lambda c=c, way=way: way(*c) for c in copies])
+        print(f"  {name}: {1000 * ms:.1f} us, a step's 32: {32 * ms:.3f} ms")
+    print(f"  PDL {pdl}, SWIGLU_OUT {quant_kernels.SWIGLU_OUT}")
+    del copies, quantized
+    torch.cuda.empty_cache()
+    return ok
+
+
 def main() -> int:
     faulthandler.dump_traceback_later(500, exit=True)
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
@@ -263,8 +306,10 @@ def main() -> int:
         print(f"int4_mma does not compile here: {int4_mma.unavailable_reason() or int4_mma_rope.unavailable_reason()}")
         return 1
     generator = torch.Generator(device="cuda").manual_seed(0)
-    if "--normed" in sys.argv[1:]:
-        ok = check_normed_out(generator)
+    if "--normed" in sys.argv[1:] or "--swiglu-out" in sys.argv[1:]:
+        ok = check_normed_out(generator) if "--normed" in sys.argv[1:] else True
+        if "--swiglu-out" in sys.argv[1:]:
+            ok &= check_swiglu_out(generator)
         print("checks passed" if ok else "CHECKS FAILED")
         return 0 if ok else 1
     if "--rope" in sys.argv[1:] or "--inputs" in sys.argv[1:]:
@@ -290,6 +335,7 @@ def main() -> int:
           f" ({', '.join(f'{name} {tuple(int4_mma.config_for(n))}' for name, (n, k) in SHAPES.items())})")
     all_ok &= check_rope(generator)
     all_ok &= check_made_inputs(generator)
+    all_ok &= check_swiglu_out(generator)
     print("checks passed" if all_ok else "CHECKS FAILED")
     return 0 if all_ok else 1
 

@@ -25,6 +25,10 @@ arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` d
 The input may be made in the kernel (NORM: norm * rms_norm(x), SWIGLU: SiLU(x[:K]) * x[K:]), each program making the
 values of B it needs at each step from x (``_made_input``), so that no kernel of its own makes it first.
 Needs K a multiple of 1024 (every Llama-3.1-8B product is).
+The output may be SwiGLU's (SWIGLU_OUT, for gate/up: gate's rows, then up's): SiLU(gate) * up, the bits of the
+product followed by ``quant_kernels.prepared_input``'s SwiGLU, so that no kernel of its own makes down's input. A
+program's rows are then the gate and up rows of its outputs, placed so that both sums of an output land in one
+thread (``_swiglu_outputs``).
 
 Stream-K (``Config.stream``, ``_int4_mma_matvec_stream``): the split's grid lands unevenly on the SMs (down's 32 row
 blocks in 7 working parts of 2 steps: 224 programs on 132 SMs, some SMs reading twice the bytes of others; gate/up's
@@ -152,16 +156,21 @@ if IMPORT_ERROR is None:
         return gl.rsqrt(gl.sum(squares, 0) / k + eps)
 
     @gluon.jit
+    def _swiglu(gate, up):
+        """SiLU(gate) * up as ``quant_kernels._input`` makes it: float32 math on gate and up (of one dtype), rounded
+        to their dtype where it rounds."""
+        g = gate.to(gl.float32)
+        silu = g * (1 / (1 + gl.exp(-g)))  # tl.sigmoid's expression
+        return (silu.to(gate.dtype).to(gl.float32) * up.to(gl.float32)).to(gate.dtype)
+
+    @gluon.jit
     def _made_input(x_at, norm_at, k, inverse_rms, NORM: gl.constexpr, SWIGLU: gl.constexpr):
         """The product's input at ``x_at`` (B's layout): x itself, or made as ``quant_kernels._input`` makes it, the
         same float32 math rounded to x's dtype at the same places: norm * rms_norm(x) (``norm_at``: the norm's
         weights at the same columns), or SiLU(x[:k]) * x[k:]."""
         v = gl.load(x_at)
         if SWIGLU:
-            up = gl.load(x_at + k)
-            gate = v.to(gl.float32)
-            silu = gate * (1 / (1 + gl.exp(-gate)))  # tl.sigmoid's expression
-            v = (silu.to(v.dtype).to(gl.float32) * up.to(gl.float32)).to(v.dtype)
+            v = _swiglu(v, gl.load(x_at + k))
         if NORM:
             weight = gl.load(norm_at).to(gl.float32)
             v = (weight * (v.to(gl.float32) * inverse_rms).to(v.dtype).to(gl.float32)).to(v.dtype)
@@ -191,20 +200,41 @@ if IMPORT_ERROR is None:
         return total + scale * (sums - 128.0 * inputs) + offset.to(gl.float32) * inputs
 
     @gluon.jit
+    def _swiglu_outputs(block, BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
+        """SWIGLU_OUT: the output that each of program ``block``'s BLOCK_M rows serves. Row j of 16-row tile t holds
+        the gate row (j < 8) or the up row (j >= 8) of output block * BLOCK_M / 2 + 8 t + j % 8: a thread of the
+        mma holds tile rows j and j + 8 together (``layouts``), so an output's gate and up sums meet in one
+        thread."""
+        rows = gl.arange(0, BLOCK_M, layout=LAYOUT)
+        return block * (BLOCK_M // 2) + 8 * (rows // 16) + rows % 8
+
+    @gluon.jit
+    def _swiglu_weight_rows(block, n, BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
+        """SWIGLU_OUT: the weight row of each of program ``block``'s rows (``_swiglu_outputs``), of the gate rows
+        (the first n / 2) or the up rows; rows past n read row n - 1 (never stored), as the plain product's."""
+        outputs = _swiglu_outputs(block, BLOCK_M, LAYOUT)
+        up = gl.arange(0, BLOCK_M, layout=LAYOUT) % 16 >= 8
+        return gl.minimum(gl.where(up, n // 2 + outputs, outputs), n - 1)
+
+    @gluon.jit
     def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA: gl.constexpr,
                    WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr,
                    norm_ptr=None, eps=0.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
-                   RMS_BLOCK: gl.constexpr = 1024):
+                   RMS_BLOCK: gl.constexpr = 1024, SWIGLU_OUT: gl.constexpr = False):
         """The (BLOCK_M,) sums of rows block * BLOCK_M on over steps first .. last - 1 (1024 columns each), in
         SliceLayout(1, MMA). PDL: the first step's weights are asked for before ``gdc_wait``, everything else
         after it. NORM (norm_ptr, eps, RMS_BLOCK: ``rms_block(k)``) or SWIGLU (x of 2k values): the input is made
-        here, at each step from x (``_made_input``), instead of by a kernel before this one."""
+        here, at each step from x (``_made_input``), instead of by a kernel before this one. SWIGLU_OUT: the sums of
+        the gate and up rows of the block's outputs instead (``_swiglu_weight_rows``)."""
         A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         B_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         groups = (k // 1024) * 8  # written so, the compiler sees rows of words 64-byte aligned (16-byte loads)
 
         # Words: rows past n read row n - 1 (never stored), so the loop has no masks.
-        rows_w = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, WORDS)), n - 1)
+        if SWIGLU_OUT:
+            rows_w = _swiglu_weight_rows(block, n, BLOCK_M, gl.SliceLayout(1, WORDS))
+        else:
+            rows_w = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, WORDS)), n - 1)
         words_at = words_ptr + rows_w[:, None] * (groups * 16) + gl.arange(0, 16, layout=gl.SliceLayout(0, WORDS))[
             None, :]
         # x in B's k order (see the module docstring); column c of B is group c of the step
@@ -217,7 +247,10 @@ if IMPORT_ERROR is None:
             norm_at = norm_ptr + x_columns[:, None] + 128 * group_of
         ones = gl.full([BLOCK_M, 128], 1.0, gl.bfloat16, A_LAYOUT)
         # scales and offsets in C's layout: (row, group c of the step)
-        rows_c = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA)), n - 1)
+        if SWIGLU_OUT:
+            rows_c = _swiglu_weight_rows(block, n, BLOCK_M, gl.SliceLayout(1, MMA))
+        else:
+            rows_c = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA)), n - 1)
         scale_at = rows_c[:, None] * groups + gl.arange(0, 8, layout=gl.SliceLayout(0, MMA))[None, :]
 
         # PREFETCH: the words (and scales, offsets) of the next step are loaded while this one's are used. Loaded
@@ -284,14 +317,16 @@ if IMPORT_ERROR is None:
                          n, k, norm_ptr, eps, normed_ptr, next_norm_ptr, next_eps, MMA: gl.constexpr,
                          WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr,
                          PDL: gl.constexpr = False, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
-                         RMS_BLOCK: gl.constexpr = 1024, NORMED_OUT: gl.constexpr = False,
-                         NORMED_BLOCK: gl.constexpr = 1024):
+                         RMS_BLOCK: gl.constexpr = 1024, SWIGLU_OUT: gl.constexpr = False,
+                         NORMED_OUT: gl.constexpr = False, NORMED_BLOCK: gl.constexpr = 1024):
         # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
         # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
         # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
         # partials and counts, reused memory under a CUDA graph) is touched after the wait. NORM, SWIGLU: the input
-        # made in each program (``_part_sums``). NORMED_OUT: the program that stores the output's last block also
-        # writes the next product's input, next_norm * rms_norm(out) (``_normed_by_last``).
+        # made in each program (``_part_sums``). SWIGLU_OUT: the n rows are gate's then up's, and a program stores
+        # SiLU(gate) * up of its BLOCK_M / 2 outputs (``_store``); its partials are kept by program row. NORMED_OUT:
+        # the program that stores the output's last block also writes the next product's input,
+        # next_norm * rms_norm(out) (``_normed_by_last``).
         if PDL:
             gdc_launch_dependents()
         block = gl.program_id(0)
@@ -299,16 +334,21 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA, WORDS,
-                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK)
+                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK, SWIGLU_OUT)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
-        row_ok = rows < n
+        if SWIGLU_OUT:
+            outputs = _swiglu_outputs(block, BLOCK_M, gl.SliceLayout(1, MMA))
+            row_ok = outputs < n // 2
+            row_stride = gl.num_programs(0) * BLOCK_M  # partials by program row: a ragged block's reach past n
+        else:
+            outputs, row_ok, row_stride = rows, rows < n, n
         if parts == 1:
-            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+            _store(row_sums, outputs, row_ok, residual_ptr, out_ptr, RESIDUAL, SWIGLU_OUT, BLOCK_M)
             if NORMED_OUT:
                 _normed_by_last(out_ptr, normed_ptr, next_norm_ptr, counts_ptr, n, next_eps, NORMED_BLOCK)
-        elif _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, n, block, part, parts):
-            row_sums = _parts_summed(rows, row_ok, partial_ptr, n, parts, gl.SliceLayout(1, MMA), BLOCK_M)
-            _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL)
+        elif _arrived_last(row_sums, rows, row_ok, partial_ptr, counts_ptr, row_stride, block, part, parts):
+            row_sums = _parts_summed(rows, row_ok, partial_ptr, row_stride, parts, gl.SliceLayout(1, MMA), BLOCK_M)
+            _store(row_sums, outputs, row_ok, residual_ptr, out_ptr, RESIDUAL, SWIGLU_OUT, BLOCK_M)
             gl.atomic_xchg(counts_ptr + block, 0, sem="relaxed", scope="gpu")
             if NORMED_OUT:
                 _normed_by_last(out_ptr, normed_ptr, next_norm_ptr, counts_ptr, n, next_eps, NORMED_BLOCK)
@@ -336,10 +376,22 @@ if IMPORT_ERROR is None:
             gl.atomic_xchg(counts_ptr + blocks, 0, sem="relaxed", scope="gpu")
 
     @gluon.jit
-    def _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: gl.constexpr):
-        if RESIDUAL:
-            row_sums += gl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(gl.float32)
-        gl.store(out_ptr + rows, row_sums.to(out_ptr.dtype.element_ty), mask=row_ok)
+    def _store(row_sums, rows, row_ok, residual_ptr, out_ptr, RESIDUAL: gl.constexpr, SWIGLU_OUT: gl.constexpr = False,
+               BLOCK_M: gl.constexpr = 0):
+        """The sums (plus the residual) in out's dtype at ``rows``. SWIGLU_OUT (``rows``: each program row's
+        output, ``_swiglu_outputs``): SiLU(gate) * up of each output, from its gate and up sums rounded to out's
+        dtype as the product's output would be (``_swiglu``: the bits of the product then ``_made_input``'s SwiGLU);
+        (tiles, gate/up, 8) -> (tiles, 8, gate/up) puts the pair of a thread's rows j and j + 8 last."""
+        if SWIGLU_OUT:
+            gate, up = gl.split(gl.permute(gl.reshape(row_sums.to(out_ptr.dtype.element_ty), [BLOCK_M // 16, 2, 8]),
+                                           [0, 2, 1]))
+            outputs, _ = gl.split(gl.permute(gl.reshape(rows, [BLOCK_M // 16, 2, 8]), [0, 2, 1]))
+            output_ok, _ = gl.split(gl.permute(gl.reshape(row_ok, [BLOCK_M // 16, 2, 8]), [0, 2, 1]))
+            gl.store(out_ptr + outputs, _swiglu(gate, up), mask=output_ok)
+        else:
+            if RESIDUAL:
+                row_sums += gl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(gl.float32)
+            gl.store(out_ptr + rows, row_sums.to(out_ptr.dtype.element_ty), mask=row_ok)
 
     @gluon.jit
     def _holder(unit, units, programs):
@@ -464,26 +516,33 @@ def rms_block(k: int) -> int:
 def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                     residual: Optional[torch.Tensor] = None, config: Optional[Config] = None,
                     pdl: bool = False, norm: Optional[torch.Tensor] = None, swiglu: bool = False,
-                    eps: float = 0.0, next_norm: Optional[torch.Tensor] = None, next_eps: float = 0.0):
+                    eps: float = 0.0, swiglu_out: bool = False, next_norm: Optional[torch.Tensor] = None,
+                    next_eps: float = 0.0):
     """W @ v (+ residual) for one bfloat16 row and an int4 weight (``quantization``'s layout), on CUDA: v = x (K,),
     norm * rms_norm(x), or SiLU(x[:K]) * x[K:] (x of 2K values), made in the kernel's programs as
-    ``quant_kernels._input`` makes it. ``config``: None for ``config_for`` this shape. ``pdl``: a programmatic dependent launch (the kernel's PDL), which may start while the
-    previous kernel runs."""
+    ``quant_kernels._input`` makes it. ``config``: None for ``config_for`` this shape. ``pdl``: a programmatic
+    dependent launch (the kernel's PDL), which may start while the previous kernel runs. ``swiglu_out``: W is gate/up
+    (gate's n / 2 rows, then up's) and the output SiLU(gate) * up (n / 2 values), the bits of the product followed by
+    ``quant_kernels.prepared_input``'s SwiGLU; the split's configurations only, without a residual. ``next_norm``:
+    also the next product's input, next_norm * rms_norm(out) (n up to ``NORMED_UP_TO``), made by the program that
+    stores the output's last block; then (out, that input) is returned (the split's configurations only)."""
     n = words.shape[0]
     k = words.shape[1] * 8
     x = x.reshape(-1).contiguous()
+    config = config or config_for(n)
     if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16
             or x.numel() != (2 * k if swiglu else k) or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31
             or not words.is_contiguous() or (residual is not None and residual.numel() != n)
             or (norm is not None and (swiglu or norm.numel() != k))
-            or (next_norm is not None and (next_norm.numel() != n or n > NORMED_UP_TO or (config and config.stream)))):
+            or (swiglu_out and (n % 2 or residual is not None or config.stream))
+            or (next_norm is not None and (next_norm.numel() != n or n > NORMED_UP_TO or config.stream or swiglu_out))):
         raise ValueError(f"int4_matvec_mma: x {tuple(x.shape)} {x.dtype} on {x.device}, words {tuple(words.shape)}, "
                          f"norm {None if norm is None else tuple(norm.shape)}, swiglu {swiglu}, "
-                         f"next norm {None if next_norm is None else tuple(next_norm.shape)}")
-    config = config or config_for(n)
+                         f"residual {residual is not None}, swiglu_out {swiglu_out}, "
+                         f"next norm {None if next_norm is None else tuple(next_norm.shape)}, {config}")
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
-    blocks = triton.cdiv(n, block_m)
-    out = torch.empty(n, dtype=x.dtype, device=x.device)
+    blocks = triton.cdiv(n, block_m)  # with swiglu_out, cdiv(n / 2, block_m / 2): a program's outputs
+    out = torch.empty(n // 2 if swiglu_out else n, dtype=x.dtype, device=x.device)
     arguments = (x, words, scale.contiguous(), offset.contiguous(),
                  residual.reshape(-1).contiguous() if residual is not None else out, out)
     made = (norm.contiguous() if norm is not None else out, eps)
@@ -499,15 +558,17 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
         counts = arrival_counts(x.device, blocks, "int4_matvec_mma stream-K")
         _int4_mma_matvec_stream[(programs, )](*arguments, partials, counts, n, k, *made, **options)
     else:
-        parts = _parts(config, n, k, x.device)
-        partials = torch.empty(parts * n if parts > 1 else 1, dtype=torch.float32, device=x.device)
+        parts = _parts(config, n, k, x.device)  # as the plain product's, so that its sums add up the same
+        partial_rows = blocks * block_m if swiglu_out else n  # SWIGLU_OUT's partials by program row
+        partials = torch.empty(parts * partial_rows if parts > 1 else 1, dtype=torch.float32, device=x.device)
         counts = arrival_counts(x.device, blocks + 1 if next_norm is not None else blocks if parts > 1 else 0,
                                 "int4_matvec_mma")
         normed = torch.empty(n, dtype=x.dtype, device=x.device) if next_norm is not None else out
         _int4_mma_matvec[(blocks, parts)](*arguments, partials, counts, n, k, *made, normed,
                                           next_norm.contiguous() if next_norm is not None else out, next_eps,
-                                          **options, NORMED_OUT=next_norm is not None,
-                                          NORMED_BLOCK=triton.next_power_of_2(n) if next_norm is not None else 1024)
+                                          SWIGLU_OUT=swiglu_out, NORMED_OUT=next_norm is not None,
+                                          NORMED_BLOCK=triton.next_power_of_2(n) if next_norm is not None else 1024,
+                                          **options)
         if next_norm is not None:
             return out, normed
     return out
@@ -538,17 +599,19 @@ SPLIT_SIGNATURE = dict(SIGNATURE, normed_ptr="*bf16", next_norm_ptr="*bf16", nex
 
 
 def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False, norm: bool = False,
-                     swiglu: bool = False, normed_out: bool = False):
+                     swiglu: bool = False, swiglu_out: bool = False, normed_out: bool = False):
     """The kernel of ``config`` (the split's or stream-K's) compiled for an H100 (sm_90) without a GPU, pointers
     16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
     dependent launch; ``norm``, ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the
-    norm)."""
+    norm); ``swiglu_out``: the split's form that stores SiLU(gate) * up."""
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
                   "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096)}
+    if swiglu_out and (config.stream or residual):
+        raise ValueError(f"int4_mma: SWIGLU_OUT takes the split's configurations and no residual, not {config}")
     if config.stream:
         return compile_gluon_for_sm90(_int4_mma_matvec_stream, SIGNATURE, constexprs, config.warps, pdl)
-    constexprs.update(NORMED_OUT=normed_out, NORMED_BLOCK=4096)
+    constexprs.update(SWIGLU_OUT=swiglu_out, NORMED_OUT=normed_out, NORMED_BLOCK=4096)
     return compile_gluon_for_sm90(_int4_mma_matvec, SPLIT_SIGNATURE, constexprs, config.warps, pdl)
 
 

@@ -22,6 +22,7 @@ Three products:
 - ``quant_matmul_small``: 2 to 16 rows (K candidates decoded together): tensor cores on the fields as exact
   integers in the activations' dtype.
 - more rows (a prompt): ``dequantize`` into the activations' dtype, then cuBLAS.
+``quant_gate_up_swiglu``: gate/up after the norm, then SwiGLU (down's input), where it can in one product.
 ``quant_pieces`` builds ``llama_math``'s pieces of a decode step on the fused matvec.
 """
 
@@ -647,6 +648,53 @@ def matvec_normed(x, weight: QuantizedWeight, *, residual, norm, eps: float):
     shaped like the residual (1, 1, n)."""
     out, normed = quant_matvec_normed(x, weight.words, weight.scale, weight.offset, residual, norm, eps)
     return out.view(1, 1, -1), normed.view(1, 1, -1)
+
+
+# -- one row of gate/up, then SwiGLU: down's input -------------------------------------------------------------------
+
+# gate/up's int4 product on tensor cores stores SiLU(gate) * up itself (``int4_mma``'s SWIGLU_OUT form), which saves
+# each layer the kernel that made down's input from gate/up's output (``prepared_input``); on unless
+# KERNELLLM_SWIGLU_OUT=0 in the environment. Read at each call, so a tool may switch it (``quant_kernels.SWIGLU_OUT``).
+SWIGLU_OUT = os.environ.get("KERNELLLM_SWIGLU_OUT", "1") != "0"
+
+
+def quant_gate_up_swiglu_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
+                                offset: Optional[torch.Tensor], norm: Optional[torch.Tensor],
+                                eps: float) -> torch.Tensor:
+    """SiLU(gate) * up (n / 2 values, in x's dtype) of gate/up's product W @ v for one row x (k,), v = x or, given
+    ``norm``, norm * rms_norm(x); W's n rows gate's then up's. Where the tensor cores serve it (``SWIGLU_OUT``, an
+    int4 weight, ``int4_mma.serves``): the normed input made first (as ``quant_matvec_launch`` serves the 8B's
+    gate/up) and one product that stores SiLU(gate) * up, the bits of that product followed by ``prepared_input``'s
+    SwiGLU. Elsewhere ``quant_matvec_launch``'s product, then that SwiGLU: the values down's fused kernel would make
+    from it."""
+    n = words.shape[0]
+    k = words.shape[1] * (INT8_PLANES if offset is None else INT4_PLANES)
+    x = x.reshape(-1).contiguous()
+    if n % 2 or x.numel() != k or (norm is not None and norm.numel() != k):
+        raise ValueError(f"quant_gate_up_swiglu: x {tuple(x.shape)}, words {tuple(words.shape)}, "
+                         f"norm {None if norm is None else tuple(norm.shape)}")
+    norm = norm.contiguous() if norm is not None else None
+    if SWIGLU_OUT and offset is not None and int4_mma.serves(x, n, k):
+        v = prepared_input(x, norm, False, k, eps) if norm is not None else x
+        return int4_mma.int4_matvec_mma(v, words, scale, offset, pdl=_pdl_on(x), swiglu_out=True)
+    return prepared_input(quant_matvec_launch(x, words, scale, offset, norm, None, False, eps), None, True, n // 2,
+                          0.0)
+
+
+@torch.library.custom_op("kernelllm::quant_gate_up_swiglu", mutates_args=())
+def quant_gate_up_swiglu(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor],
+                         norm: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    return quant_gate_up_swiglu_launch(x, words, scale, offset, norm, eps)
+
+
+@quant_gate_up_swiglu.register_fake
+def _(x, words, scale, offset, norm, eps):
+    return x.new_empty(words.shape[0] // 2)
+
+
+def gate_up_swiglu(x, weight: QuantizedWeight, norm=None, eps: float = 0.0):
+    """quant_gate_up_swiglu for one row of x (1, 1, k) (normed first with ``norm``): down's input, (1, 1, n / 2)."""
+    return quant_gate_up_swiglu(x, weight.words, weight.scale, weight.offset, norm, eps).view(1, 1, -1)
 
 
 # -- 2 to 16 rows: tensor cores --------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ one token (the norm, SwiGLU and the residual fused in); the decoder compiles the
 for full-precision weights. More rows, or full-precision weights, take ``llama_math``'s own pieces."""
 
 from repl.generation import llama_math
-from repl.generation.quant_kernels import matvec, matvec_normed, qkv_rope_cache, rope_fits
+from repl.generation.quant_kernels import gate_up_swiglu, matvec, matvec_normed, qkv_rope_cache, rope_fits
 from repl.generation.quantization import QuantizedWeight
 
 
@@ -25,14 +25,16 @@ def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: 
 
 def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
-    for one row of one token; for int4 weights, o also makes gate/up's normed input (``matvec_normed``)."""
+    for one row of one token. For int4 weights: o + residual also making gate/up's normed input (``matvec_normed``),
+    gate/up + SwiGLU (``gate_up_swiglu``), down + residual: on tensor cores, three kernels (the norm's and SwiGLU's
+    inputs each made in the product before them)."""
     if not _one_row(x) or not isinstance(o, QuantizedWeight):
         return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
-    if o.offset is not None:
-        x, normed = matvec_normed(attention, o, residual=x, norm=norm, eps=eps)
-        return matvec(matvec(normed, gate_up), down, residual=x, swiglu=True)
-    x = matvec(attention, o, residual=x)
-    return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+    if o.offset is None:
+        x = matvec(attention, o, residual=x)
+        return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
+    x, normed = matvec_normed(attention, o, residual=x, norm=norm, eps=eps)
+    return matvec(gate_up_swiglu(normed, gate_up), down, residual=x)
 
 
 def final_logits(x, norm, lm_head, eps: float):
