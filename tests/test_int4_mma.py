@@ -288,7 +288,7 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("n,k", [(4096, 4096), (3000, 2048), (1000, 5120)])
-def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k):
+def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k, monkeypatch):
     """o's product with its residual also making gate/up's input (``next_norm``): the output the same bits as the
     plain product's, the input within one bfloat16 step of ``prepared_input`` on that output (the RMS summed in
     another order) and of torch's; in a CUDA graph replayed 20 times (PDL where the GPU has it), each replay the bits
@@ -305,6 +305,7 @@ def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k
     step = 2.0 ** -7 * made_first.float().abs()  # one bfloat16 step of each value, at most
     for against in (made_first, _made_in_torch(plain, norm, False, n, 1e-5)):
         assert ((normed.float() - against.float()).abs() <= step + 1e-30).all()
+    monkeypatch.setattr(quant_kernels, "NORMED_OUT", True)  # off by default (slower in a step, run 48)
     served = quant_kernels.quant_matvec_normed_launch(x, *quantized, residual, norm, 1e-5)
     assert torch.equal(served[0], out) and torch.equal(served[1], normed)
     side = torch.cuda.Stream()
@@ -335,6 +336,7 @@ def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replace
     norm = (1 + 0.1 * torch.randn(k, generator=torch.Generator(device="cuda").manual_seed(6), device="cuda"))
     norm = norm.to(torch.bfloat16)
     pdl = quant_kernels._pdl_on(x)
+    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", True)  # off by default (slower in a step, run 48)
     normed = quant_kernels.prepared_input(x, norm, False, k, 1e-5)
     product = int4_mma.int4_matvec_mma(normed, *quantized, pdl=pdl)
     two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)

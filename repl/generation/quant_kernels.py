@@ -609,10 +609,12 @@ def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool
     return out.view(1, 1, -1)
 
 
-# The int4 product before a norm (o, whose output feeds gate/up's norm) makes that norm's input in its own last
-# program (``int4_mma``'s NORMED_OUT) instead of a kernel of its own after it; ``KERNELLLM_NORMED_OUT=0`` turns it off
-# (the product, then ``prepared_input``), to measure one against the other.
-NORMED_OUT = os.environ.get("KERNELLLM_NORMED_OUT", "1") != "0"
+# The int4 product before a norm (o, whose output feeds gate/up's norm) may make that norm's input in its own last
+# program (``int4_mma``'s NORMED_OUT) instead of a kernel of its own after it: off unless KERNELLLM_NORMED_OUT=1. On
+# an H100 (run 48) it was faster alone (o + the input 9.1 -> 8.8 us, ``tools/int4_mma_check.py --normed``) but slower
+# in a step: with SWIGLU_OUT the bench's int4 stream went 383.8 -> 357.8 tokens/s; it puts o on tensor cores, where
+# the launcher's timing had chosen CUDA cores for it in that run. Read at each call, so a tool may switch it.
+NORMED_OUT = os.environ.get("KERNELLLM_NORMED_OUT", "0") == "1"
 
 
 def quant_matvec_normed_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
@@ -652,10 +654,11 @@ def matvec_normed(x, weight: QuantizedWeight, *, residual, norm, eps: float):
 
 # -- one row of gate/up, then SwiGLU: down's input -------------------------------------------------------------------
 
-# gate/up's int4 product on tensor cores stores SiLU(gate) * up itself (``int4_mma``'s SWIGLU_OUT form), which saves
-# each layer the kernel that made down's input from gate/up's output (``prepared_input``); on unless
-# KERNELLLM_SWIGLU_OUT=0 in the environment. Read at each call, so a tool may switch it (``quant_kernels.SWIGLU_OUT``).
-SWIGLU_OUT = os.environ.get("KERNELLLM_SWIGLU_OUT", "1") != "0"
+# gate/up's int4 product on tensor cores may store SiLU(gate) * up itself (``int4_mma``'s SWIGLU_OUT form) instead of
+# a kernel making down's input from gate/up's output (``prepared_input``): off unless KERNELLLM_SWIGLU_OUT=1. On an
+# H100 (run 48) the same bits, faster alone (norm, gate/up, SwiGLU 30.4 -> 29.9 us, ``tools/int4_mma_check.py
+# --swiglu-out``), and with NORMED_OUT slower in a step (above). Read at each call, so a tool may switch it.
+SWIGLU_OUT = os.environ.get("KERNELLLM_SWIGLU_OUT", "0") == "1"
 
 
 def quant_gate_up_swiglu_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,

@@ -25,9 +25,10 @@ def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: 
 
 def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
-    for one row of one token. For int4 weights: o + residual also making gate/up's normed input (``matvec_normed``),
-    gate/up + SwiGLU (``gate_up_swiglu``), down + residual: on tensor cores, three kernels (the norm's and SwiGLU's
-    inputs each made in the product before them)."""
+    for one row of one token. For int4 weights: o + residual and gate/up's normed input (``matvec_normed``), gate/up
+    and SwiGLU (``gate_up_swiglu``), down + residual: five kernels (each input made by a kernel of its own), or three
+    where ``quant_kernels.NORMED_OUT`` and ``SWIGLU_OUT`` let the products before them make them (off: slower in a
+    step on an H100, run 48)."""
     if not _one_row(x) or not isinstance(o, QuantizedWeight):
         return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
     if o.offset is None:
