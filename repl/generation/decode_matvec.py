@@ -23,6 +23,7 @@ import triton.language as tl
 
 from repl.generation import llama_math
 from repl.generation.kernel_timing import GraphTuner
+from repl.generation.rope_store import rope_and_store
 
 # Tried on the real shapes at the first call (4096 x 4096 and 4096 x 14336 on the 8B): rows per program, tile width.
 CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps)
@@ -132,30 +133,6 @@ def _qkv_rope_cache(x_ptr, norm_ptr, weight_ptr, cos_ptr, sin_ptr, position_ptr,
         second += w.to(tl.float32) * v[None, :]
     rope_and_store(tl.sum(first, 1), tl.sum(second, 1), head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr,
                    k_cache_ptr, v_cache_ptr, stride_kh, stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF)
-
-
-@triton.jit
-def rope_and_store(a, b, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
-                   stride_kn, stride_vh, stride_vn, HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr):
-    """Rows ``dims`` (a) and ``dims + HALF`` (b) of ``head`` (q, k or v, in the fused weight's order), rotated in
-    float32 if a q or k head (transformers' rotate-half RoPE); then q stored, k and v written into the cache at the
-    position. Shared with quant_kernels' q/k/v kernels."""
-    rotated = head < HEADS + KV_HEADS
-    ra = tl.where(rotated, a * tl.load(cos_ptr + dims).to(tl.float32) - b * tl.load(sin_ptr + dims).to(tl.float32), a)
-    rb = tl.where(rotated, b * tl.load(cos_ptr + HALF + dims).to(tl.float32)
-                  + a * tl.load(sin_ptr + HALF + dims).to(tl.float32), b)
-    if head < HEADS:
-        at = q_ptr + head * 2 * HALF + dims
-        tl.store(at, ra.to(q_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(q_ptr.dtype.element_ty))
-    elif head < HEADS + KV_HEADS:
-        at = k_cache_ptr + (head - HEADS) * stride_kh + tl.load(position_ptr) * stride_kn + dims
-        tl.store(at, ra.to(k_cache_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(k_cache_ptr.dtype.element_ty))
-    else:
-        at = v_cache_ptr + (head - HEADS - KV_HEADS) * stride_vh + tl.load(position_ptr) * stride_vn + dims
-        tl.store(at, ra.to(v_cache_ptr.dtype.element_ty))
-        tl.store(at + HALF, rb.to(v_cache_ptr.dtype.element_ty))
 
 
 _qkv_tuned = GraphTuner(_qkv_rope_cache, QKV_CONFIGS)

@@ -32,7 +32,7 @@ if IMPORT_ERROR is None:
     def _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                         stride_kn, stride_vh, stride_vn, HEADS: gl.constexpr, KV_HEADS: gl.constexpr,
                         DIM: gl.constexpr, WARPS: gl.constexpr):
-        """``decode_matvec.rope_and_store`` for one head's DIM sums (in head order): (DIM,) -> (2, DIM/2) ->
+        """``rope_store.rope_and_store`` for one head's DIM sums (in head order): (DIM,) -> (2, DIM/2) ->
         (DIM/2, 2) with both halves of a pair in one thread's registers, split into a (dims d) and b (d + DIM/2)."""
         HALF: gl.constexpr = DIM // 2
         PAIRS: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [WARPS, 1], [1, 0])

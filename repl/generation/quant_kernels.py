@@ -50,9 +50,9 @@ except ImportError:  # Triton before 3.4: no programmatic dependent launch (``PD
 
 from repl.generation import int4_mma, int4_mma_rope
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
-from repl.generation.decode_matvec import rope_and_store
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
+from repl.generation.rope_store import rope_and_store
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
 # tile's columns take all the threads (BLOCK_W >= 128 * warps, BLOCK_G >= 8 * warps), the compiler gives each thread
