@@ -204,11 +204,16 @@ for mode in ("int8", "int4"):
     close(caches[1], caches[3], (mode, "v cache"))
     close(compile(quant_pieces.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
           llama_math.layer_output(x, attention, plain[1], norm, plain[2], plain[3], 1e-5), (mode, "layer_output"))
-    if device == "cpu":  # int4's gate/up + SwiGLU in one op (its fallback here): the bits of SwiGLU in down's kernel
+    if device == "cpu":  # the forms asked for by NORMED_OUT and SWIGLU_OUT (their ops' own ways here, off the GPU):
+        # the bits of the products with the norm and SwiGLU made in them, alone and together
         h = quant_kernels.matvec(attention, o, residual=x)
-        assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5),
-                           quant_kernels.matvec(quant_kernels.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
-                                                swiglu=True)), (mode, "layer_output's gate/up + SwiGLU")
+        fused = quant_kernels.matvec(quant_kernels.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
+                                     swiglu=True)
+        for normed_out, swiglu_out in ((True, False), (False, True), (True, True)):
+            quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT = normed_out, swiglu_out
+            assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5), fused), (
+                mode, "layer_output", normed_out, swiglu_out)
+        quant_kernels.NORMED_OUT = quant_kernels.SWIGLU_OUT = False
     close(compile(quant_pieces.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
           (mode, "final_logits"))
 print("ok")

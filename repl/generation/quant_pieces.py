@@ -2,7 +2,7 @@
 one token (the norm, SwiGLU and the residual fused in); the decoder compiles them as it compiles ``decode_matvec``'s
 for full-precision weights. More rows, or full-precision weights, take ``llama_math``'s own pieces."""
 
-from repl.generation import llama_math
+from repl.generation import llama_math, quant_kernels
 from repl.generation.quant_kernels import gate_up_swiglu, matvec, matvec_normed, qkv_rope_cache, rope_fits
 from repl.generation.quantization import QuantizedWeight
 
@@ -25,17 +25,22 @@ def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: 
 
 def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     """``llama_math.layer_output`` as three fused products (o + residual; norm + gate/up; SwiGLU + down + residual)
-    for one row of one token. For int4 weights: o + residual and gate/up's normed input (``matvec_normed``), gate/up
-    and SwiGLU (``gate_up_swiglu``), down + residual: five kernels (each input made by a kernel of its own), or three
-    where ``quant_kernels.NORMED_OUT`` and ``SWIGLU_OUT`` let the products before them make them (off: slower in a
-    step on an H100, run 48)."""
+    for one row of one token, each input made in its product or first as the launcher finds faster. For int4 weights
+    two forms may be asked for (off: slower in a step on an H100, run 48): ``quant_kernels.NORMED_OUT``, o's product
+    also making gate/up's normed input (``matvec_normed``), and ``SWIGLU_OUT``, gate/up's storing SiLU(gate) * up
+    (``gate_up_swiglu``)."""
     if not _one_row(x) or not isinstance(o, QuantizedWeight):
         return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
-    if o.offset is None:
-        x = matvec(attention, o, residual=x)
-        return matvec(matvec(x, gate_up, norm=norm, eps=eps), down, residual=x, swiglu=True)
-    x, normed = matvec_normed(attention, o, residual=x, norm=norm, eps=eps)
-    return matvec(gate_up_swiglu(normed, gate_up), down, residual=x)
+    int4 = o.offset is not None
+    if int4 and quant_kernels.NORMED_OUT:
+        h, gate_up_input = matvec_normed(attention, o, residual=x, norm=norm, eps=eps)
+        gate_up_norm = None
+    else:
+        h = matvec(attention, o, residual=x)
+        gate_up_input, gate_up_norm = h, norm
+    if int4 and quant_kernels.SWIGLU_OUT:
+        return matvec(gate_up_swiglu(gate_up_input, gate_up, gate_up_norm, eps), down, residual=h)
+    return matvec(matvec(gate_up_input, gate_up, norm=gate_up_norm, eps=eps), down, residual=h, swiglu=True)
 
 
 def final_logits(x, norm, lm_head, eps: float):
