@@ -150,11 +150,14 @@ def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_w
 
 
 @needs_gluon
+@pytest.mark.parametrize("form", [dict(swiglu_out=True), dict(residual=True, normed_out=True)],
+                         ids=["swiglu_out", "normed_out"])
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
-def test_the_swiglu_out_form_reads_only_its_first_step_s_weights_before_the_wait(config):
-    """gate/up storing SiLU(gate) * up (SWIGLU_OUT, the split's configurations) as the plain product: its rows' first
-    step's words, scales and offsets, nothing else, no store, no atomic."""
-    compiled = int4_mma.compile_for_sm90(config, pdl=True, swiglu_out=True)
+def test_the_output_forms_read_only_their_first_step_s_weights_before_the_wait(config, form):
+    """gate/up storing SiLU(gate) * up (SWIGLU_OUT) and o also making the next norm's input (NORMED_OUT), the split's
+    configurations, as the plain product: their rows' first step's words, scales and offsets, nothing else, no store,
+    no atomic (NORMED_OUT's count of finished blocks comes after the wait)."""
+    compiled = int4_mma.compile_for_sm90(config, pdl=True, **form)
     assert_only_the_first_step_s_weights_before_the_wait(compiled, config.tiles)
 
 
