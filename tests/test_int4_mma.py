@@ -69,6 +69,26 @@ def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
         int4_mma.compile_for_sm90(config, residual=True, pdl=pdl, swiglu_out=True)
 
 
+@needs_gluon
+@pytest.mark.parametrize("n", [28672, 128256])  # the 8B's gate/up and output layer
+def test_the_register_cap_fits_four_programs_an_sm_and_keeps_the_k_loop(n):
+    """``config_for``'s capped configuration (``Config.maxnreg``): four programs of its warps fit an SM's 65536
+    registers (uncapped, ptxas gave the prefetch 152-158 a thread: three), and the K loop does the same work (its
+    mma and global loads as uncapped). ptxas may keep a value or two in local memory meanwhile (offline, sm_90: none
+    with triton 3.6, one access in the loop with 3.9)."""
+    config = int4_mma.config_for(n)
+    assert config.maxnreg and config.prefetch
+    capped = int4_mma.compile_for_sm90(config, pdl=True)
+    uncapped = int4_mma.compile_for_sm90(config._replace(maxnreg=None), pdl=True)
+    registers = int4_mma.resource_usage(capped.asm["cubin"])["registers"]
+    assert 4 * config.warps * 32 * registers <= 65536, registers
+    assert 4 * config.warps * 32 * int4_mma.resource_usage(uncapped.asm["cubin"])["registers"] > 65536
+    ops = [collections.Counter(line.split()[0].split(".")[0] for line in int4_mma.main_loop(kernel.asm["cubin"]))
+           for kernel in (capped, uncapped)]
+    assert all(ops[0][op] == ops[1][op] for op in ("HMMA", "LDG")), ops
+    assert ops[0]["LDL"] + ops[0]["STL"] <= 2, ops[0]
+
+
 @pytest.mark.skipif(not int4_mma_rope.available(),
                     reason=f"int4_mma_rope does not compile here: {int4_mma_rope.unavailable_reason()}")
 @pytest.mark.parametrize("norm", [False, True])
@@ -149,7 +169,8 @@ def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
 @pytest.mark.parametrize("n,k,config", [(200, 4096, int4_mma.Config(4, 1, True)),
                                         (4096, 2048, int4_mma.Config(4, 1, False)),
                                         (72, 3072, int4_mma.Config(2, 1, True, 3)),
-                                        (1000, 5120, int4_mma.Config(4, 2, False, 2))])
+                                        (1000, 5120, int4_mma.Config(4, 2, False, 2)),
+                                        (300, 4096, int4_mma.Config(4, 1, True, maxnreg=128))])
 def test_cuda_product_matches_the_dequantized_reference(n, k, config):
     from repl.generation.quantization import dequantize, quantize
 
@@ -336,7 +357,7 @@ def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replace
     norm = (1 + 0.1 * torch.randn(k, generator=torch.Generator(device="cuda").manual_seed(6), device="cuda"))
     norm = norm.to(torch.bfloat16)
     pdl = quant_kernels._pdl_on(x)
-    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", True)  # off by default (slower in a step, run 48)
+    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", True)  # on by default; KERNELLLM_SWIGLU_OUT=0 turns it off
     normed = quant_kernels.prepared_input(x, norm, False, k, 1e-5)
     product = int4_mma.int4_matvec_mma(normed, *quantized, pdl=pdl)
     two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)

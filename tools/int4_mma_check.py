@@ -7,12 +7,14 @@ whose input the tensor cores make themselves:
     python tools/int4_mma_check.py --inputs   # q/k/v with RoPE, gate/up after the norm, down after SwiGLU
     python tools/int4_mma_check.py --normed   # o making gate/up's normed input, or a kernel after it
     python tools/int4_mma_check.py --swiglu-out  # gate/up after the norm, then SwiGLU: three kernels or two
+    python tools/int4_mma_check.py --products [--json OUT]  # the products' configurations only (OUT: the times)
 
 For each shape (random weights quantized by ``quantization.quantize``, a random bfloat16 x): the maximum error of
 each kernel's bfloat16 output relative to the largest output of the float32 reference (x @ dequantize(W).T), the
 two kernels' outputs against each other, and the residual flag once; then the microseconds a product of every
 configuration of the new kernel and of the shipped kernel (tuned as it ships), each timed as a CUDA graph of
-launches on distinct copies of the weight (``kernel_timing``: as a decode step meets it), and the sum over a decode
+launches on distinct copies of the weight (``kernel_timing``: as a decode step meets it; the new kernel as a
+programmatic dependent launch where the launcher makes it one, ``quant_kernels.PDL``), and the sum over a decode
 step (32 layers of q/k/v, o, gate/up and down, and the output layer). The configurations include stream-K's
 (``Config.stream``: 2-4 programs an SM on three tilings); the residual is checked on the split and on each stream-K
 candidate and on the configuration the launcher serves (``int4_mma.config_for``). Exits 1 if a check fails or the kernel does not compile
@@ -88,9 +90,10 @@ def check_shape(name: str, n: int, k: int, generator: torch.Generator) -> tuple[
 
     copies = with_scratch_copies([words, scale, offset])
     times = {"shipped": 1000 * time_in_a_graph([lambda c=c: shipped(x, *c) for c in copies])}
+    pdl = quant_kernels._pdl_on(x)  # as the launcher serves them: each launch may start while the one before runs
     for config in int4_mma.CONFIGS:
         times[config] = 1000 * time_in_a_graph(
-            [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config) for c in copies])
+            [lambda c=c, config=config: int4_mma.int4_matvec_mma(x, *c, config=config, pdl=pdl) for c in copies])
     times["served"] = times[int4_mma.config_for(n)]
     gigabytes = (words.numel() * 4 + scale.numel() * 4) / 1e9
     for key, us in times.items():
@@ -333,6 +336,16 @@ def main() -> int:
           f" ({', '.join(f'{name} {tuple(best[name])}' for name in SHAPES)})")
     print(f"  the launcher's (config_for): {sum(PER_STEP[name] * step[name]['served'] for name in SHAPES) / 1000:.3f}"
           f" ({', '.join(f'{name} {tuple(int4_mma.config_for(n))}' for name, (n, k) in SHAPES.items())})")
+    if "--json" in sys.argv[1:]:
+        import json
+
+        Path(sys.argv[sys.argv.index("--json") + 1]).write_text(json.dumps(
+            {name: {"n": SHAPES[name][0], "k": SHAPES[name][1], "best": list(best[name]),
+                    "us": {str(tuple(key)) if isinstance(key, tuple) else key: us for key, us in step[name].items()}}
+             for name in SHAPES}, indent=1))
+    if "--products" in sys.argv[1:]:
+        print("checks passed" if all_ok else "CHECKS FAILED")
+        return 0 if all_ok else 1
     all_ok &= check_rope(generator)
     all_ok &= check_made_inputs(generator)
     all_ok &= check_swiglu_out(generator)

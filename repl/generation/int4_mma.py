@@ -66,18 +66,24 @@ class Config(NamedTuple):
     """warps and 16-row tiles per warp (a program owns 16 * warps * tiles rows); prefetch: load the next step's
     words during this one; parts: the K split (None: enough programs for two on each SM, as
     ``quant_kernels._small_parts``); stream: stream-K with this many programs an SM instead of the split (0: the
-    split)."""
+    split); maxnreg: a cap on the registers a thread (ptxas's), so that more programs fit an SM at once (None: as
+    ptxas allocates them)."""
     warps: int
     tiles: int
     prefetch: bool = True
     parts: Optional[int] = None
     stream: int = 0
+    maxnreg: Optional[int] = None
 
 
 CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False), Config(2, 1), Config(2, 1, False),
            Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)] + [
     Config(warps, tiles, prefetch, None, programs)  # stream-K on three tilings, 2-4 programs an SM
-    for warps, tiles, prefetch in [(4, 2, False), (4, 1, True), (4, 1, False)] for programs in (2, 3, 4)]
+    for warps, tiles, prefetch in [(4, 2, False), (4, 1, True), (4, 1, False)] for programs in (2, 3, 4)] + [
+    # One tile with the prefetch in 128 registers a thread (158 uncapped; no spills, offline sm_90 with triton 3.6
+    # and 3.9): four programs of 4 warps an SM instead of three.
+    Config(4, 1, True, maxnreg=128), Config(2, 1, True, maxnreg=128), Config(8, 1, True, maxnreg=128),
+    Config(4, 1, True, 2, maxnreg=128), Config(4, 1, False, 2)]
 
 # The fields of one word as the bfloat16 pairs (128 + nibble i, 128 + nibble i+4), i = 0..3, one 32-bit register
 # each: LOP3 (w & 0x000F000F) | 0x43004300 puts nibbles 0 and 4 under the exponent of 128 in the two halves; shifts
@@ -461,13 +467,14 @@ def layouts(warps: int, tiles: int):
 
 def config_for(n: int) -> Config:
     """The configuration for products of n rows, from the configurations timed on the 8B shapes
-    (``tools/int4_mma_check.py``, H100): two 16-row tiles a warp without the prefetch for q/k/v, o and down (run 36,
-    and under PDL in run 47: 8.2, 7.2, 16.2 us); gate/up's 28672 rows with one tile (run 47, under PDL: 27.6 against
-    29.4 us: 448 programs of 4 steps at three an SM, where two tiles run two an SM); the output layer's 128256 rows
-    with one tile and the prefetch (97.9 against 117.7 us in run 36, 97.4 in run 47)."""
-    if n > 32768:
-        return Config(4, 1, True)
-    return Config(4, 1, False) if n > 16384 else Config(4, 2, False)
+    (``tools/int4_mma_check.py``): two 16-row tiles a warp without the prefetch for q/k/v, o and down (run 36, and
+    under PDL in run 47 on an H100: 8.2, 7.2, 16.2 us; run 50 on an H200: 7.4, 6.7, 14.3); gate/up's 28672 rows and
+    the output layer's 128256 with one tile, the prefetch and 128 registers a thread (``Config.maxnreg``: four
+    programs of 4 warps an SM, where ptxas's 152-158 registers fit three; run 50, H200: gate/up 23.0 against 24.8 us
+    without the prefetch, 28.1 uncapped; the output layer 76.0 against 81.0)."""
+    if n > 16384:
+        return Config(4, 1, True, maxnreg=128)
+    return Config(4, 2, False)
 
 
 def serves(x: torch.Tensor, n: int, k: int) -> bool:
@@ -549,6 +556,8 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     options = dict(MMA=mma, WORDS=words_layout, BLOCK_M=block_m, PREFETCH=config.prefetch,
                    RESIDUAL=residual is not None, PDL=pdl, NORM=norm is not None, SWIGLU=swiglu,
                    RMS_BLOCK=rms_block(k), num_warps=config.warps, launch_pdl=pdl)
+    if config.maxnreg:
+        options["maxnreg"] = config.maxnreg
     if config.stream:
         units = blocks * (k // COLUMNS_PER_STEP)
         programs = min(config.stream * multiprocessors(x.device), units)
@@ -610,21 +619,44 @@ def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: b
     if swiglu_out and (config.stream or residual):
         raise ValueError(f"int4_mma: SWIGLU_OUT takes the split's configurations and no residual, not {config}")
     if config.stream:
-        return compile_gluon_for_sm90(_int4_mma_matvec_stream, SIGNATURE, constexprs, config.warps, pdl)
+        return compile_gluon_for_sm90(_int4_mma_matvec_stream, SIGNATURE, constexprs, config.warps, pdl,
+                                      config.maxnreg)
     constexprs.update(SWIGLU_OUT=swiglu_out, NORMED_OUT=normed_out, NORMED_BLOCK=4096)
-    return compile_gluon_for_sm90(_int4_mma_matvec, SPLIT_SIGNATURE, constexprs, config.warps, pdl)
+    return compile_gluon_for_sm90(_int4_mma_matvec, SPLIT_SIGNATURE, constexprs, config.warps, pdl, config.maxnreg)
 
 
-def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool):
+def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int, pdl: bool,
+                           maxnreg: Optional[int] = None):
     """A Gluon kernel compiled for sm_90 without a GPU: the pointers 16-byte aligned and k a multiple of 16 (``n``,
-    the strides and eps taken as they come), as the launcher's specialization finds them."""
+    the strides and eps taken as they come), as the launcher's specialization finds them; ``maxnreg``: the
+    registers a thread capped, as ``Config.maxnreg``."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     attrs = {(i, ): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
              if kind.startswith("*") or name == "k"}
     source = GluonASTSource(kernel, dict(signature, **{name: "constexpr" for name in constexprs}), constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "launch_pdl": pdl})
+    options = {"num_warps": warps, "launch_pdl": pdl}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """A compiled kernel's registers a thread, its stack (bytes a thread: registers spilled, if not 0) and its
+    shared memory (bytes a program), as cuobjdump (in Triton's wheel) reads them from the cubin."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        text = subprocess.run([cuobjdump, "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+    registers, stack, shared = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)", text).groups()
+    return {"registers": int(registers), "stack": int(stack), "shared": int(shared)}
 
 
 def available() -> bool:
