@@ -209,11 +209,12 @@ for mode in ("int8", "int4"):
         h = quant_kernels.matvec(attention, o, residual=x)
         fused = quant_kernels.matvec(quant_kernels.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
                                      swiglu=True)
-        for normed_out, swiglu_out in ((True, False), (False, True), (True, True)):
+        defaults = quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT
+        for normed_out, swiglu_out in ((False, False), (True, False), (False, True), (True, True)):
             quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT = normed_out, swiglu_out
             assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5), fused), (
                 mode, "layer_output", normed_out, swiglu_out)
-        quant_kernels.NORMED_OUT = quant_kernels.SWIGLU_OUT = False
+        quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT = defaults
     close(compile(quant_pieces.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
           (mode, "final_logits"))
 print("ok")

@@ -654,11 +654,13 @@ def matvec_normed(x, weight: QuantizedWeight, *, residual, norm, eps: float):
 
 # -- one row of gate/up, then SwiGLU: down's input -------------------------------------------------------------------
 
-# gate/up's int4 product on tensor cores may store SiLU(gate) * up itself (``int4_mma``'s SWIGLU_OUT form) instead of
-# a kernel making down's input from gate/up's output (``prepared_input``): off unless KERNELLLM_SWIGLU_OUT=1. On an
-# H100 (run 48) the same bits, faster alone (norm, gate/up, SwiGLU 30.4 -> 29.9 us, ``tools/int4_mma_check.py
-# --swiglu-out``), and with NORMED_OUT slower in a step (above). Read at each call, so a tool may switch it.
-SWIGLU_OUT = os.environ.get("KERNELLLM_SWIGLU_OUT", "0") == "1"
+# gate/up's int4 product on tensor cores stores SiLU(gate) * up itself (``int4_mma``'s SWIGLU_OUT form) instead of
+# a kernel making down's input from gate/up's output (``prepared_input``), unless KERNELLLM_SWIGLU_OUT=0: the same
+# bits, a kernel less a layer. On an H200 (run 52) the bench's int4 stream went 438.6 -> 445.0 tokens/s with it; on
+# an H100 (run 48) it was faster alone (norm, gate/up, SwiGLU 30.4 -> 29.9 us, ``tools/int4_mma_check.py
+# --swiglu-out``) and, with NORMED_OUT, slower in a step (above; not measured there alone). Read at each call, so a
+# tool may switch it.
+SWIGLU_OUT = os.environ.get("KERNELLLM_SWIGLU_OUT", "1") != "0"
 
 
 def quant_gate_up_swiglu_launch(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor,
