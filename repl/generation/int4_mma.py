@@ -80,8 +80,8 @@ CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False),
            Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)] + [
     Config(warps, tiles, prefetch, None, programs)  # stream-K on three tilings, 2-4 programs an SM
     for warps, tiles, prefetch in [(4, 2, False), (4, 1, True), (4, 1, False)] for programs in (2, 3, 4)] + [
-    # One tile with the prefetch in 128 registers a thread (158 uncapped; no spills, offline sm_90 with triton 3.6
-    # and 3.9): four programs of 4 warps an SM instead of three.
+    # One tile with the prefetch in 128 registers a thread (152-158 uncapped; offline, sm_90: no spill with triton
+    # 3.6, one local-memory access in the K loop with 3.9): four programs of 4 warps an SM instead of three.
     Config(4, 1, True, maxnreg=128), Config(2, 1, True, maxnreg=128), Config(8, 1, True, maxnreg=128),
     Config(4, 1, True, 2, maxnreg=128), Config(4, 1, False, 2)]
 
@@ -585,7 +585,8 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
 
 # Programs an SM of the stream-K configurations, by tiles a warp. Offline (sm_90, triton 3.6) a thread takes 216-222
 # registers with two tiles, so two programs of 4 warps fit an SM at once (4: two even waves of shorter runs; 3 would
-# leave half a wave), and 154-163 with one: three fit. One compiled kernel serves each tiling's counts.
+# leave half a wave), and 154-163 with one: three fit (the one-tile rule's tiling now caps them at 128, where four
+# would; not timed since, as stream-K is not served). One compiled kernel serves each tiling's counts.
 STREAM_PROGRAMS = {1: (2, 3), 2: (2, 4)}
 
 
