@@ -188,7 +188,69 @@ def profile_decode(fast, prompt_ids, settings, steps: int, detach_cupti: bool = 
         return True
 
     fast.decode_tokens(prompt_ids, settings, 1, first + steps + 1, emit)
-    return {"graph": _grouped(profiler, marks["wall"], steps)}
+    grouped = _grouped(profiler, marks["wall"], steps)
+    grouped["timeline"] = step_timeline(_trace_kernels(profiler), steps)
+    return {"graph": grouped}
+
+
+TIMELINE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what occupies the GPU's stream in a Chrome trace
+
+
+def _trace_kernels(profiler) -> list[dict]:
+    """The GPU kernels (and copies) of a finished torch.profiler run as its Chrome trace records them: name, start
+    and length (µs) and launch grid each."""
+    import json
+    import os
+    import tempfile
+
+    handle, path = tempfile.mkstemp(suffix=".json")
+    os.close(handle)
+    try:
+        profiler.export_chrome_trace(path)
+        with open(path) as trace:
+            events = json.load(trace).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    return [{"name": event["name"], "ts": float(event["ts"]), "dur": float(event.get("dur", 0.0)),
+             "grid": tuple(event.get("args", {}).get("grid", ()))}
+            for event in events if event.get("cat") in TIMELINE_CATEGORIES and event.get("ph") == "X"]
+
+
+def step_timeline(kernels: list[dict], steps: int, top: int = 24) -> dict:
+    """What each kernel adds to the step's length, with kernels overlapping under programmatic dependent launch (a
+    kernel's programs start before the one before it ends, so the profile's sums count the overlap twice).
+
+    Kernels in the order they started, each one's *exposed* time is how far its end passes the latest end before
+    it: the exposed times add up to the span from the first start to the last end (plus nothing for the idle
+    gaps, given apart: a GPU waiting for its host). *Ahead* is how long it ran beside the kernels before it. Keyed by
+    name and launch grid (one kernel serves several products, told apart by their grids); milliseconds a step."""
+    rows: dict[tuple, dict] = {}
+    latest_end = None
+    span_start = None
+    idle = 0.0
+    for kernel in sorted(kernels, key=lambda k: k["ts"]):
+        start, end = kernel["ts"], kernel["ts"] + kernel["dur"]
+        span_start = start if span_start is None else span_start
+        if latest_end is None:
+            exposed, ahead = kernel["dur"], 0.0
+        else:
+            idle += max(0.0, start - latest_end)
+            exposed = max(0.0, end - max(latest_end, start))
+            ahead = max(0.0, min(latest_end, end) - start)
+        latest_end = end if latest_end is None else max(latest_end, end)
+        row = rows.setdefault((kernel["name"], tuple(kernel["grid"])),
+                              {"name": kernel["name"][:60], "grid": list(kernel["grid"]), "launches": 0,
+                               "exposed_ms": 0.0, "own_ms": 0.0, "ahead_ms": 0.0})
+        row["launches"] += 1
+        row["exposed_ms"] += exposed / 1e3 / steps
+        row["own_ms"] += kernel["dur"] / 1e3 / steps
+        row["ahead_ms"] += ahead / 1e3 / steps
+    for row in rows.values():
+        row["launches"] /= steps
+    ordered = sorted(rows.values(), key=lambda row: -row["exposed_ms"])
+    span = 0.0 if latest_end is None else (latest_end - span_start) / 1e3 / steps
+    return {"span_ms": span, "idle_ms": idle / 1e3 / steps,
+            "exposed_ms": sum(row["exposed_ms"] for row in ordered), "kernels": ordered[:top]}
 
 
 def profile_first_token(fast, prompt_ids, settings) -> dict:
@@ -265,6 +327,14 @@ def profile_lines(profile: dict, top: int = 12) -> list[str]:
             lines.append("    (kernels overlap: with programmatic dependent launch each starts before the one before "
                          "it ends, so their times add up to more than the step's)")
         lines += [f"    {row['ms']:.3f} ms x{row['per_step']:.0f} {row['name']}" for row in part["top_kernels"][:top]]
+        timeline = part.get("timeline")
+        if timeline:
+            lines.append(f"  timeline: {timeline['span_ms']:.3f} ms a step from the first kernel's start to the last's "
+                         f"end, {timeline['idle_ms']:.3f} of it idle; exposed (what each kernel adds past the ends "
+                         "before it) / own length / beside the kernels before:")
+            lines += [f"    {row['exposed_ms']:.3f} / {row['own_ms']:.3f} / {row['ahead_ms']:.3f} ms "
+                      f"x{row['launches']:.0f} {row['name']} grid {tuple(row['grid'])}"
+                      for row in timeline["kernels"][:2 * top]]
     return lines
 
 

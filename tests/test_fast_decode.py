@@ -567,3 +567,50 @@ def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(caps
             raise AssertionError("nothing is generated here")
 
     assert wait_for_model(Engine(backend_override=Server())) is True
+
+
+def test_the_step_timeline_gives_each_kernel_what_it_adds_past_the_ends_before_it(tmp_path):
+    """Under programmatic dependent launch a kernel starts before the one before it ends: the timeline counts each
+    kernel's time past the latest end before it (exposed), so the exposed times add up to the span less the idle
+    gaps, and kernels of one name are told apart by their grids. Read from the profiler's Chrome trace."""
+    import json
+    from types import SimpleNamespace
+
+    from repl.decode_timing import _trace_kernels, profile_lines, step_timeline
+
+    def kernel(name, ts, dur, grid):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"grid": grid}}
+
+    events = []
+    for step in range(2):  # two steps of 100 µs each
+        t = step * 100.0
+        events += [kernel("_int4_mma_matvec", t + 0, 30, [448, 1, 1]),     # gate/up
+                   kernel("_int4_mma_matvec", t + 25, 20, [224, 1, 1]),    # down: 5 µs beside gate/up
+                   kernel("_attend_slices", t + 45, 10, [8, 18, 1]),       # starts as down ends
+                   kernel("_combine_slices", t + 50, 3, [8, 1, 1]),        # inside attention: adds nothing
+                   kernel("sample", t + 60, 30, [1, 1, 1])]                # after 5 µs idle
+    events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 500.0, "args": {}},
+               {"ph": "i", "cat": "kernel", "name": "instant", "ts": 1.0, "args": {}}]
+
+    def export(path):
+        with open(path, "w") as out:
+            json.dump({"traceEvents": events}, out)
+
+    kernels = _trace_kernels(SimpleNamespace(export_chrome_trace=export))
+    assert len(kernels) == 10 and {k["name"] for k in kernels} >= {"_int4_mma_matvec", "sample"}
+    timeline = step_timeline(kernels, 2)
+    by_key = {(row["name"], tuple(row["grid"])): row for row in timeline["kernels"]}
+    gate_up, down = by_key[("_int4_mma_matvec", (448, 1, 1))], by_key[("_int4_mma_matvec", (224, 1, 1))]
+    assert gate_up["exposed_ms"] == pytest.approx(0.030) and gate_up["ahead_ms"] == pytest.approx(0.0)
+    assert down["exposed_ms"] == pytest.approx(0.015) and down["ahead_ms"] == pytest.approx(0.005)
+    assert by_key[("_combine_slices", (8, 1, 1))]["exposed_ms"] == pytest.approx(0.0)
+    assert by_key[("_attend_slices", (8, 18, 1))]["exposed_ms"] == pytest.approx(0.010)
+    # the second step's gate/up starts 10 µs after the first step's sample ends: idle, not exposed
+    assert timeline["idle_ms"] == pytest.approx((5 + 5 + 10) / 2 / 1e3)
+    assert timeline["span_ms"] == pytest.approx(190 / 2 / 1e3)
+    assert timeline["exposed_ms"] + timeline["idle_ms"] == pytest.approx(timeline["span_ms"])
+    assert [row["name"] for row in timeline["kernels"]][:2] == ["_int4_mma_matvec", "sample"]
+    part = {"wall_ms_per_step": 0.1, "gpu_ms_per_step": 0.093, "by_kind_ms": {}, "top_kernels": [],
+            "timeline": timeline}
+    assert any("grid (224, 1, 1)" in line and line.strip().startswith("0.015 / 0.020 / 0.005")
+               for line in profile_lines({"graph": part}))
