@@ -166,12 +166,14 @@ def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,k,config", [(200, 4096, int4_mma.Config(4, 1, True)),
+@pytest.mark.parametrize("n,k,config", [(208, 4096, int4_mma.Config(4, 1, True)),
                                         (4096, 2048, int4_mma.Config(4, 1, False)),
-                                        (72, 3072, int4_mma.Config(2, 1, True, 3)),
-                                        (1000, 5120, int4_mma.Config(4, 2, False, 2)),
-                                        (300, 4096, int4_mma.Config(4, 1, True, maxnreg=128))])
+                                        (80, 3072, int4_mma.Config(2, 1, True, 3)),
+                                        (1008, 5120, int4_mma.Config(4, 2, False, 2)),
+                                        (304, 4096, int4_mma.Config(4, 1, True, maxnreg=128))])
 def test_cuda_product_matches_the_dequantized_reference(n, k, config):
+    """Rows a multiple of 16 (the words tile by tile) and of no program's rows (a ragged last block), against
+    float32 on the dequantized weight, with and without a residual."""
     from repl.generation.quantization import dequantize, quantize
 
     generator = torch.Generator(device="cuda").manual_seed(n + k)
@@ -185,6 +187,25 @@ def test_cuda_product_matches_the_dequantized_reference(n, k, config):
             expected = reference + (0 if add is None else add.float())
             assert out.dtype == torch.bfloat16 and out.shape == (n,)
             assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rows_that_do_not_tile_are_left_to_the_cuda_cores():
+    """A weight of 200 rows keeps its words in the rows' own order (``quantization.tiled``): the tensor cores do not
+    take it (``serves``; a direct call refuses it) and the launcher's product, on CUDA cores, matches float32."""
+    from repl.generation import quant_kernels
+    from repl.generation.quantization import dequantize, quantize, tiled
+
+    n, k = 200, 2048
+    quantized = quantize(torch.randn(n, k, device="cuda").to(torch.bfloat16), "int4")
+    x = torch.randn(k, device="cuda").to(torch.bfloat16)
+    assert not tiled(n) and not int4_mma.serves(x, n, k)
+    with pytest.raises(ValueError, match="int4_matvec_mma"):
+        int4_mma.int4_matvec_mma(x, *quantized)
+    reference = dequantize(quantized, torch.float32) @ x.float()
+    out = quant_kernels.quant_matvec_launch(x, *quantized, None, None, False, 0.0)
+    assert _relative_error(out, reference) < 1e-2
 
 
 EIGHT_B_SHAPES = {"q/k/v": (6144, 4096), "o": (4096, 4096), "gate/up": (28672, 4096), "down": (4096, 14336),
@@ -280,12 +301,12 @@ def test_the_normed_output_form_compiles_and_keeps_its_k_loop(pdl):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,k", [EIGHT_B_SHAPES["gate/up"], (2 * 1003, 2048)])
+@pytest.mark.parametrize("n,k", [EIGHT_B_SHAPES["gate/up"], (2 * 1000, 2048)])
 def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
     """gate/up storing SiLU(gate) * up (SWIGLU_OUT), on each of the split's configurations, with PDL and without: the
     very bits of the product (rounded to bfloat16) followed by ``prepared_input``'s SwiGLU, and again at a second
-    call (the split's counts back at zero); the 8B's gate/up and a ragged one (1003 outputs: a multiple of neither a
-    program's outputs nor 8). Stream-K, a residual and an odd number of rows are refused."""
+    call (the split's counts back at zero); the 8B's gate/up and a ragged one (1000 outputs: not a multiple of a
+    program's outputs). Stream-K, a residual and an odd number of rows are refused."""
     from repl.generation import quant_kernels
 
     quantized, x, residual, _ = _product(n, k, n + k)
@@ -308,7 +329,7 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,k", [(4096, 4096), (3000, 2048), (1000, 5120)])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (3008, 2048), (1008, 5120)])
 def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k, monkeypatch):
     """o's product with its residual also making gate/up's input (``next_norm``): the output the same bits as the
     plain product's, the input within one bfloat16 step of ``prepared_input`` on that output (the RMS summed in
@@ -380,9 +401,9 @@ def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> t
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("form", ["norm", "swiglu"])
-@pytest.mark.parametrize("n,k,config", [(3000, 2048, int4_mma.Config(4, 2, False)),
-                                        (1000, 5120, int4_mma.Config(4, 1, True)),
-                                        (72, 3072, int4_mma.Config(2, 1, True, 3))])
+@pytest.mark.parametrize("n,k,config", [(3008, 2048, int4_mma.Config(4, 2, False)),
+                                        (1008, 5120, int4_mma.Config(4, 1, True)),
+                                        (80, 3072, int4_mma.Config(2, 1, True, 3))])
 def test_tensor_cores_make_their_input_as_the_kernel_before_them_does(n, k, config, form):
     """The product with its input made in its programs (NORM; SWIGLU with a residual) against the same product of
     the input made first (``prepared_input``) and against float32 on torch's input: within 1e-2 of the largest
@@ -418,7 +439,7 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
     from repl.generation import quant_kernels
     from repl.generation.quantization import quantize
 
-    n, k = 3000, 2048
+    n, k = 3008, 2048
     generator = torch.Generator(device="cuda").manual_seed(7)
     words, scale, offset = quantize(torch.randn(n, k, generator=generator, device="cuda").to(torch.bfloat16), "int4")
     x = torch.randn(2 * k, generator=generator, device="cuda").to(torch.bfloat16)

@@ -9,7 +9,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from interpreter import run_under_interpreter
 from repl.generation import quantized_model
-from repl.generation.quantization import QuantizedWeight, dequantize, quantize
+from repl.generation.quantization import QuantizedWeight, dequantize, quantize, row_major, tiled, word_index
 from repl.generation.quantized_model import QuantizedLinear, quantize_model
 from repl.generation.static_decoder import FastDecoder
 from repl.settings import SamplingSettings
@@ -68,6 +68,51 @@ def test_int4_fields_sit_where_the_kernels_read_them():
     assert (int(words[0, 16 + 5]) >> 12) & 0xF == 15
     assert all(int(word) == 0 for index, word in enumerate(words[0].tolist()) if index != 21)
     assert torch.equal(dequantize(QuantizedWeight(words, scale, offset)), weight)
+
+
+def test_int4_words_of_rows_a_multiple_of_16_are_stored_tile_by_tile():
+    """Where N is a multiple of 16, the 16 words of group g of rows 16t .. 16t + 15 sit together (1 KB), rows one
+    after the other, then group g + 1's: what the kernels' addressing (``word_index``) reads; ``row_major`` undoes it,
+    and dequantize reads through it. Other N keep the rows' own order."""
+    weight = torch.zeros(48, 384)
+    weight[17, 128 + 16 * 3 + 5] = 15.0  # row 17 (tile 1, row 1 in it), group 1, nibble 3 of word 16 + 5
+    weight[47, 256 + 16 * 7 + 15] = 15.0  # the last row's last group, nibble 7 of its last word
+    words, scale, offset = quantize(weight, "int4")
+    assert tiled(48) and words.shape == (48, 48)
+    flat = words.reshape(-1)
+    assert word_index(17, 21, 48) == 16 * 48 + 1 * 256 + 1 * 16 + 5
+    assert (int(flat[word_index(17, 21, 48)]) >> 12) & 0xF == 15
+    assert (int(flat[word_index(47, 47, 48)]) >> 28) & 0xF == 15
+    assert int(torch.count_nonzero(words)) == 2
+    by_rows = row_major(words)
+    assert (int(by_rows[17, 21]) >> 12) & 0xF == 15 and int(torch.count_nonzero(by_rows)) == 2
+    assert torch.equal(dequantize(QuantizedWeight(words, scale, offset)), weight)
+    # every word where word_index says, on random weights and a weight of several tiles and groups
+    random = quantize(torch.randn(64, 512), "int4").words
+    rows = row_major(random)
+    assert all(int(random.reshape(-1)[word_index(r, w, 64)]) == int(rows[r, w]) for r in range(64) for w in range(64))
+    untiled = quantize(torch.randn(40, 256), "int4").words  # 40 rows: not tiled, the rows' own order
+    assert not tiled(40) and torch.equal(row_major(untiled), untiled)
+    # int8 keeps the rows' order whatever N
+    assert torch.equal(quantize(weight, "int8").words[17], quantize(weight[17:18], "int8").words[0])
+
+
+def test_fusing_int4_rows_that_do_not_all_tile_makes_a_matrix_of_its_own():
+    """q/k/v of a small model whose k and v have 8 rows each: the fused matrix (48 rows, tiled) is built from the
+    rows' own order, and the modules keep their weights; parts that all tile are fused as views, as before."""
+    from repl.generation.quantized_model import QuantizedLinear, fuse_rows
+
+    parts = [torch.randn(rows, 256) for rows in (32, 8, 8)]
+    linears = [QuantizedLinear(quantize(part, "int4"), part.shape[0], 256) for part in parts]
+    kept = [linear.words for linear in linears]
+    fused = fuse_rows(*linears)
+    assert tiled(48) and fused.words.shape == (48, 32)
+    assert torch.equal(dequantize(fused), torch.cat([dequantize(linear.quantized) for linear in linears]))
+    assert all(linear.words is words for linear, words in zip(linears, kept))
+    tiling = [QuantizedLinear(quantize(torch.randn(rows, 256), "int4"), rows, 256) for rows in (32, 16, 16)]
+    fused = fuse_rows(*tiling)
+    assert tiling[1].words.untyped_storage().data_ptr() == fused.words.untyped_storage().data_ptr()
+    assert torch.equal(dequantize(fused), torch.cat([dequantize(linear.quantized) for linear in tiling]))
 
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
@@ -224,9 +269,10 @@ print("ok")
 def test_kernels_match_the_reference_in_the_interpreter():
     """Shapes with ragged edges for the interpreter's tiles (64 rows a program; rows of words that the tiles divide
     and rows that they do not, for each format), and a row longer than the norm's one round of loads (8192 inputs):
-    every product and fused piece."""
+    every product and fused piece; int4 rows a multiple of 16 (words tile by tile: 48 rows, and every piece but the
+    output layer's 300) and not (72, 24)."""
     run_under_interpreter(KERNEL_CHECK.format(device="cpu", dtype="torch.float32", tolerance=2e-5,
-                                              backend="aot_eager", shapes=[(72, 384), (40, 200), (40, 256), (24, 8320)],
+                                              backend="aot_eager", shapes=[(72, 384), (40, 200), (48, 256), (24, 8320)],
                                               piece_shape=(128, 4, 2, 32, 256)))
 
 
@@ -271,7 +317,8 @@ from repl.generation.arrival_counts import arrival_counts
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
 counts = arrival_counts(torch.device("cpu"), 0, "test")  # the buffer the products on this device use
-for mode, n, k, parts in [("int8", 40, 832, 3), ("int8", 72, 1024, 2), ("int4", 40, 1408, 2), ("int4", 200, 1024, 1)]:
+for mode, n, k, parts in [("int8", 40, 832, 3), ("int8", 72, 1024, 2), ("int4", 40, 1408, 2), ("int4", 48, 1408, 2),
+                          ("int4", 200, 1024, 1)]:  # int4's 48 rows: words tile by tile
     block = quant_kernels.INTERPRETER_SMALL["BLOCK_N"]
     assert quant_kernels._small_parts(n, k, mode == "int4", block, torch.device("cpu")) == parts, (mode, n, k)
     q = quantize(torch.randn(n, k) / k ** 0.5, mode)

@@ -36,7 +36,7 @@ import triton.language as tl  # noqa: E402
 from repl.generation import quant_kernels as shipped  # noqa: E402
 from repl.generation.arrival_counts import arrival_counts  # noqa: E402
 from repl.generation.quant_kernels import _exact_field, _field_as_float, _input, _inverse_rms  # noqa: E402
-from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
+from repl.generation.quantization import quantize, row_major, weight_bytes  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}
@@ -344,6 +344,8 @@ def main() -> None:
             out = torch.empty(n, device="cuda", dtype=torch.float32)  # the error shows the arithmetic, not bf16
             if mode == "int4":
                 common = (x, q.words, q.scale, q.offset, out, out, out, n, k, 0.0)
+                # the variants here read the rows' own order; the shipped kernel the stored one (tile by tile)
+                rows_common = (x, row_major(q.words)) + common[2:]
                 candidates = [("int4 shipped", shipped._int4_matvec, dict(BLOCK_N=a, BLOCK_G=b, num_warps=w), ())
                               for a, b, w in int4_tiles if "shipped" in families]
                 candidates += [("int4 flat", int4_flat, dict(BLOCK_N=a, BLOCK_G=b, num_warps=w, STAGES=1), ())
@@ -364,7 +366,8 @@ def main() -> None:
                                for a, b, w in int8_prmt_tiles if "prmt" in families]
             for label, kernel, tile, extra in candidates:
                 grid = (triton.cdiv(n, tile["BLOCK_N"]),)
-                launch = lambda: kernel[grid](*common, *extra, NORM=False, SWIGLU=False, RESIDUAL=False, **tile)
+                arguments = rows_common if mode == "int4" and kernel is not shipped._int4_matvec else common
+                launch = lambda: kernel[grid](*arguments, *extra, NORM=False, SWIGLU=False, RESIDUAL=False, **tile)
                 try:
                     launch()
                     error = float((out.float() - reference).abs().max() / reference.abs().max())

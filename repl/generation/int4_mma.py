@@ -24,7 +24,8 @@ A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
 The input may be made in the kernel (NORM: norm * rms_norm(x), SWIGLU: SiLU(x[:K]) * x[K:]), each program making the
 values of B it needs at each step from x (``_made_input``), so that no kernel of its own makes it first.
-Needs K a multiple of 1024 (every Llama-3.1-8B product is).
+Needs K a multiple of 1024 and N of 16, the words then stored tile by tile (``quantization.tiled``: a warp's load of
+a group of its 16-row tile reads 1 KB together; every Llama-3.1-8B product is so).
 The output may be SwiGLU's (SWIGLU_OUT, for gate/up: gate's rows, then up's): SiLU(gate) * up, the bits of the
 product followed by ``quant_kernels.prepared_input``'s SwiGLU, so that no kernel of its own makes down's input. A
 program's rows are then the gate and up rows of its outputs, placed so that both sums of an output land in one
@@ -46,6 +47,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
+from repl.generation.quantization import tiled
 
 try:
     import triton
@@ -133,16 +135,17 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _step_loads(words_at, scale_at, offset_at, step, present):
-        """The 8 groups' words of a step (1024 columns), its scales and offsets; nothing where not ``present``."""
-        at = words_at + step * 128
+        """The 8 groups' words of a step (1024 columns), its scales and offsets; nothing where not ``present``. The
+        words tile by tile (``quantization.tiled``): a group of a 16-row tile is 256 words together, a step 2048."""
+        at = words_at + step * 2048
         w0 = gl.load(at, mask=present, eviction_policy="evict_first")
-        w1 = gl.load(at + 16, mask=present, eviction_policy="evict_first")
-        w2 = gl.load(at + 32, mask=present, eviction_policy="evict_first")
-        w3 = gl.load(at + 48, mask=present, eviction_policy="evict_first")
-        w4 = gl.load(at + 64, mask=present, eviction_policy="evict_first")
-        w5 = gl.load(at + 80, mask=present, eviction_policy="evict_first")
-        w6 = gl.load(at + 96, mask=present, eviction_policy="evict_first")
-        w7 = gl.load(at + 112, mask=present, eviction_policy="evict_first")
+        w1 = gl.load(at + 256, mask=present, eviction_policy="evict_first")
+        w2 = gl.load(at + 512, mask=present, eviction_policy="evict_first")
+        w3 = gl.load(at + 768, mask=present, eviction_policy="evict_first")
+        w4 = gl.load(at + 1024, mask=present, eviction_policy="evict_first")
+        w5 = gl.load(at + 1280, mask=present, eviction_policy="evict_first")
+        w6 = gl.load(at + 1536, mask=present, eviction_policy="evict_first")
+        w7 = gl.load(at + 1792, mask=present, eviction_policy="evict_first")
         scale = gl.load(scale_at + step * 8, mask=present)
         offset = gl.load(offset_at + step * 8, mask=present)
         return w0, w1, w2, w3, w4, w5, w6, w7, scale, offset
@@ -241,8 +244,9 @@ if IMPORT_ERROR is None:
             rows_w = _swiglu_weight_rows(block, n, BLOCK_M, gl.SliceLayout(1, WORDS))
         else:
             rows_w = gl.minimum(block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, WORDS)), n - 1)
-        words_at = words_ptr + rows_w[:, None] * (groups * 16) + gl.arange(0, 16, layout=gl.SliceLayout(0, WORDS))[
-            None, :]
+        # tile by tile (``quantization.tiled``): row r's words of group g at (r // 16) 16 W + 256 g + (r % 16) 16
+        tile_at = (rows_w // 16) * (groups * 256) + (rows_w % 16) * 16
+        words_at = words_ptr + tile_at[:, None] + gl.arange(0, 16, layout=gl.SliceLayout(0, WORDS))[None, :]
         # x in B's k order (see the module docstring); column c of B is group c of the step
         kk = gl.arange(0, 128, layout=gl.SliceLayout(1, B_LAYOUT))
         x_columns = 16 * ((kk >> 5) + 4 * (kk & 1)) + 4 * ((kk >> 1) & 3) + 2 * ((kk >> 4) & 1) + ((kk >> 3) & 1)
@@ -479,8 +483,9 @@ def config_for(n: int) -> Config:
 
 def serves(x: torch.Tensor, n: int, k: int) -> bool:
     """Whether ``int4_matvec_mma`` takes this product: a bfloat16 row on a GPU with bfloat16 tensor cores (sm_80 or
-    later), K a multiple of 1024, the words addressable in 32 bits, and a Triton whose Gluon compiles the kernel."""
-    return (x.is_cuda and x.dtype == torch.bfloat16 and k % COLUMNS_PER_STEP == 0 and n * k // 8 < 2**31
+    later), K a multiple of 1024, N of 16 (the words tile by tile), the words addressable in 32 bits, and a Triton
+    whose Gluon compiles the kernel."""
+    return (x.is_cuda and x.dtype == torch.bfloat16 and k % COLUMNS_PER_STEP == 0 and n * k // 8 < 2**31 and tiled(n)
             and torch.cuda.get_device_capability(x.device) >= (8, 0) and available())
 
 
@@ -538,7 +543,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     x = x.reshape(-1).contiguous()
     config = config or config_for(n)
     if (IMPORT_ERROR is not None or not x.is_cuda or x.dtype != torch.bfloat16
-            or x.numel() != (2 * k if swiglu else k) or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31
+            or x.numel() != (2 * k if swiglu else k) or k % COLUMNS_PER_STEP or n * k // 8 >= 2**31 or not tiled(n)
             or not words.is_contiguous() or (residual is not None and residual.numel() != n)
             or (norm is not None and (swiglu or norm.numel() != k))
             or (swiglu_out and (n % 2 or residual is not None or config.stream))

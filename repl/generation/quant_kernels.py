@@ -51,7 +51,7 @@ except ImportError:  # Triton before 3.4: no programmatic dependent launch (``PD
 from repl.generation import int4_mma, int4_mma_rope
 from repl.generation.arrival_counts import COUNTS, arrival_counts, multiprocessors
 from repl.generation.kernel_timing import GraphTuner, time_in_a_graph, with_scratch_copies
-from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
+from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight, tiled
 from repl.generation.rope_store import rope_and_store
 
 # (rows per program, words or groups per iteration, warps). A thread holds a few consecutive words of a row; when a
@@ -216,10 +216,27 @@ def _int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM
 
 
 @triton.jit
-def _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G: tl.constexpr):
+def _int4_word_at(rows, group, in_group, words_per_row, TILED: tl.constexpr):
+    """Where word ``in_group`` of group ``group`` of row ``rows`` (tensors that broadcast) sits among an int4
+    weight's words: tile by tile where TILED (``quantization.tiled``: 16 rows' words of a group together), else
+    row by row."""
+    if TILED:
+        return (rows // 16) * (16 * words_per_row) + group * 256 + (rows % 16) * 16 + in_group
+    return rows * words_per_row + group * 16 + in_group
+
+
+def _tiled(args: dict) -> bool:
+    """The TILED of an int4 kernel launched on ``args`` (its ``n`` rows; q/k/v: its heads' rows)."""
+    rows = args["n"] if "n" in args else (args["HEADS"] + 2 * args["KV_HEADS"]) * args["DIM"]
+    return args.get("INT4", True) and tiled(rows)
+
+
+@triton.jit
+def _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G: tl.constexpr,
+                TILED: tl.constexpr):
     """The words of ``rows`` in the BLOCK_G groups from group ``start``, (BLOCK_N, BLOCK_G, 16)."""
     groups = start + tl.arange(0, BLOCK_G)
-    at = rows[:, None, None] * words_per_row + (groups[:, None] * 16 + word_in_group[None, :])[None, :, :]
+    at = _int4_word_at(rows[:, None, None], groups[None, :, None], word_in_group[None, None, :], words_per_row, TILED)
     return tl.load(words_ptr + at, mask=row_ok[:, None, None] & (groups < groups_per_row)[None, :, None], other=0,
                    eviction_policy="evict_first")
 
@@ -227,12 +244,13 @@ def _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, w
 @triton.jit
 def _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
                SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
-               PDL: tl.constexpr = False):
+               TILED: tl.constexpr, PDL: tl.constexpr = False):
     """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32. PDL: the first block's
     words are asked for before the wait for the previous kernel, and that block is taken out of the loop."""
     groups_per_row, words_per_row = k // 128, k // 8
     if PDL:
-        first_words = _int4_words(words_ptr, rows, row_ok, 0, groups_per_row, words_per_row, tl.arange(0, 16), BLOCK_G)
+        first_words = _int4_words(words_ptr, rows, row_ok, 0, groups_per_row, words_per_row, tl.arange(0, 16), BLOCK_G,
+                                  TILED)
         gdc_wait()
     inverse_rms = _inverse_rms(x_ptr, k, eps, NORM, RMS_BLOCK)
     word_in_group = tl.arange(0, 16)
@@ -243,7 +261,8 @@ def _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, 
                           NORM, SWIGLU, BLOCK_N, BLOCK_G)
         begin = BLOCK_G
     for start in range(begin, groups_per_row, BLOCK_G):
-        words = _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G)
+        words = _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, word_in_group, BLOCK_G,
+                            TILED)
         acc = _int4_block(acc, words, start, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, inverse_rms,
                           NORM, SWIGLU, BLOCK_N, BLOCK_G)
     return tl.sum(acc, 1)
@@ -299,16 +318,17 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 
-@triton.heuristics({"RMS_BLOCK": _rms_block})
+@triton.heuristics({"RMS_BLOCK": _rms_block, "TILED": _tiled})
 @triton.jit
 def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr, out_ptr, n, k, eps,
                  NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr, TILED: tl.constexpr,
+                 PDL: tl.constexpr = False):
     if PDL:
         gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK, PDL)
+                       BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 
@@ -354,18 +374,18 @@ def _int8_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, norm_ptr, cos_ptr, sin_ptr
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
 
-@triton.heuristics({"RMS_BLOCK": _rms_block})
+@triton.heuristics({"RMS_BLOCK": _rms_block, "TILED": _tiled})
 @triton.jit
 def _int4_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, cos_ptr, sin_ptr, position_ptr, q_ptr,
                          k_cache_ptr, v_cache_ptr, k, eps, stride_kh, stride_kn, stride_vh, stride_vn,
                          HEADS: tl.constexpr, KV_HEADS: tl.constexpr, DIM: tl.constexpr, HALF: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr, TILED: tl.constexpr,
                          PDL: tl.constexpr = False):
     if PDL:
         gdc_launch_dependents()
     head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
     total = _int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK, PDL)
+                       BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
     _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
@@ -704,9 +724,11 @@ def gate_up_swiglu(x, weight: QuantizedWeight, norm=None, eps: float = 0.0):
 
 # -- 2 to 16 rows: tensor cores --------------------------------------------------------------------------------------
 
+@triton.heuristics({"TILED": _tiled})
 @triton.jit
 def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr, arrivals_ptr, m, n, k, stride_xm,
-                  stride_om, INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
+                  stride_om, INT4: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
+                  TILED: tl.constexpr):
     """out (m, n) = x (m, k) @ W.T for m <= 16: the weight's fields as exact numbers in x's dtype, 16 words a step
     (an int4 group, or 16 columns of each int8 byte plane), scales applied per group (int4) or per part (int8).
     16-bit inputs take an int4 field as 128 + q (a shift and one OR, exact in bfloat16: 2.1x faster than converting
@@ -732,8 +754,11 @@ def _matmul_small(x_ptr, words_ptr, scale_ptr, offset_ptr, out_ptr, partial_ptr,
     index = tl.arange(0, 16)
     acc = tl.zeros([16, BLOCK_N], tl.float32)
     for start in range(first, last, 16):
-        words = tl.load(words_ptr + outs[None, :] * words_per_row + (start + index)[:, None],
-                        mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16 words, BLOCK_N)
+        if INT4:  # a group's 16 words
+            at = _int4_word_at(outs[None, :], start // 16, index[:, None], words_per_row, TILED)
+        else:
+            at = outs[None, :] * words_per_row + (start + index)[:, None]
+        words = tl.load(words_ptr + at, mask=out_ok[None, :], other=0, eviction_policy="evict_first")  # (16, BLOCK_N)
         part_sum = tl.zeros([16, BLOCK_N], tl.float32)
         inputs = tl.zeros([16], tl.float32)
         for j in tl.static_range(8 if INT4 else 4):
@@ -837,10 +862,11 @@ def _(x, words, scale, offset):
 
 # -- many rows: dequantize, then cuBLAS ------------------------------------------------------------------------------
 
-@triton.heuristics({"EVEN": lambda args: (args["k"] // (8 if args["INT4"] else 4)) % args["BLOCK_W"] == 0})
+@triton.heuristics({"EVEN": lambda args: (args["k"] // (8 if args["INT4"] else 4)) % args["BLOCK_W"] == 0,
+                    "TILED": _tiled})
 @triton.jit
 def _dequantize(words_ptr, scale_ptr, offset_ptr, out_ptr, n, k, INT4: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
+                BLOCK_W: tl.constexpr, EVEN: tl.constexpr, TILED: tl.constexpr):
     """A program writes BLOCK_N rows x BLOCK_W words' fields (BLOCK_W a multiple of 16: whole int4 groups). A
     thread's words are consecutive, so each field plane is stored 16 bytes at a time (3.5x faster for int4 than one
     store per pair of fields, tools/quant_kernel_variants.py)."""
@@ -851,7 +877,11 @@ def _dequantize(words_ptr, scale_ptr, offset_ptr, out_ptr, n, k, INT4: tl.conste
         ok = (rows < n)[:, None]
     else:
         ok = (rows < n)[:, None] & (index < words_per_row)[None, :]
-    words = tl.load(words_ptr + rows[:, None] * words_per_row + index[None, :], mask=ok, other=0)
+    if INT4:
+        at = _int4_word_at(rows[:, None], (index // 16)[None, :], (index % 16)[None, :], words_per_row, TILED)
+    else:
+        at = rows[:, None] * words_per_row + index[None, :]
+    words = tl.load(words_ptr + at, mask=ok, other=0)
     out_rows = out_ptr + rows[:, None].to(tl.int64) * k  # 64-bit: a weight of over 2^31 fields addresses right too
     if INT4:
         at = rows[:, None] * (k // 128) + (index // 16)[None, :]

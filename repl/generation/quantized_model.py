@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repl.generation.quantization import MODES, QuantizedWeight, dequantize, mode_of, quantizable, quantize, weight_bytes
+from repl.generation.quantization import (MODES, QuantizedWeight, tile_order, dequantize, mode_of, quantizable,
+                                         quantize, row_major, tiled, weight_bytes)
 
 # Under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported) the kernels run on the CPU: tests.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -87,6 +88,12 @@ def fuse_rows(*linears: QuantizedLinear) -> QuantizedWeight:
     input (scales are per row, so rows concatenate); the modules keep views into it, and a second call finds them
     fused already."""
     weights = [linear.quantized for linear in linears]
+    if weights[0].offset is not None and not all(tiled(weight.words.shape[0]) for weight in weights):
+        # int4 rows stored tile by tile only where a weight's rows are a multiple of 16 (``quantization.tiled``): the
+        # words of such parts do not simply follow each other in the fused matrix, so it gets its own (small models
+        # only: every part of the 8B's is tiled), and the modules keep theirs
+        words = tile_order(torch.cat([row_major(weight.words) for weight in weights]))
+        return QuantizedWeight(words, *(torch.cat(parts) for parts in list(zip(*weights))[1:]))
     spans = [_span([getattr(weight, field) for weight in weights]) for field in QuantizedWeight._fields]
     if all(span is not None or weights[0][i] is None for i, span in enumerate(spans)):
         return QuantizedWeight(*spans)
