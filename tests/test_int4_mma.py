@@ -49,6 +49,22 @@ def test_the_k_loop_keeps_the_weights_in_registers(config, form):
 
 
 @needs_gluon
+@pytest.mark.parametrize("n", [6144, 4096, 28672])  # q/k/v, o and down (two tiles a warp), gate/up (one, prefetched)
+def test_a_warp_loads_each_group_of_its_tile_from_one_kilobyte_of_words(n):
+    """The words tile by tile (``quantization.tiled``): in the K loop a thread's 16-byte loads of a step's 8 groups
+    are 1 KB apart (a group of 16 rows is 256 words together), not 64 bytes as in the rows' own order; so the
+    quad of threads of each of a warp's 16 rows reads that row's 64 bytes, and the warp 1 KB together."""
+    import re
+
+    compiled = int4_mma.compile_for_sm90(int4_mma.config_for(n), residual=True, pdl=True)
+    loop = int4_mma.main_loop(compiled.asm["cubin"])
+    offsets = [int(match.group(1) or "0", 16) for line in loop if line.startswith("LDG.E.EF.128")
+               for match in [re.search(r"\.64(?:\+0x([0-9a-f]+))?\]", line)] if match]
+    assert len(offsets) >= 8 and all(offset % 0x400 == 0 for offset in offsets), offsets
+    assert set(range(0x400, 0x2000, 0x400)) <= set(offsets), offsets
+
+
+@needs_gluon
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
 def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
