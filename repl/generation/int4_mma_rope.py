@@ -33,7 +33,9 @@ if IMPORT_ERROR is None:
                         stride_kn, stride_vh, stride_vn, HEADS: gl.constexpr, KV_HEADS: gl.constexpr,
                         DIM: gl.constexpr, WARPS: gl.constexpr):
         """``rope_store.rope_and_store`` for one head's DIM sums (in head order): (DIM,) -> (2, DIM/2) ->
-        (DIM/2, 2) with both halves of a pair in one thread's registers, split into a (dims d) and b (d + DIM/2)."""
+        (DIM/2, 2) with both halves of a pair in one thread's registers, split into a (dims d) and b (d + DIM/2).
+        Its math written again in Gluon, as a Gluon kernel cannot call a ``triton.jit`` function; the tests hold
+        both to ``llama_math``'s RoPE and cache writes."""
         HALF: gl.constexpr = DIM // 2
         PAIRS: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [WARPS, 1], [1, 0])
         values = row_sums.to(q_ptr.dtype.element_ty).to(gl.float32)  # rounded as the product's output would be

@@ -633,7 +633,8 @@ def matvec(x, weight: QuantizedWeight, *, norm=None, residual=None, swiglu: bool
 # program (``int4_mma``'s NORMED_OUT) instead of a kernel of its own after it: off unless KERNELLLM_NORMED_OUT=1. On
 # an H100 (run 48) it was faster alone (o + the input 9.1 -> 8.8 us, ``tools/int4_mma_check.py --normed``) but slower
 # in a step: with SWIGLU_OUT the bench's int4 stream went 383.8 -> 357.8 tokens/s; it puts o on tensor cores, where
-# the launcher's timing had chosen CUDA cores for it in that run. Read at each call, so a tool may switch it.
+# the launcher's timing had chosen CUDA cores for it in that run. On an H200 (runs 54-55, SWIGLU_OUT on) it was
+# 0.7-1.7% faster in the step: off until an H100 measures it again. Read at each call, so a tool may switch it.
 NORMED_OUT = os.environ.get("KERNELLLM_NORMED_OUT", "0") == "1"
 
 

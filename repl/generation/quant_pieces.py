@@ -28,10 +28,11 @@ def layer_output(x, attention, o, norm, gate_up, down, eps: float):
     for one row of one token, each input made in its product or first as the launcher finds faster. For int4 weights
     two forms take a kernel less each where the tensor cores serve them: ``quant_kernels.SWIGLU_OUT`` (on: faster
     in a step on an H200, run 52), gate/up's product storing SiLU(gate) * up (``gate_up_swiglu``), and
-    ``NORMED_OUT`` (off: slower in a step on an H100, run 48), o's product also making gate/up's normed input
-    (``matvec_normed``). Where they do not serve, their ops make the same values with the kernels they replace
-    (down's SwiGLU input then made first rather than as the launcher finds faster). The flags are read here, not
-    whether the tensor cores serve: that check compiles a kernel, which the decoder's trace of this piece cannot."""
+    ``NORMED_OUT`` (off: slower in a step on an H100, run 48, faster on an H200, runs 54-55), o's product also
+    making gate/up's normed input (``matvec_normed``). Where they do not serve, their ops make the same values with
+    the kernels they replace (down's SwiGLU input then made first rather than as the launcher finds faster). The
+    flags are read here, not whether the tensor cores serve: that check compiles a kernel, which the decoder's trace
+    of this piece cannot."""
     if not _one_row(x) or not isinstance(o, QuantizedWeight):
         return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
     int4 = o.offset is not None

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repl.generation.quantization import (MODES, QuantizedWeight, tile_order, dequantize, mode_of, quantizable,
-                                         quantize, row_major, tiled, weight_bytes)
+from repl.generation.quantization import (MODES, QuantizedWeight, dequantize, mode_of, quantizable, quantize,
+                                         row_major, tile_order, tiled, weight_bytes)
 
 # Under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported) the kernels run on the CPU: tests.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
