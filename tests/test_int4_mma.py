@@ -28,7 +28,9 @@ INPUT_COST = {"plain": 0, "norm": 5, "swiglu": 16}
 @needs_gluon
 @pytest.mark.parametrize("form", list(INPUT_COST))
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
-                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
+                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2),
+                                    int4_mma.Config(4, 1, True, own_chains=True),
+                                    int4_mma.Config(4, 2, False, own_chains=True)])
 def test_the_k_loop_keeps_the_weights_in_registers(config, form):
     """Whatever input it makes, the K loop (the one loop with mma; stream-K's inside its loop over row blocks) moves
     nothing through shared memory; a norm or SwiGLU adds one load a value of B (the norm's weight or the up half) to
@@ -90,8 +92,11 @@ def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
 def test_the_register_cap_fits_four_programs_an_sm_and_keeps_the_k_loop(n):
     """``config_for``'s capped configuration (``Config.maxnreg``): four programs of its warps fit an SM's 65536
     registers (uncapped, ptxas gave the prefetch 152-158 a thread: three), and the K loop does the same work (its
-    mma and global loads as uncapped). ptxas may keep a value or two in local memory meanwhile (offline, sm_90: none
-    with triton 3.6, one access in the loop with 3.9)."""
+    mma and global loads as uncapped). ptxas may keep a few values in local memory meanwhile: with each group's own
+    mma chain (``Config.own_chains``, the served form) it runs chains side by side and, capped, moves some values
+    through local memory (offline, sm_90, a step: 12 loads and 4 stores with triton 3.6, 12 and 5 with 3.9; with the
+    masked chain none and one), timed faster all the same (run 60, H200: gate/up 21.4 against 22.2 us). A step's
+    words spilled would take hundreds."""
     config = int4_mma.config_for(n)
     assert config.maxnreg and config.prefetch
     capped = int4_mma.compile_for_sm90(config, pdl=True)
@@ -102,7 +107,7 @@ def test_the_register_cap_fits_four_programs_an_sm_and_keeps_the_k_loop(n):
     ops = [collections.Counter(line.split()[0].split(".")[0] for line in int4_mma.main_loop(kernel.asm["cubin"]))
            for kernel in (capped, uncapped)]
     assert all(ops[0][op] == ops[1][op] for op in ("HMMA", "LDG")), ops
-    assert ops[0]["LDL"] + ops[0]["STL"] <= 2, ops[0]
+    assert ops[0]["LDL"] + ops[0]["STL"] <= (24 if config.own_chains else 2), ops[0]
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
@@ -203,6 +208,67 @@ def test_cuda_product_matches_the_dequantized_reference(n, k, config):
             expected = reference + (0 if add is None else add.float())
             assert out.dtype == torch.bfloat16 and out.shape == (n,)
             assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
+
+
+@needs_gluon
+def test_each_group_s_own_chain_drops_the_masks_and_keeps_the_mma():
+    """``Config.own_chains``: the step's mma as many (8 a group a tile, and the input sums'), its loads the same,
+    and B's masks gone: an AND a register of B a group, 16 a thread a group (offline, sm_90: 128 LOP3 fewer a step
+    with one tile; the groups' columns are picked by a few selects instead)."""
+    loops = {own: int4_mma.main_loop(int4_mma.compile_for_sm90(int4_mma.Config(4, 1, False, own_chains=own), pdl=True,
+                                                               residual=True).asm["cubin"]) for own in (False, True)}
+    ops = {own: collections.Counter(line.split()[0].split(".")[0] for line in loop) for own, loop in loops.items()}
+    assert all(ops[True][op] == ops[False][op] for op in ("HMMA", "LDG")), ops
+    assert ops[False]["LOP3"] - ops[True]["LOP3"] >= 8 * 16, ops
+    assert len(loops[True]) <= len(loops[False]) - 8 * 16 + 32, (len(loops[True]), len(loops[False]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (28672, 4096), (208, 3072)])
+def test_each_group_s_own_chain_gives_the_masked_chain_s_bits(n, k):
+    """The same sums, bit for bit, whichever way the groups' mma are chained (``Config.own_chains``): column c of a
+    group's own chain is the masked chain's (whose other groups add exact zeros there), for the split's
+    configurations and stream-K's, with a residual, an input made in the kernel (the norm, SwiGLU), SWIGLU_OUT and
+    PDL, and for q/k/v with RoPE (the 8B's heads)."""
+    from repl.generation import int4_mma_rope
+
+    quantized, x, residual, _ = _product(n, k, n + 3 * k)
+    norm = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+    doubled = torch.cat([x, x.flip(0)])
+    pdl = torch.cuda.get_device_capability() >= (9, 0)
+    for config in (int4_mma.config_for(n)._replace(own_chains=False), int4_mma.Config(4, 1, False),
+                   int4_mma.Config(4, 2, False, stream=2)):
+        forms = [dict(), dict(residual=residual), dict(norm=norm, eps=1e-5), dict(swiglu=True, pdl=pdl)]
+        if not config.stream:
+            forms.append(dict(swiglu_out=True, pdl=pdl))
+        for form in forms:
+            row = doubled if form.get("swiglu") else x
+            masked = int4_mma.int4_matvec_mma(row, *quantized, config=config, **form)
+            own = int4_mma.int4_matvec_mma(row, *quantized, config=config._replace(own_chains=True), **form)
+            assert torch.equal(own, masked), (config, sorted(form))
+    if (n, k) == (6144, 4096):
+        words, scale, offset = quantized
+        cos, sin = _rope_tables(128, 7, "cuda")
+        outputs = {}
+        for own in (False, True):
+            caches = torch.zeros(2, 1, 8, 16, 128, dtype=torch.bfloat16, device="cuda")
+            config = int4_mma_rope.config_for(128)._replace(own_chains=own)
+            q = _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm)
+            outputs[own] = (q, caches)
+        assert torch.equal(outputs[True][0], outputs[False][0])
+        assert torch.equal(outputs[True][1], outputs[False][1])
+
+
+def _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm):
+    """``int4_qkv_rope_cache_mma`` on the 8B's heads at position 7 with ``config`` in place of its own."""
+    from unittest import mock
+
+    from repl.generation import int4_mma_rope
+
+    with mock.patch.object(int4_mma_rope, "config_for", lambda dim: config):
+        return int4_mma_rope.int4_qkv_rope_cache_mma(x, words, scale, offset, cos, sin, caches[0], caches[1],
+                                                     torch.tensor([7], device="cuda"), 32, 8, norm=norm, eps=1e-5)
 
 
 @pytest.mark.gpu

@@ -18,7 +18,11 @@ How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8,
 - The 8 columns of B (and C) are 8 consecutive groups: the mma of group c has B = x of the group in column c and
   zeros elsewhere, so C[row, c] is the row's sum over group c alone (the 128 + u form) and the scales and offsets
   are applied once per 8 groups, each thread to distinct (row, group) pairs: out += s (C - 128 X) + o X.
-  Masking B costs an AND a register a group (16 a thread), shared by the warp's tiles.
+  Masking B costs an AND a register a group (16 a thread), shared by the warp's tiles, and chains every mma of a
+  step on the one before (C). With ``Config.own_chains`` (served) each group's mma instead start from zero with B
+  unmasked (x of group c' in column c'), and column c of group c's result is kept: the same sums, no masks, and
+  eight chains that run side by side (ncu on an H200, run 59: the K loop's warps stalled on fixed-latency
+  dependencies 1.8 cycles an instruction, on memory 3.5; a step 880 instructions a warp, 762 so).
 - X (each group's input sum, for the 128 and the offsets) comes from one more mma: A all ones, B the 8 groups' x.
 A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
@@ -42,6 +46,7 @@ arrives last). ``stream_segments`` and ``stream_holders`` state the partition in
 
 import functools
 import math
+import os
 from typing import NamedTuple, Optional
 
 import torch
@@ -62,6 +67,9 @@ except Exception as error:  # no Triton, or one without Gluon's mma_v2: availabl
 COLUMNS_PER_STEP = 1024  # 8 groups of 128: one mma per group into one column of C
 NORMED_UP_TO = 8192  # outputs one program reads to make the next product's normed input (``_normed_by_last``)
 MAX_PARTS = 8
+# The served configurations' mma chains (``Config.own_chains``): each group's own unless KERNELLLM_INT4_OWN_CHAINS=0
+# (one chain with B masked, as served before run 60): the same bits either way.
+OWN_CHAINS = os.environ.get("KERNELLLM_INT4_OWN_CHAINS", "1") != "0"
 
 
 class Config(NamedTuple):
@@ -69,13 +77,15 @@ class Config(NamedTuple):
     words during this one; parts: the K split (None: enough programs for two on each SM, as
     ``quant_kernels._small_parts``); stream: stream-K with this many programs an SM instead of the split (0: the
     split); maxnreg: a cap on the registers a thread (ptxas's), so that more programs fit an SM at once (None: as
-    ptxas allocates them)."""
+    ptxas allocates them); own_chains: each group's mma chain from zero, no masks (``_group_sums``), instead of one
+    chain over the step's groups with B masked to the group's column."""
     warps: int
     tiles: int
     prefetch: bool = True
     parts: Optional[int] = None
     stream: int = 0
     maxnreg: Optional[int] = None
+    own_chains: bool = False
 
 
 CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False), Config(2, 1), Config(2, 1, False),
@@ -85,7 +95,11 @@ CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False),
     # One tile with the prefetch in 128 registers a thread (152-158 uncapped; offline, sm_90: no spill with triton
     # 3.6, one local-memory access in the K loop with 3.9): four programs of 4 warps an SM instead of three.
     Config(4, 1, True, maxnreg=128), Config(2, 1, True, maxnreg=128), Config(8, 1, True, maxnreg=128),
-    Config(4, 1, True, 2, maxnreg=128), Config(4, 1, False, 2)]
+    Config(4, 1, True, 2, maxnreg=128), Config(4, 1, False, 2)] + [
+    # Each group's mma chain its own (``_group_sums``): no masks, more registers (ptxas interleaves the chains).
+    Config(4, 1, True, maxnreg=128, own_chains=True), Config(4, 1, True, own_chains=True),
+    Config(4, 1, False, own_chains=True),
+    Config(4, 2, False, own_chains=True), Config(2, 1, False, own_chains=True), Config(8, 1, False, own_chains=True)]
 
 # The fields of one word as the bfloat16 pairs (128 + nibble i, 128 + nibble i+4), i = 0..3, one 32-bit register
 # each: LOP3 (w & 0x000F000F) | 0x43004300 puts nibbles 0 and 4 under the exponent of 128 in the two halves; shifts
@@ -123,14 +137,21 @@ if IMPORT_ERROR is None:
         return gl.convert_layout(fields.to(gl.bfloat16, bitcast=True), A_LAYOUT)
 
     @gluon.jit
-    def _group_sums(words, x, c: gl.constexpr, sums, BLOCK_M: gl.constexpr):
-        """sums + the mma of group c of the step: A its dequantized words, B x in column c and zeros elsewhere."""
+    def _group_sums(words, x, c: gl.constexpr, sums, BLOCK_M: gl.constexpr, OWN_CHAINS: gl.constexpr = False):
+        """sums + the mma of group c of the step: A its dequantized words, B x in column c and zeros elsewhere.
+        OWN_CHAINS: instead, the mma of A and B = x (column c: group c's x) from zero, of which column c replaces
+        sums' (the other columns multiply group c's weights by other groups' x): no masks, and the groups' chains of
+        mma do not wait for one another. Column c is the same sum either way (B's zeros add exact zeros)."""
+        A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sums.type.layout, k_width=2)
         B_LAYOUT: gl.constexpr = x.type.layout
+        if OWN_CHAINS:
+            group = mma_v2(_dequantized(words, A_LAYOUT, BLOCK_M), x, gl.zeros_like(sums))
+            column = gl.arange(0, 8, layout=gl.SliceLayout(0, sums.type.layout))[None, :]
+            return gl.where(column == c, group, sums)
         group_of = gl.arange(0, 8, layout=gl.SliceLayout(0, B_LAYOUT))[None, :]
         mask = gl.where(group_of == c, -1, 0) + gl.zeros(x.shape, gl.int32, B_LAYOUT)
         x_c = gl.inline_asm_elementwise(_MASK, "=r,r,r,r", [x.to(gl.int16, bitcast=True), mask], dtype=gl.int16,
                                         is_pure=True, pack=2).to(gl.bfloat16, bitcast=True)
-        A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sums.type.layout, k_width=2)
         return mma_v2(_dequantized(words, A_LAYOUT, BLOCK_M), x_c, sums)
 
     @gluon.jit
@@ -187,9 +208,10 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _step(total, loaded, x_at, ones, MMA: gl.constexpr, BLOCK_M: gl.constexpr, norm_at=None, k=0,
-              inverse_rms=1.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False):
+              inverse_rms=1.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
+              OWN_CHAINS: gl.constexpr = False):
         """total + one step's 8 groups, scaled: s (C - 128 X) + o X for each (row, group). NORM, SWIGLU: the input
-        made here from x (``_made_input``)."""
+        made here from x (``_made_input``). OWN_CHAINS: each group's mma chain its own (``_group_sums``)."""
         w0, w1, w2, w3, w4, w5, w6, w7, scale, offset = loaded
         if NORM or SWIGLU:
             x = _made_input(x_at, norm_at, k, inverse_rms, NORM, SWIGLU)
@@ -197,14 +219,14 @@ if IMPORT_ERROR is None:
             x = gl.load(x_at)
         zero = gl.zeros([BLOCK_M, 8], gl.float32, MMA)
         inputs = mma_v2(ones, x, zero)  # X of group c in every row's column c
-        sums = _group_sums(w0, x, 0, zero, BLOCK_M)
-        sums = _group_sums(w1, x, 1, sums, BLOCK_M)
-        sums = _group_sums(w2, x, 2, sums, BLOCK_M)
-        sums = _group_sums(w3, x, 3, sums, BLOCK_M)
-        sums = _group_sums(w4, x, 4, sums, BLOCK_M)
-        sums = _group_sums(w5, x, 5, sums, BLOCK_M)
-        sums = _group_sums(w6, x, 6, sums, BLOCK_M)
-        sums = _group_sums(w7, x, 7, sums, BLOCK_M)
+        sums = _group_sums(w0, x, 0, zero, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w1, x, 1, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w2, x, 2, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w3, x, 3, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w4, x, 4, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w5, x, 5, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w6, x, 6, sums, BLOCK_M, OWN_CHAINS)
+        sums = _group_sums(w7, x, 7, sums, BLOCK_M, OWN_CHAINS)
         scale = scale.to(gl.float32)
         return total + scale * (sums - 128.0 * inputs) + offset.to(gl.float32) * inputs
 
@@ -229,7 +251,8 @@ if IMPORT_ERROR is None:
     def _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA: gl.constexpr,
                    WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, PDL: gl.constexpr,
                    norm_ptr=None, eps=0.0, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
-                   RMS_BLOCK: gl.constexpr = 1024, SWIGLU_OUT: gl.constexpr = False):
+                   RMS_BLOCK: gl.constexpr = 1024, SWIGLU_OUT: gl.constexpr = False,
+                   OWN_CHAINS: gl.constexpr = False):
         """The (BLOCK_M,) sums of rows block * BLOCK_M on over steps first .. last - 1 (1024 columns each), in
         SliceLayout(1, MMA). PDL: the first step's weights are asked for before ``gdc_wait``, everything else
         after it. NORM (norm_ptr, eps, RMS_BLOCK: ``rms_block(k)``) or SWIGLU (x of 2k values): the input is made
@@ -280,7 +303,7 @@ if IMPORT_ERROR is None:
                 current = loaded
                 loaded = _step_loads(words_at, scale_at, offset_at, step + 1, step + 1 < last)
                 total = _step(total, current, x_at + step * 1024, ones, MMA, BLOCK_M, norm_at + step * 1024, k,
-                              inverse_rms, NORM, SWIGLU)
+                              inverse_rms, NORM, SWIGLU, OWN_CHAINS)
         else:
             begin = first
             if PDL:  # the first step taken out of the loop, its loads before the wait
@@ -291,11 +314,11 @@ if IMPORT_ERROR is None:
             if PDL:
                 if first < last:
                     total = _step(total, loaded, x_at + first * 1024, ones, MMA, BLOCK_M, norm_at + first * 1024, k,
-                                  inverse_rms, NORM, SWIGLU)
+                                  inverse_rms, NORM, SWIGLU, OWN_CHAINS)
                 begin = first + 1
             for step in range(begin, last):
                 total = _step(total, _step_loads(words_at, scale_at, offset_at, step, True), x_at + step * 1024,
-                              ones, MMA, BLOCK_M, norm_at + step * 1024, k, inverse_rms, NORM, SWIGLU)
+                              ones, MMA, BLOCK_M, norm_at + step * 1024, k, inverse_rms, NORM, SWIGLU, OWN_CHAINS)
         return gl.sum(total, axis=1)
 
     @gluon.jit
@@ -328,7 +351,8 @@ if IMPORT_ERROR is None:
                          WORDS: gl.constexpr, BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr,
                          PDL: gl.constexpr = False, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
                          RMS_BLOCK: gl.constexpr = 1024, SWIGLU_OUT: gl.constexpr = False,
-                         NORMED_OUT: gl.constexpr = False, NORMED_BLOCK: gl.constexpr = 1024):
+                         NORMED_OUT: gl.constexpr = False, NORMED_BLOCK: gl.constexpr = 1024,
+                         OWN_CHAINS: gl.constexpr = False):
         # PDL (launched with launch_pdl, ``quant_kernels.PDL``): the next kernel may launch once every program here
         # has started; the first step's weights (never written by any kernel) are asked for before waiting for the
         # previous kernel, and everything it may have written (x, the residual) or may still read (out, the
@@ -344,7 +368,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block, first, last, MMA, WORDS,
-                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK, SWIGLU_OUT)
+                              BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK, SWIGLU_OUT, OWN_CHAINS)
         rows = block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, MMA))
         if SWIGLU_OUT:
             outputs = _swiglu_outputs(block, BLOCK_M, gl.SliceLayout(1, MMA))
@@ -432,7 +456,7 @@ if IMPORT_ERROR is None:
                                 counts_ptr, n, k, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
                                 BLOCK_M: gl.constexpr, PREFETCH: gl.constexpr, RESIDUAL: gl.constexpr,
                                 PDL: gl.constexpr = False, NORM: gl.constexpr = False, SWIGLU: gl.constexpr = False,
-                                RMS_BLOCK: gl.constexpr = 1024):
+                                RMS_BLOCK: gl.constexpr = 1024, OWN_CHAINS: gl.constexpr = False):
         # Stream-K (the module docstring): program p takes units [p U / P, (p + 1) U / P) (U = blocks * steps,
         # P <= U, so at least one): its first segment may start inside a block, its last end inside one. PDL as
         # ``_int4_mma_matvec``: only the first segment's first step's weights are loaded before the wait (in
@@ -450,7 +474,8 @@ if IMPORT_ERROR is None:
         for block in range(start // steps, gl.cdiv(end, steps)):
             row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, block,
                                   gl.maximum(start - block * steps, 0), gl.minimum(end - block * steps, steps), MMA,
-                                  WORDS, BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK)
+                                  WORDS, BLOCK_M, PREFETCH, PDL, norm_ptr, eps, NORM, SWIGLU, RMS_BLOCK, False,
+                                  OWN_CHAINS)
             _segment_done(row_sums, block, program, steps, units, programs, residual_ptr, out_ptr, partial_ptr,
                           counts_ptr, n, MMA, BLOCK_M, RESIDUAL)
 
@@ -475,10 +500,12 @@ def config_for(n: int) -> Config:
     under PDL in run 47 on an H100: 8.2, 7.2, 16.2 us; run 50 on an H200: 7.4, 6.7, 14.3); gate/up's 28672 rows and
     the output layer's 128256 with one tile, the prefetch and 128 registers a thread (``Config.maxnreg``: four
     programs of 4 warps an SM, where ptxas's 152-158 registers fit three; run 50, H200: gate/up 23.0 against 24.8 us
-    without the prefetch, 28.1 uncapped; the output layer 76.0 against 81.0)."""
+    without the prefetch, 28.1 uncapped; the output layer 76.0 against 81.0). Each group's mma chain its own
+    (``OWN_CHAINS``; run 60, H200, us, masked chain -> own chains: q/k/v 7.23 -> 6.97, down 13.08 -> 12.80, gate/up
+    22.18 -> 21.39, the output layer 73.87 -> 72.10; o 6.52 -> 6.57)."""
     if n > 16384:
-        return Config(4, 1, True, maxnreg=128)
-    return Config(4, 2, False)
+        return Config(4, 1, True, maxnreg=128, own_chains=OWN_CHAINS)
+    return Config(4, 2, False, own_chains=OWN_CHAINS)
 
 
 def serves(x: torch.Tensor, n: int, k: int) -> bool:
@@ -560,7 +587,7 @@ def int4_matvec_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.Tensor, o
     made = (norm.contiguous() if norm is not None else out, eps)
     options = dict(MMA=mma, WORDS=words_layout, BLOCK_M=block_m, PREFETCH=config.prefetch,
                    RESIDUAL=residual is not None, PDL=pdl, NORM=norm is not None, SWIGLU=swiglu,
-                   RMS_BLOCK=rms_block(k), num_warps=config.warps, launch_pdl=pdl)
+                   RMS_BLOCK=rms_block(k), OWN_CHAINS=config.own_chains, num_warps=config.warps, launch_pdl=pdl)
     if config.maxnreg:
         options["maxnreg"] = config.maxnreg
     if config.stream:
@@ -621,7 +648,8 @@ def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: b
     norm); ``swiglu_out``: the split's form that stores SiLU(gate) * up."""
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
-                  "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096)}
+                  "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096),
+                  "OWN_CHAINS": config.own_chains}
     if swiglu_out and (config.stream or residual):
         raise ValueError(f"int4_mma: SWIGLU_OUT takes the split's configurations and no residual, not {config}")
     if config.stream:

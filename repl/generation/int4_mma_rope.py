@@ -66,7 +66,8 @@ if IMPORT_ERROR is None:
                                  stride_vh, stride_vn, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
                                  DIM: gl.constexpr, PREFETCH: gl.constexpr, HEADS: gl.constexpr,
                                  KV_HEADS: gl.constexpr, WARPS: gl.constexpr, PDL: gl.constexpr = False,
-                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
+                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024,
+                                 OWN_CHAINS: gl.constexpr = False):
         # Program (head, part). PDL: as ``int4_mma._int4_mma_matvec``, only the first step's weights before the
         # wait; x (and the norm's pass over it), cos/sin, the position, the partials and counts, q and the caches
         # after it.
@@ -77,7 +78,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, first, last, MMA, WORDS, DIM,
-                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK)
+                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK, False, OWN_CHAINS)
         if parts == 1:
             _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                             stride_kh, stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, DIM, WARPS)
@@ -94,7 +95,7 @@ if IMPORT_ERROR is None:
 def config_for(dim: int) -> Config:
     """A program's tiles: one head of ``dim`` rows, 16-row tiles on 4 warps (for the 8B's 128, ``int4_mma``'s
     fastest on the plain q/k/v product: two tiles a warp without the prefetch)."""
-    return Config(4, dim // 64, False)
+    return Config(4, dim // 64, False, own_chains=int4_mma.OWN_CHAINS)
 
 
 def fits(dim: int) -> bool:
@@ -138,8 +139,8 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
         positions, q, k_cache, v_cache, partials, counts, n, k, k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(1), v_cache.stride(2), norm.contiguous() if norm is not None else x, eps, MMA=mma,
         WORDS=words_layout, DIM=block_m, PREFETCH=config.prefetch, HEADS=heads, KV_HEADS=kv_heads,
-        WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=int4_mma.rms_block(k), num_warps=config.warps,
-        launch_pdl=pdl)
+        WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=int4_mma.rms_block(k),
+        OWN_CHAINS=config.own_chains, num_warps=config.warps, launch_pdl=pdl)
     return q
 
 
@@ -161,7 +162,7 @@ def compile_for_sm90(dim: int = 128, heads: int = 32, kv_heads: int = 8, pdl: bo
     assert block_m == dim, "a program owns one head"
     constexprs = {"MMA": mma, "WORDS": words_layout, "DIM": dim, "PREFETCH": config.prefetch, "HEADS": heads,
                   "KV_HEADS": kv_heads, "WARPS": config.warps, "PDL": pdl, "NORM": norm,
-                  "RMS_BLOCK": int4_mma.rms_block(4096)}
+                  "RMS_BLOCK": int4_mma.rms_block(4096), "OWN_CHAINS": config.own_chains}
     return int4_mma.compile_gluon_for_sm90(_int4_mma_qkv_rope_cache, SIGNATURE, constexprs, config.warps, pdl)
 
 
