@@ -23,7 +23,6 @@ us a kernel (median of the replays):
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
-from repl.generation.kernel_timing import replay_milliseconds  # noqa: E402
+from repl.generation.kernel_timing import time_in_a_graph  # noqa: E402
 
 VALUES = 4096  # the vector each kernel hands the next (the 8B's hidden size)
 WEIGHT_WORDS = 8192  # int32 words a program reads in ``weights`` (32 KB)
@@ -86,8 +85,9 @@ VARIANTS = {
 }
 
 
-def time_chain(flags: dict, launches: int, programs: int, replays: int) -> float:
-    """Microseconds a kernel of a graph of ``launches`` chained kernels (median of ``replays`` replays)."""
+def time_chain(flags: dict, launches: int, programs: int) -> float:
+    """Microseconds a kernel of a graph of ``launches`` chained kernels (``kernel_timing.time_in_a_graph``: the median
+    of its replays)."""
     vectors = [torch.randn(VALUES, device="cuda").to(torch.bfloat16) for _ in range(2)]
     copies = 8 if flags["WEIGHTS"] else 1  # 8 x 8.7 MB of weights: far above the L2 between two reads of one
     weights = [torch.randint(0, 7, (programs * WEIGHT_WORDS,), dtype=torch.int32, device="cuda")
@@ -98,35 +98,22 @@ def time_chain(flags: dict, launches: int, programs: int, replays: int) -> float
     if flags["PDL"]:
         options["launch_pdl"] = True
 
-    def run():
-        for i in range(launches):
-            _chain[(programs, )](vectors[i % 2], vectors[(i + 1) % 2], weights[i % copies], partial, counts,
-                                 **options)
+    def launch(i):
+        _chain[(programs, )](vectors[i % 2], vectors[(i + 1) % 2], weights[i % copies], partial, counts, **options)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-        side.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            run()
-        times = replay_milliseconds(graph, replays)
-    torch.cuda.synchronize()
-    return 1000 * statistics.median(times) / launches
+    return 1000 * time_in_a_graph([lambda i=i: launch(i) for i in range(launches)])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=64)
     parser.add_argument("--programs", type=int, default=264)
-    parser.add_argument("--replays", type=int, default=30)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "launches": args.launches, "programs": args.programs}
     for name, flags in VARIANTS.items():
-        results[name] = round(time_chain(flags, args.launches, args.programs, args.replays), 3)
+        results[name] = round(time_chain(flags, args.launches, args.programs), 3)
         print(f"{name:>14}: {results[name]:.3f} us a kernel", flush=True)
     print("BOUNDARY " + json.dumps(results))
     if args.json:
