@@ -256,6 +256,7 @@ def test_each_group_s_own_chain_gives_the_masked_chain_s_bits(n, k):
             config = int4_mma_rope.config_for(128)._replace(own_chains=own)
             q = _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm)
             outputs[own] = (q, caches)
+        assert outputs[True][1][:, :, :, 7].abs().amax(dim=-1).min() > 0  # every k and v head written
         assert torch.equal(outputs[True][0], outputs[False][0])
         assert torch.equal(outputs[True][1], outputs[False][1])
 
