@@ -6,8 +6,6 @@ graph replayed many times."""
 
 import os
 import re
-import subprocess
-import tempfile
 
 import pytest
 import torch
@@ -85,11 +83,7 @@ def compile_for_sm90(kernel, signature: dict, constexprs: dict, aligned: list, *
 
 def sass(cubin: bytes) -> list[str]:
     """The kernel's SASS instructions in order, predicates dropped (nvdisasm from Triton's wheel)."""
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
-        file.write(cubin)
-        file.flush()
-        listing = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
+    listing = int4_mma.cubin_tool("nvdisasm", "-c", cubin)
     return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0].strip()
             for line in listing.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
 

@@ -22,7 +22,8 @@ How it maps onto ``mma.sync.m16n8k16`` (A = 16 weight rows x 16 k, B = 16 k x 8,
   step on the one before (C). With ``Config.own_chains`` (served) each group's mma instead start from zero with B
   unmasked (x of group c' in column c'), and column c of group c's result is kept: the same sums, no masks, and
   eight chains that run side by side (ncu on an H200, run 59: the K loop's warps stalled on fixed-latency
-  dependencies 1.8 cycles an instruction, on memory 3.5; a step 880 instructions a warp, 762 so).
+  dependencies 1.8 cycles an instruction, on memory 3.5; offline, sm_90, the capped gate/up's K loop is 880
+  instructions a step, 762 so).
 - X (each group's input sum, for the 128 and the offsets) comes from one more mma: A all ones, B the 8 groups' x.
 A program owns 16 * warps * tiles rows and, split along K (``parts``), a run of 1024-column blocks; the part that
 arrives last adds the parts' sums in order (as ``quant_kernels._matmul_small`` does) and writes the output.
@@ -676,19 +677,24 @@ def compile_gluon_for_sm90(kernel, signature: dict, constexprs: dict, warps: int
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def resource_usage(cubin: bytes) -> dict:
-    """A compiled kernel's registers a thread, its stack (bytes a thread: registers spilled, if not 0) and its
-    shared memory (bytes a program), as cuobjdump (in Triton's wheel) reads them from the cubin."""
-    import os
-    import re
+def cubin_tool(tool: str, flag: str, cubin: bytes) -> str:
+    """What one of the CUDA binaries in Triton's wheel (cuobjdump, nvdisasm) prints for a compiled kernel."""
     import subprocess
     import tempfile
 
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
         file.flush()
-        text = subprocess.run([cuobjdump, "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([path, flag, file.name], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """A compiled kernel's registers a thread, its stack (bytes a thread: registers spilled, if not 0) and its
+    shared memory (bytes a program), as cuobjdump reads them from the cubin."""
+    import re
+
+    text = cubin_tool("cuobjdump", "-res-usage", cubin)
     registers, stack, shared = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)", text).groups()
     return {"registers": int(registers), "stack": int(stack), "shared": int(shared)}
 
@@ -725,17 +731,9 @@ def main_loop(cubin: bytes) -> list[str]:
 def innermost_loops(cubin: bytes) -> list[list[str]]:
     """The SASS instructions of each loop that holds no other loop (stream-K's loop over row blocks holds a K loop),
     predicates dropped."""
-    import os
     import re
-    import subprocess
-    import tempfile
 
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
-        file.write(cubin)
-        file.flush()
-        lines = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
-    lines = lines.splitlines()
+    lines = cubin_tool("nvdisasm", "-c", cubin).splitlines()
     labels = {match.group(1): i for i, line in enumerate(lines) if (match := re.match(r"^(\.L_x_\d+):", line))}
     instructions = [(i, line) for i, line in enumerate(lines) if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
     spans = []  # (label, branch) line numbers of each loop: a branch back to a label above it
