@@ -23,11 +23,11 @@ import sys
 from typing import Iterator
 
 from repl.checker import Checker, check_kernel
-from repl.engine import Engine, EngineOptions
-from repl.extract import extract_kernel_code
+from repl.engine.engine import Engine, EngineOptions
+from repl.core.extract import extract_kernel_code
 from repl.generation.model_loading import DEFAULT_MODEL
-from repl.prompt import build_prompt
-from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, SamplingSettings
+from repl.core.prompt import build_prompt
+from repl.core.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, SamplingSettings
 
 __all__ = ["KernelLLM", "Checker", "build_prompt", "check_kernel", "extract_kernel_code", "main", "console_main"]
 
@@ -77,7 +77,7 @@ class KernelLLM:
         only). ``timeout``: seconds for the kernel (its loading and trials). Returns a ``repl.checker.CheckResult``
         (``.verdict``, ``.correct``, ``.message``, ``.kernel_ms``, ``.speedup_vs_eager``); ValueError for a device
         that cannot be used."""
-        from repl.attempt import given_reply, new_attempt
+        from repl.engine.attempt import given_reply, new_attempt
 
         options = {name: value for name, value in (("trials", trials), ("timeout", timeout)) if value is not None}
         attempt = new_attempt(module_source, given_reply("api", kernel))
@@ -88,10 +88,10 @@ class KernelLLM:
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list:
         """Sample ``k`` replies for the module and check each as it completes (checks overlap the sampling; ``jobs``
         at once), as ``:best K`` does. Returns them ranked: correct first, then the fastest (timed on a GPU), then
-        the lowest error. Each is a ``repl.attempt.Attempt``: ``.reply.text``, ``.kernel`` (its code) and ``.check``
+        the lowest error. Each is a ``repl.engine.attempt.Attempt``: ``.reply.text``, ``.kernel`` (its code) and ``.check``
         (its CheckResult). ValueError for k > 1 under greedy decoding (temperature 0: k copies of one reply) or a
         device that cannot be used. Ctrl-C stops the sampling and the checks, then is raised."""
-        from repl.best_of import BestOfRun, CheckOptions, rank
+        from repl.workflows.best_of import BestOfRun, CheckOptions, rank
 
         check = CheckOptions(device=device, jobs=jobs, **({"trials": trials} if trials is not None else {}))
         run = BestOfRun(module_source, k, engine=self._engine, check=check,

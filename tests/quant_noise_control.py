@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from repl.generation.quantization import MODES, dequantize, quantize  # noqa: E402
 from repl.generation.quantized_model import quantize_model  # noqa: E402
-from repl.quant_bench import logit_agreement  # noqa: E402
+from repl.bench.quantized import logit_agreement  # noqa: E402
 
 CONFIG = LlamaConfig(vocab_size=32000, hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,
                      num_key_value_heads=2, intermediate_size=3584, max_position_embeddings=1024,

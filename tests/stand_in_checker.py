@@ -2,7 +2,7 @@
 `decide` gives each verdict; and the CheckPool of such stand-ins that tests give the engine (Engine(checks=...)) or
 an eval (evaluate(..., checks=...)). Used only inside unit tests."""
 
-from repl.checker.pool import CheckPool
+from repl.checker.caller.pool import CheckPool
 
 
 class StandInChecker:

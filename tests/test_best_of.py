@@ -10,16 +10,16 @@ import time
 
 import pytest
 
-import repl.best_of as best_of_module
-from repl.attempt import Attempt
-from repl.best_of import DONE, BestOfRun, Candidate, CheckOptions, rank
+import repl.workflows.best_of as best_of_module
+from repl.engine.attempt import Attempt
+from repl.workflows.best_of import DONE, BestOfRun, Candidate, CheckOptions, rank
 from repl.checker import CheckResult
-from repl.engine import Engine, EngineOptions
+from repl.engine.engine import Engine, EngineOptions
 from repl.generation import INTERRUPTED, Backend, GenerationError, Reply
 from repl.generation.local import LocalBackend
-from repl.module_source import inspect_module_source
-from repl.prompt import build_prompt
-from repl.settings import SamplingSettings
+from repl.core.module_source import inspect_module_source
+from repl.core.prompt import build_prompt
+from repl.core.settings import SamplingSettings
 from repl.ui.best_commands import show_candidate  # importing it registers :best, :fix and :pick
 from repl.ui.best_view import progress_table
 from repl.ui.console import make_console
@@ -238,7 +238,7 @@ def test_each_sequential_sample_gets_its_own_seed(checked_on):
 
 
 def test_greedy_decoding_is_refused_for_several_candidates_before_any_checker_starts():
-    from repl.checker.pool import CheckPool
+    from repl.checker.caller.pool import CheckPool
 
     no_checker = CheckPool(make_checker=lambda *arguments, **options: pytest.fail("a Checker started"))
     with pytest.raises(ValueError, match="greedy decoding"):
@@ -422,7 +422,7 @@ def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch,
 
 
 def test_finished_candidates_go_to_the_session_log_with_their_checks(tmp_path, monkeypatch, checked_on):
-    from repl.session_log import SessionLog
+    from repl.log.session_log import SessionLog
 
     engine = engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on)
     engine.record_to(SessionLog.open(tmp_path / "log.db", enabled=True))

@@ -7,13 +7,13 @@ import threading
 import pytest
 
 from repl.checker import CheckResult
-from repl.checker.pool import CheckPool
-from repl.engine import Engine
-from repl.module_source import inspect_module_source
-from repl.settings import SamplingSettings
+from repl.checker.caller.pool import CheckPool
+from repl.engine.engine import Engine
+from repl.core.module_source import inspect_module_source
+from repl.core.settings import SamplingSettings
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
-from repl.ui.session_bench import JudgeCounter
+from repl.bench.session_waits import JudgeCounter
 from processes import wait_until
 from replay_backend import ReplayBackend
 from stand_in_checker import StandInChecker
@@ -137,8 +137,8 @@ def test_an_engine_closes_the_judges_it_started_and_leaves_a_pool_it_was_given()
 
 
 def test_an_eval_worker_closes_the_pool_it_started_and_leaves_one_it_was_given(monkeypatch):
-    from repl import eval_worker
-    from repl.eval_worker import EvalWorker
+    from repl.workflows.ray import worker as eval_worker
+    from repl.workflows.ray.worker import EvalWorker
 
     given = counting_pool()
     worker = EvalWorker({"device": "cpu", "trials": 1}, checks=given)

@@ -173,7 +173,7 @@ def test_candidate_is_given_the_reference_weights(checked):
 def test_failures_carry_a_traceback_into_the_kernel_source(checked):
     traceback = checked["kernel launched with an argument missing"].traceback
     assert 'kernel.py", line' in traceback and "relu_kernel[" in traceback
-    assert "repl/checker/candidate.py" not in traceback  # starts at the user's code
+    assert "repl/checker/candidate/main.py" not in traceback  # starts at the user's code
     assert 'reference.py", line' in checked["unusable reference"].traceback
 
 
@@ -181,7 +181,7 @@ def test_the_calling_process_never_imports_candidate_code_nor_gets_the_workers_p
     import torch
 
     assert not [name for name in sys.modules if name.startswith("kernelllm_")]
-    assert "repl.checker.candidate" not in sys.modules and "repl.checker.judge" not in sys.modules
+    assert "repl.checker.candidate.main" not in sys.modules and "repl.checker.judge.server" not in sys.modules
     assert "cuda" not in vars(torch.Tensor) and "is_cuda" not in vars(torch.Tensor)  # cuda_on_cpu's stand-ins
 
 
@@ -209,9 +209,9 @@ def test_candidates_are_forked_from_the_judges_fork_server_unless_it_is_turned_o
     with Checker(device="cpu") as checker:
         result = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())
         judge = checker._idle[0].process.pid  # its spare candidate is started by now
-        servers = [pid for pid in _children(judge) if "repl.checker.zygote" in _command_line(pid)]
+        servers = [pid for pid in _children(judge) if "repl.checker.candidate.fork_server" in _command_line(pid)]
         below = [pid for pid in _descendants(judge) if pid != judge]
-        started_anew = [pid for pid in below if "repl.checker.candidate" in _command_line(pid)]
+        started_anew = [pid for pid in below if "repl.checker.candidate.main" in _command_line(pid)]
         if fork_server == "on":
             assert len(servers) == 1 and started_anew == []
             assert len(_descendants(servers[0])) >= 3  # the spare: the middle process and the candidate
@@ -271,7 +271,7 @@ def test_a_problem_too_large_for_the_device_is_answered_from_its_size_without_al
 
 
 def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists(checker, checked, monkeypatch):
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
     hangs = "import time\ntime.sleep(3600)\n" + RELU_REFERENCE
@@ -310,7 +310,7 @@ def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path,
     try:
         assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
         assert list(tmp_path.rglob("kernelllm-check-*"))  # the next candidate's, started ahead
-        judges = [pid for pid in processes_with("repl.checker.judge")
+        judges = [pid for pid in processes_with("repl.checker.judge.server")
                   if f"TMPDIR={tmp_path}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
         assert judges
         for pid in judges:
@@ -441,7 +441,7 @@ def test_a_caller_killed_mid_check_leaves_no_judge_and_no_candidate_behind(tmp_p
     try:
         wait_until(lambda: processes_with(marker) or caller.poll() is not None, 120)  # the candidate's process
         assert processes_with(marker), "the candidate never started its process"
-        judges = [pid for pid in processes_with("repl.checker.judge") if _parent(pid) == caller.pid]
+        judges = [pid for pid in processes_with("repl.checker.judge.server") if _parent(pid) == caller.pid]
         caller.kill()
         caller.wait()
         wait_until(lambda: not processes_with(marker) and not any(_alive(pid) for pid in judges), 30)

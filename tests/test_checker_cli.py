@@ -119,7 +119,7 @@ def test_bad_arguments_exit_2_with_a_message_and_no_traceback(arguments, complai
 # `check ARGS` with a judge's polite close given 600 s of grace (3 s in the product): a judge asked to close while it
 # is busy with the kernel would hold the command that long, so a prompt exit shows it was killed at once instead.
 POLITE_CLOSE_TAKES_MINUTES = (
-    "import sys; from repl.checker import judge_process; judge_process.JudgeProcess.close.__defaults__ = (600.0,); "
+    "import sys; from repl.checker.caller import judge_process; judge_process.JudgeProcess.close.__defaults__ = (600.0,); "
     "from repl.cli.main import main; sys.exit(main(['check', *sys.argv[1:]]))")
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from repl.checker.compare import compare_outputs
+from repl.checker.judge.compare import compare_outputs
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.checker.sandbox import is_secret_name, worker_environment
 from repl.ui.check_view import render_check_result
@@ -88,7 +88,7 @@ def test_nan_where_the_reference_has_nan_matches():
 
 
 def test_grid_is_torch_2_5s():
-    from repl.checker.compat import grid
+    from repl.checker.candidate.compat import grid
 
     assert grid(256)({"XBLOCK": 128}) == (2, 1, 1)
     assert grid(300)({"XBLOCK": 128}) == (3, 1, 1)
@@ -101,7 +101,7 @@ def test_compat_adds_only_what_is_missing_and_then_every_inductor_style_import_r
     output = run_fresh_python("""
         import torch, torch._inductor.runtime.triton_heuristics as heuristics
         had_grid, had_stream = hasattr(heuristics, "grid"), hasattr(torch._C, "_cuda_getCurrentRawStream")
-        from repl.checker.compat import install_inductor_compat, missing_names
+        from repl.checker.candidate.compat import install_inductor_compat, missing_names
         added = install_inductor_compat()
         assert ("torch._inductor.runtime.triton_heuristics.grid" in added) == (not had_grid)
         assert ("torch._C._cuda_getCurrentRawStream" in added) == (not had_stream)
@@ -122,7 +122,7 @@ def test_compat_adds_only_what_is_missing_and_then_every_inductor_style_import_r
 def test_compat_without_preloading_adds_grid_when_a_kernel_imports_it():
     output = run_fresh_python("""
         import sys
-        from repl.checker.compat import HEURISTICS, install_inductor_compat, missing_names
+        from repl.checker.candidate.compat import HEURISTICS, install_inductor_compat, missing_names
         install_inductor_compat(preload=False)
         assert HEURISTICS not in sys.modules, "imported before any kernel asked for it"
         from torch._inductor.runtime.triton_heuristics import grid
@@ -407,7 +407,7 @@ def test_integer_outputs_must_be_equal_and_complex_outputs_are_compared_as_compl
 
 
 def test_outputs_compared_a_slice_at_a_time_get_the_same_answers(monkeypatch):
-    import repl.checker.compare as compare
+    import repl.checker.judge.compare as compare
 
     reference = torch.randn(4, 1000)
     wrong = reference.clone()
@@ -484,11 +484,11 @@ def test_the_sandbox_and_the_fork_server_import_nothing_that_imports_them_back()
                 pending.append(other)
         return seen
 
-    confinement = [name for name in graph if name.startswith("repl.checker.sandbox") or name.endswith(".zygote")]
+    confinement = [name for name in graph if name.startswith("repl.checker.sandbox") or name.endswith(".fork_server")]
     assert len(confinement) >= 8
     circles = {name: sorted(other for other in reachable(name) if name in reachable(other)) for name in confinement}
     assert {name: circle for name, circle in circles.items() if circle} == {}
-    assert "repl.checker.zygote" not in set().union(*(graph[name] for name in confinement if "sandbox" in name))
+    assert "repl.checker.candidate.fork_server" not in set().union(*(graph[name] for name in confinement if "sandbox" in name))
 
 
 def test_a_candidate_without_a_seccomp_binding_is_told_in_a_note(monkeypatch):
@@ -520,10 +520,10 @@ class _ScriptedJudge:
         import threading
         import time
 
-        from repl.checker import judge_process
+        from repl.checker.caller import judge_process
         from repl.checker.wire import Channel
 
-        monkeypatch.setattr("repl.checker.judge_process.GRACE_S", SCRIPTED_GRACE_S)
+        monkeypatch.setattr("repl.checker.caller.judge_process.GRACE_S", SCRIPTED_GRACE_S)
         reply_read, reply_write = os.pipe()
         request_read, request_write = os.pipe()
         self.sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
@@ -631,7 +631,7 @@ def test_a_judge_still_starting_gets_a_preparation_that_fits_its_pipe_and_its_ti
     import threading
     import time
 
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     from repl.checker.wire import Stopped
 
@@ -703,7 +703,7 @@ def test_decoding_a_candidates_frame_holds_at_most_a_small_multiple_of_its_cap(b
 
 
 def test_a_forged_reply_is_refused_field_by_field_and_its_text_cut_to_size():
-    from repl.checker.candidate_replies import MESSAGE_CHARS, clean_reply
+    from repl.checker.judge.candidate_replies import MESSAGE_CHARS, clean_reply
     from repl.checker.wire import WireError
 
     with pytest.raises(WireError, match=r"notes\[0\] is not text"):

@@ -136,7 +136,7 @@ def test_a_model_directory_without_a_model_fails_at_once_in_one_line(tmp_path):
 
 def test_a_missing_model_fails_before_the_module_is_sized_and_without_importing_torch():
     """Sizing starts a judge (it imports torch: seconds on a GPU host); a wrong --model is known without it."""
-    code = (f"import io, sys\nfrom repl.checker.pool import CheckPool\n"
+    code = (f"import io, sys\nfrom repl.checker.caller.pool import CheckPool\n"
             f"no_judge = CheckPool(make_checker=lambda *arguments, **options: sys.exit('sized'))\n"
             f"sys.stdin = io.StringIO({RELU_MODULE!r})\n"
             f"from repl.cli.main import main\n"
@@ -180,8 +180,8 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
     from replay_backend import ReplayBackend
     from repl.checker.result import CheckResult
     from repl.cli.best_oneshot import run_best_oneshot
-    from repl.engine import Engine
-    from repl.session_log import SessionLog
+    from repl.engine.engine import Engine
+    from repl.log.session_log import SessionLog
     from tiny_models import PREPARED_REPLY
 
     checks = []

@@ -3,7 +3,7 @@ its denial asserted. The attacks are small programs in tests/confinement_cases/ 
 case), started as the checker starts a candidate: start_confined, then confine_self (cases/run.py).
 
 Every test runs twice: in a new process (the unshare tool, then exec) and forked from a fork server
-(repl/checker/zygote.py), the two ways a candidate starts."""
+(repl/checker/candidate/fork_server.py), the two ways a candidate starts."""
 
 import errno
 import json
@@ -24,7 +24,7 @@ from repl.checker import sandbox
 from repl.checker.sandbox import limits, processes, view
 from repl.checker.sandbox import (PipeCollector, is_allowed_env_name, kill_process_tree, make_sandbox_dir,
                                   memory_exceeded, remove_sandbox_dir)
-from repl.checker.zygote import ForkedProcess, ForkServer
+from repl.checker.candidate.fork_server import ForkedProcess, ForkServer
 
 CASES = Path(__file__).resolve().parent / "confinement_cases"
 LINUX_WITH_NAMESPACES = sys.platform.startswith("linux") and bool(sandbox.namespace_prefix())

@@ -5,13 +5,13 @@ and leaves its arrival counts at zero; the slicing keeps a program to one or two
 import pytest
 import torch
 
-from repl.generation import decode_attention as attention
+from repl.fastpath.kernels import decode_attention as attention
 
 ONE_AND_TWO_KERNELS = """
 import torch
-from repl.generation import decode_attention as attention
-from repl.generation.arrival_counts import arrival_counts
-from repl.generation.llama_math import attend_cache
+from repl.fastpath.kernels import decode_attention as attention
+from repl.fastpath.kernels.arrival_counts import arrival_counts
+from repl.fastpath.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 for batch, heads, kv_heads, dim, length, position, window, attended, slicing, spread in {cases}:

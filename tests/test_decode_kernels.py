@@ -8,8 +8,9 @@ from interpreter import run_under_interpreter
 # What both check scripts start with (each runs in a process of its own, or exec'd on CUDA).
 CHECK_PREAMBLE = """
 import torch
-from repl.generation import decode_matvec, llama_math
-from repl.generation.decode_matvec import matvec_residual
+from repl.fastpath.kernels import decode_matvec
+from repl.fastpath import llama_math
+from repl.fastpath.kernels.decode_matvec import matvec_residual
 torch.manual_seed(0)
 torch._dynamo.reset()  # fullgraph=True fails at a function's 9th shape in a process: other GPU tests compile these too
 device, dtype, tolerance = {device!r}, {dtype}, {tolerance}

@@ -8,8 +8,8 @@ from interpreter import run_under_interpreter
 # What every check script starts with (each runs in a process of its own, or exec'd on CUDA).
 CHECK_PREAMBLE = """
 import torch
-from repl.generation import decode_sampling
-from repl.generation.static_decoder import torch_sample
+from repl.fastpath import decode_sampling
+from repl.fastpath.decoder import torch_sample
 torch.manual_seed(0)
 device = {device!r}
 BLOCK = decode_sampling.BLOCK
@@ -174,8 +174,8 @@ def test_cuda_sampling_kernel_matches_torch(check):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_sample_and_greedy_run_the_kernels_and_replay_in_a_graph(monkeypatch):
-    from repl.generation import decode_sampling
-    from repl.generation.static_decoder import greedy, sample
+    from repl.fastpath import decode_sampling
+    from repl.fastpath.decoder import greedy, sample
 
     launched = []
     for name in ("sample", "argmax_rows"):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repl.generation import drafting_seed
-from repl.generation.drafting_seed import END_OF_REPLY, format_seed, split_seed
+from repl.fastpath import drafting_seed
+from repl.fastpath.drafting_seed import END_OF_REPLY, format_seed, split_seed
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -68,8 +68,8 @@ def test_an_absent_unreadable_or_untokenisable_seed_is_no_seed(tokenizer, tmp_pa
 
 
 def test_the_fast_backend_builds_and_drafts_without_a_seed_file(random_model, monkeypatch, tmp_path):
-    from repl.generation.fast_decode import FastLocalBackend
-    from repl.settings import SamplingSettings
+    from repl.fastpath.backend import FastLocalBackend
+    from repl.core.settings import SamplingSettings
 
     monkeypatch.setattr(drafting_seed, "SEED_FILE", tmp_path / "absent.txt")
     backend = FastLocalBackend(random_model, compile=False, max_seq_len=512, batch_sizes=(1,))
@@ -81,7 +81,7 @@ def test_the_fast_backend_builds_and_drafts_without_a_seed_file(random_model, mo
 
 
 def test_the_shipped_seed_is_a_reply_in_the_trained_format_for_each_seed_problem(tokenizer):
-    """repl/generation/drafting_seed.txt (tools/drafting_seed.py's output, committed): one KernelBook reply per seed
+    """repl/fastpath/drafting_seed.txt (tools/drafting_seed.py's output, committed): one KernelBook reply per seed
     problem, each a Python code block with kernels, call and ModelNew. An emptied or lost file would silently leave
     every first reply without a seed."""
     import ast
@@ -273,7 +273,7 @@ def test_the_acceptance_tool_adds_seed_rows_and_leaves_out_replies_to_seed_probl
 
 
 def test_the_acceptance_tools_session_searches_the_seed_after_its_replies():
-    from repl.generation.drafting import joined
+    from repl.fastpath.drafting import joined
 
     acceptance = load_tool("drafting_acceptance")
     everyone = [[1, 3, 4, 60], [2, 3, 4, 60], [0, 0]]

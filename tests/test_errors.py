@@ -1,4 +1,4 @@
-from repl.errors import one_line
+from repl.core.errors import one_line
 
 
 def test_one_line_takes_the_first_non_empty_line_and_folds_whitespace():

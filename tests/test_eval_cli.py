@@ -217,7 +217,7 @@ def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_mod
     assert candidate["message"] == check["message"] and candidate["finish_reason"] == "stop"
     assert "kernels and checks in" in result.stderr
 
-    from repl.session_log import SessionLog
+    from repl.log.session_log import SessionLog
 
     with SessionLog.open(home / "session_log.db", enabled=True) as log:
         entries = log.recent(None)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from repl.best_of import CheckOptions
+from repl.workflows.best_of import CheckOptions
 from repl.checker import CheckResult
-from repl.engine import Engine, EngineOptions
-from repl.evaluate import (ProblemResult, ResultsFileError, candidate_files, compiled, evaluate, find_problems,
+from repl.engine.engine import Engine, EngineOptions
+from repl.workflows.evaluate import (ProblemResult, ResultsFileError, candidate_files, compiled, evaluate, find_problems,
                            overall_totals, pass_at_k, read_results, select_problems, summarize)
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"

@@ -1,6 +1,6 @@
 """The kernel is the code block of the reply, in every shape the model writes it."""
 
-from repl.extract import code_blocks, extract_kernel_code
+from repl.core.extract import code_blocks, extract_kernel_code
 
 KERNEL = "import triton\n\nclass ModelNew(nn.Module):\n    pass\n"
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from repl.generation import FINISHED, INTERRUPTED, TRUNCATED
-from repl.generation.fast_decode import FastLocalBackend, FastReplyStream
-from repl.generation.llama_math import unsupported_reason
-from repl.generation.static_decoder import FastDecoder, sample
+from repl.fastpath.backend import FastLocalBackend, FastReplyStream
+from repl.fastpath.llama_math import unsupported_reason
+from repl.fastpath.decoder import FastDecoder, sample
 from repl.generation.local import LocalReplyStream, encode_prompt
 from repl.generation.model_loading import load_model
-from repl.prompt import build_prompt
-from repl.settings import SamplingSettings
+from repl.core.prompt import build_prompt
+from repl.core.settings import SamplingSettings
 from processes import wait_until
 from tiny_models import RELU_MODULE
 
@@ -83,7 +83,7 @@ def test_prompts_padded_for_the_prefill_graphs_give_the_tokens_of_generate(rando
 
 def test_prefill_graphs_stop_where_the_device_memory_runs_short_and_longer_prompts_prefill_op_by_op(random_model,
                                                                                                       monkeypatch):
-    from repl.generation import static_decoder
+    from repl.fastpath import decoder as static_decoder
 
     free = iter([10 * static_decoder.PREFILL_HEADROOM] * 2 + [static_decoder.PREFILL_HEADROOM - 1] * 10)
     monkeypatch.setattr(static_decoder, "free_bytes", lambda device: next(free))
@@ -254,7 +254,7 @@ def test_a_warm_up_that_fails_before_compiling_ends_failed_and_the_plain_path_se
     def no_cache_dir():
         raise PermissionError("cache directory not writable")
 
-    monkeypatch.setattr("repl.generation.fast_decode.use_user_cache_dir", no_cache_dir)
+    monkeypatch.setattr("repl.fastpath.backend.use_user_cache_dir", no_cache_dir)
     backend = FastLocalBackend(random_model, compile=False, max_seq_len=1024)
     assert backend.wait_until_ready(30) and backend.state == "failed"
     assert "not writable" in backend.reason and "plain" in backend.reason
@@ -340,7 +340,7 @@ def test_garbage_collections_are_recorded_with_when_they_began():
     import gc
     import time
 
-    from repl.decode_timing import garbage_collections
+    from repl.bench.decode_timing import garbage_collections
 
     before = time.perf_counter()
     with garbage_collections([]) as pauses:
@@ -356,7 +356,7 @@ def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
     kernels count, divided by the steps profiled, grouped by kind, the longest first."""
     from types import SimpleNamespace
 
-    from repl.decode_timing import _grouped, profile_lines
+    from repl.bench.decode_timing import _grouped, profile_lines
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     event = lambda key, us, count, device=cuda: SimpleNamespace(key=key, self_device_time_total=us, count=count,
@@ -383,7 +383,7 @@ def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
 def test_a_profile_detaches_cupti_as_it_stops_unless_teardown_was_set_either_way(monkeypatch):
     import os
 
-    from repl.decode_timing import cupti_detached_after
+    from repl.bench.decode_timing import cupti_detached_after
 
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     with cupti_detached_after():
@@ -440,8 +440,8 @@ def test_cuda_fast_samples_follow_generates_distribution(tiny_model_dir, tiers):
 
 ATTENTION_CHECK = """
 import torch
-from repl.generation.decode_attention import decode_attention
-from repl.generation.llama_math import attend_cache
+from repl.fastpath.kernels.decode_attention import decode_attention
+from repl.fastpath.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 for batch, heads, kv_heads, dim, length, position, attended in [
@@ -459,8 +459,8 @@ print("ok")
 
 SHAPES_CHECK = """
 import torch
-from repl.generation import decode_attention as attention
-from repl.generation.llama_math import attend_cache
+from repl.fastpath.kernels import decode_attention as attention
+from repl.fastpath.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 # (batch, heads, kv heads, head dim, cache, position, window, attended, q's scale), one call after another
@@ -510,8 +510,8 @@ def test_cuda_graph_of_triton_attention_replays_at_every_position_as_eager_calls
     at another position gives attend_cache's result and the eager call's, between eager calls."""
     from types import SimpleNamespace
 
-    from repl.generation import decode_attention as attention
-    from repl.generation.llama_math import attend_cache
+    from repl.fastpath.kernels import decode_attention as attention
+    from repl.fastpath.llama_math import attend_cache
 
     torch.manual_seed(0)
     q = torch.randn(2, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
@@ -533,7 +533,7 @@ def test_runs_nobody_reads_token_by_token_wait_for_the_fast_path_to_warm_up(caps
     """One-shot, --samples and eval wait while fast decoding warms up: an unseeded reply started before then would
     take the plain path to its end. Where the fast path is off (the CPU) or a server generates, nothing waits."""
     from repl.cli.kernel_output import wait_for_model
-    from repl.engine import Engine
+    from repl.engine.engine import Engine
     from repl.generation import Backend
 
     class WarmingUp(Backend):  # stands in for FastLocalBackend.wait_until_serving
@@ -576,7 +576,7 @@ def test_the_step_timeline_gives_each_kernel_what_it_adds_past_the_ends_before_i
     import json
     from types import SimpleNamespace
 
-    from repl.decode_timing import _trace_kernels, profile_lines, step_timeline
+    from repl.bench.decode_timing import _trace_kernels, profile_lines, step_timeline
 
     def kernel(name, ts, dur, grid):
         return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"grid": grid}}

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from repl.generation import FAILED, FINISHED, INTERRUPTED, Backend, GenerationError
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 from replay_backend import ReplayBackend, ReplayStream
 
 

@@ -71,7 +71,7 @@ def test_the_python_api_imports_from_anywhere(installed, tmp_path):
     assert Path(result.stdout.strip()).is_relative_to(installed.parent)  # the installed copy, not this tree
     # package data: the drafting seed ships with the package (else an installed tool drafts its first replies from
     # nothing, silently)
-    seed = run_installed([installed / "python", "-c", "from repl.generation.drafting_seed import SEED_FILE; "
+    seed = run_installed([installed / "python", "-c", "from repl.fastpath.drafting_seed import SEED_FILE; "
                           "print(SEED_FILE.is_relative_to(__import__('sys').prefix), len(SEED_FILE.read_text()))"],
                          tmp_path)
     assert seed.returncode == 0 and seed.stdout.split()[0] == "True" and int(seed.stdout.split()[1]) > 10000, \

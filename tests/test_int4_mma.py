@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repl.generation import int4_mma, int4_mma_rope
+from repl.fastpath.kernels import int4_mma, int4_mma_rope
 
 needs_gluon = pytest.mark.skipif(not int4_mma.available(),
                                  reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
@@ -167,7 +167,7 @@ def test_stream_k_programs_take_every_unit_once_and_a_shared_block_is_added_in_p
 def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
     """The tensor-core products make a norm's or SwiGLU's input themselves (not made first: accepted), and off CUDA
     they refuse, rather than fall back to another kernel than the one asked for."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
     from repl.generation.quantization import quantize
 
     words, scale, offset = quantize(torch.randn(64, 1024), "int4")
@@ -231,7 +231,7 @@ def test_each_group_s_own_chain_gives_the_masked_chain_s_bits(n, k):
     group's own chain is the masked chain's (whose other groups add exact zeros there), for the split's
     configurations and stream-K's, with a residual, an input made in the kernel (the norm, SwiGLU), SWIGLU_OUT and
     PDL, and for q/k/v with RoPE (the 8B's heads)."""
-    from repl.generation import int4_mma_rope
+    from repl.fastpath.kernels import int4_mma_rope
 
     quantized, x, residual, _ = _product(n, k, n + 3 * k)
     norm = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
@@ -265,7 +265,7 @@ def _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm):
     """``int4_qkv_rope_cache_mma`` on the 8B's heads at position 7 with ``config`` in place of its own."""
     from unittest import mock
 
-    from repl.generation import int4_mma_rope
+    from repl.fastpath.kernels import int4_mma_rope
 
     with mock.patch.object(int4_mma_rope, "config_for", lambda dim: config):
         return int4_mma_rope.int4_qkv_rope_cache_mma(x, words, scale, offset, cos, sin, caches[0], caches[1],
@@ -277,7 +277,7 @@ def _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm):
 def test_rows_that_do_not_tile_are_left_to_the_cuda_cores():
     """A weight of 200 rows keeps its words in the rows' own order (``quantization.tiled``): the tensor cores do not
     take it (``serves``; a direct call refuses it) and the launcher's product, on CUDA cores, matches float32."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
     from repl.generation.quantization import dequantize, quantize, tiled
 
     n, k = 200, 2048
@@ -390,7 +390,7 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
     very bits of the product (rounded to bfloat16) followed by ``prepared_input``'s SwiGLU, and again at a second
     call (the split's counts back at zero); the 8B's gate/up and a ragged one (1000 outputs: not a multiple of a
     program's outputs). Stream-K, a residual and an odd number of rows are refused."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
 
     quantized, x, residual, _ = _product(n, k, n + k)
     pdls = (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False, )
@@ -418,7 +418,7 @@ def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k
     plain product's, the input within one bfloat16 step of ``prepared_input`` on that output (the RMS summed in
     another order) and of torch's; in a CUDA graph replayed 20 times (PDL where the GPU has it), each replay the bits
     of the eager call (the count of finished blocks reset by the last); ``quant_matvec_normed_launch`` serves it."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
 
     quantized, x, residual, _ = _product(n, k, n + k + 1)
     norm = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
@@ -454,7 +454,7 @@ def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replace
     """``quant_kernels.quant_gate_up_swiglu`` on the 8B's gate/up after the norm, as a decode step calls it: the bits
     of the way it replaces (the normed input made first, the tensor-core product, then ``prepared_input``'s SwiGLU),
     again at a second call, and with ``SWIGLU_OUT`` switched off (that way itself)."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
 
     n, k = EIGHT_B_SHAPES["gate/up"]
     quantized, x, _, _ = _product(n, k, 5)
@@ -492,7 +492,7 @@ def test_tensor_cores_make_their_input_as_the_kernel_before_them_does(n, k, conf
     the input made first (``prepared_input``) and against float32 on torch's input: within 1e-2 of the largest
     output (the RMS sums in another order, so an input may round one bfloat16 step apart; bfloat16 rounds an output
     at 2^-8); a second call gives the same bits."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
     from repl.generation.quantization import dequantize, quantize
 
     generator = torch.Generator(device="cuda").manual_seed(n + k)
@@ -519,7 +519,7 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
     """quant_matvec_launch's int4 products with a norm, SwiGLU or a residual, computed every way (the input made
     first or in the product's programs, tensor cores or CUDA cores) within 1e-2 of the largest output of each other;
     the way chosen by timing gives that way's output, bit for bit, and the same again at the next call."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
     from repl.generation.quantization import quantize
 
     n, k = 3008, 2048
@@ -567,7 +567,7 @@ def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads,
     (and the RMS, summed in another order too, may round an input one bfloat16 step apart: far less over a head's
     sum); a rotation (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the
     output's own rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
-    from repl.generation import quant_kernels
+    from repl.fastpath.kernels import quant_kernels
     from repl.generation.quantization import quantize
 
     generator = torch.Generator(device="cuda").manual_seed(hidden + dim)

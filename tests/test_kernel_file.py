@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from repl.kernel_file import kernel_header, write_kernel_file
-from repl.settings import SamplingSettings
+from repl.core.kernel_file import kernel_header, write_kernel_file
+from repl.core.settings import SamplingSettings
 
 
 def test_writes_the_text_and_leaves_no_temporary_file(tmp_path):

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from repl.generation.kernel_timing import MAX_COPIES, GraphTuner, l2_bytes, with_scratch_copies
+from repl.fastpath.kernels.kernel_timing import MAX_COPIES, GraphTuner, l2_bytes, with_scratch_copies
 
 CONFIGS = [triton.Config({"BLOCK": block}, num_warps=warps) for block, warps in [(16, 4), (32, 4), (64, 8)]]
 
@@ -104,7 +104,7 @@ def _row_sums(weight_ptr, out_ptr, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constex
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_graph_of_launches_times_the_work_and_the_tuner_picks_the_faster_of_two_real_tiles():
-    from repl.generation.kernel_timing import time_in_a_graph
+    from repl.fastpath.kernels.kernel_timing import time_in_a_graph
 
     n, k = 2048, 4096
     weight = torch.randn(n, k, device="cuda")  # 32 MB: a q/k/v product's bytes

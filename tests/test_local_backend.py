@@ -2,12 +2,12 @@
 
 import pytest
 
-from repl.engine import Engine, EngineOptions
+from repl.engine.engine import Engine, EngineOptions
 from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt
 from repl.generation.model_loading import ModelLoadError, load_model
-from repl.prompt import build_prompt
-from repl.settings import SamplingSettings
+from repl.core.prompt import build_prompt
+from repl.core.settings import SamplingSettings
 from tiny_models import PREPARED_REPLY, RELU_MODULE
 
 
@@ -110,7 +110,7 @@ def short_context_model(tiny_model_dir, tmp_path_factory):
 
 
 def fast_eager_backend(loaded):
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.fastpath.backend import FastLocalBackend
 
     backend = FastLocalBackend(loaded, compile=False, batch_sizes=(1,), drafting=False)
     # The fast path itself, not the plain one it falls back to while warming up (both refuse in the same words).

@@ -1,6 +1,6 @@
 """A pasted module is judged from its source alone."""
 
-from repl.module_source import inspect_module_source
+from repl.core.module_source import inspect_module_source
 
 RELU = """import torch
 import torch.nn as nn
@@ -59,7 +59,7 @@ def test_parsing_from_several_threads_never_trips_cpythons_shared_recursion_coun
     import threading
     import time
 
-    from repl.module_source import parse_python
+    from repl.core.module_source import parse_python
 
     class Finalized:
         def __del__(self):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import triton
 
-from repl.generation import decode_attention, int4_mma, int4_mma_rope, quant_kernels
+from repl.fastpath.kernels import decode_attention, int4_mma, int4_mma_rope, quant_kernels
 
 P, W = "*bf16", "*i32"
 RESIDUAL_FLAGS = dict(NORM=False, SWIGLU=False, RESIDUAL=True)
@@ -282,7 +282,7 @@ def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_positi
     residual, then the position advanced, as a step runs them, in one CUDA graph replayed 40 times from position 0:
     each replay reads the cache entries the earlier ones wrote, and attention reads them and the position before
     its wait. With PDL on, every replay gives the bits of PDL off."""
-    from repl.generation.decode_attention import decode_attention
+    from repl.fastpath.kernels.decode_attention import decode_attention
     from repl.generation.quantization import quantize
 
     hidden, heads, kv_heads, dim, layers, cache = 1024, 8, 2, 128, 4, 256

@@ -11,8 +11,8 @@ from tiny_models import PREPARED_KERNEL, RELU_MODULE
 
 from repl.checker import CheckResult
 from repl.generation import FINISHED, Reply
-from repl.session_log import SessionLog
-from repl.settings import SamplingSettings
+from repl.log.session_log import SessionLog
+from repl.core.settings import SamplingSettings
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"

@@ -1,4 +1,4 @@
-"""A module's checks are prepared while the model streams (repl/checker/preparation.py): the judge builds and studies
+"""A module's checks are prepared while the model streams (repl/checker/judge/preparation.py): the judge builds and studies
 the reference and computes the next check's trials before any kernel exists, a later request stops it between its
 steps, each prepared trial serves one trial only, and a preparation stuck in the reference costs a check nothing.
 
@@ -137,7 +137,7 @@ def test_a_check_long_after_a_preparation_ended_takes_its_work_and_keeps_the_jud
     # (invalid_reference, in 0.1 s) and stopped the judge: seen in the REPL.
     import select
 
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 2.0)
     reference = Watched(tmp_path, "relu_later")
@@ -158,7 +158,7 @@ def test_a_judge_stuck_in_the_trials_it_makes_on_its_own_after_a_check_is_stoppe
                                                                                         same_module):
     # After a check the judge makes that problem's next trials unasked; a reference that hangs there (it ran fine in
     # the check) held the next check queued for ever: nothing bounded a preparation the caller had not sent.
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
     hangs, fine = Watched(tmp_path, "hangs_when_idle", held="when_idle"), Watched(tmp_path, "fine")
@@ -180,7 +180,7 @@ def test_a_judge_stuck_in_the_trials_it_makes_on_its_own_after_a_check_is_stoppe
 
 
 def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_path, monkeypatch):
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
     stuck, fine = Watched(tmp_path, "stuck", held=True), Watched(tmp_path, "fine")
@@ -212,7 +212,7 @@ def test_sizing_that_gives_up_on_a_judge_still_starting_leaves_it_to_start(tmp_p
 def test_a_preparation_sent_during_a_long_check_gets_its_time_from_the_checks_end(tmp_path, monkeypatch):
     # A preparation queued behind a check starts only when the check ends: its deadline counts from there, or the
     # next check of that module was called a stuck reference (invalid_reference) and its judge stopped.
-    from repl.checker import judge_process
+    from repl.checker.caller import judge_process
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 4.0)
     slow, module = Watched(tmp_path, "slow", held=True), Watched(tmp_path, "module")

@@ -1,6 +1,6 @@
 """The prompt is the one KernelLLM was trained on, filled with the user's module."""
 
-from repl.prompt import TRAINED_PROMPT_TEMPLATE, build_prompt
+from repl.core.prompt import TRAINED_PROMPT_TEMPLATE, build_prompt
 
 MODULE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return {'a': x}['a']\n"
 

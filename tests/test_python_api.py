@@ -20,7 +20,7 @@ def test_generate_triton_returns_the_whole_reply(model):
 
 
 def test_stream_raw_yields_pieces_of_the_continuation(model):
-    from repl.prompt import build_prompt
+    from repl.core.prompt import build_prompt
 
     pieces = list(model.stream_raw(build_prompt(RELU_MODULE), temperature=0, max_new_tokens=600))
     assert len(pieces) > 10 and "".join(pieces) == PREPARED_REPLY

@@ -11,8 +11,8 @@ from interpreter import run_under_interpreter
 from repl.generation import quantized_model
 from repl.generation.quantization import QuantizedWeight, dequantize, quantize, row_major, tiled, word_index
 from repl.generation.quantized_model import QuantizedLinear, quantize_model
-from repl.generation.static_decoder import FastDecoder
-from repl.settings import SamplingSettings
+from repl.fastpath.decoder import FastDecoder
+from repl.core.settings import SamplingSettings
 
 GREEDY = SamplingSettings(temperature=0, max_new_tokens=24)
 
@@ -187,7 +187,8 @@ def test_fast_path_gives_the_greedy_tokens_of_generate_on_quantized_weights(mode
 KERNEL_CHECK = """
 import torch
 import torch.nn.functional as F
-from repl.generation import llama_math, quant_kernels, quant_pieces
+from repl.fastpath import llama_math, quant_pieces
+from repl.fastpath.kernels import quant_kernels
 from repl.generation.quantization import dequantize, quantizable, quantize
 torch.manual_seed(0)
 torch._dynamo.reset()
@@ -278,7 +279,8 @@ def test_kernels_match_the_reference_in_the_interpreter():
 
 ROPE_FALLBACK_CHECK = """
 import torch
-from repl.generation import llama_math, quant_kernels, quant_pieces
+from repl.fastpath import llama_math, quant_pieces
+from repl.fastpath.kernels import quant_kernels
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
 assert quant_kernels.rope_fits(128) and quant_kernels.rope_fits(8) and not quant_kernels.rope_fits(24)
@@ -312,8 +314,8 @@ def test_q_k_v_takes_the_rope_kernel_where_its_tiles_fit_a_head_and_the_product_
 
 SPLIT_CHECK = """
 import torch
-from repl.generation import quant_kernels
-from repl.generation.arrival_counts import arrival_counts
+from repl.fastpath.kernels import quant_kernels
+from repl.fastpath.kernels.arrival_counts import arrival_counts
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
 counts = arrival_counts(torch.device("cpu"), 0, "test")  # the buffer the products on this device use
@@ -383,8 +385,8 @@ def test_the_trained_model_writes_its_kernel_with_each_setting(trained_model_dir
     import tiny_models
     from repl.generation.local import encode_prompt
     from repl.generation.model_loading import load_model
-    from repl.prompt import build_prompt
-    from repl.quant_bench import logit_agreement
+    from repl.core.prompt import build_prompt
+    from repl.bench.quantized import logit_agreement
 
     full = load_model(str(trained_model_dir), device="cpu")
     tokenizer = full.tokenizer
@@ -445,7 +447,7 @@ def test_bench_takes_several_settings_and_measures_each_beside_full_precision(tm
 def test_set_shows_the_quantization_and_changing_it_reloads_the_model(tmp_path, trained_model_dir):
     import io
 
-    from repl.engine import Engine, EngineOptions
+    from repl.engine.engine import Engine, EngineOptions
     from repl.ui.console import make_console
     from repl.ui.session import ReplSession
 
@@ -463,7 +465,7 @@ def test_set_shows_the_quantization_and_changing_it_reloads_the_model(tmp_path, 
 
 
 def test_device_map_auto_places_the_model_and_the_fast_path_says_when_it_cannot_serve(tiny_model_dir):
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.fastpath.backend import FastLocalBackend
     from repl.generation.model_loading import load_model
     from repl.generation.placement import placement_note
 

@@ -21,13 +21,13 @@ if os.environ.get("KERNELLLM_REQUIRE_RAY") != "1":  # CI sets it: there, a missi
     pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from repl.best_of import CheckOptions  # noqa: E402
+from repl.workflows.best_of import CheckOptions  # noqa: E402
 from repl.checker import CheckResult  # noqa: E402
 from repl.checker.sandbox import namespace_prefix  # noqa: E402
 from repl.cli import main as main_cli  # noqa: E402
-from repl.eval_worker import EvalWorker, WorkerStartError  # noqa: E402
-from repl.evaluate import evaluate, find_problems  # noqa: E402
-from repl.ray_eval import WorkerPlan, evaluate_on_ray, plan_workers  # noqa: E402
+from repl.workflows.ray.worker import EvalWorker, WorkerStartError  # noqa: E402
+from repl.workflows.evaluate import evaluate, find_problems  # noqa: E402
+from repl.workflows.ray.driver import WorkerPlan, evaluate_on_ray, plan_workers  # noqa: E402
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -186,7 +186,7 @@ def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_m
     assert [c["verdict"] for c in candidates["2_Add"]] != ["correct"]  # a ReLU kernel is no answer to an add
     assert "class ModelNew" in (tmp_path / relu["kernel_file"]).read_text()
     assert json.loads((tmp_path / relu["check_file"]).read_text())["message"] == relu["message"]
-    from repl.session_log import SessionLog
+    from repl.log.session_log import SessionLog
 
     with SessionLog.open(tmp_path / "home" / "session_log.db", enabled=True) as log:
         assert sorted(entry.source_name for entry in log.recent(None)) == ["1_ReLU", "2_Add"]  # as they ended
@@ -205,7 +205,7 @@ def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp
         (problems / f"{name}.py").unlink()
     out = tmp_path / "results.json"
     waits_long_for_checks_in_flight = (
-        "import sys; from repl import ray_eval; ray_eval.CANCEL_WAIT_S = 600.0; "
+        "import sys; from repl.workflows.ray import driver as ray_eval; ray_eval.CANCEL_WAIT_S = 600.0; "
         "from repl.cli.main import main; sys.exit(main(['eval', *sys.argv[1:]]))")
     command = [sys.executable, "-c", waits_long_for_checks_in_flight, str(problems), "--candidates", str(candidates),
                "--device", "cpu", "--trials", "1", "--json", str(out)]
@@ -238,7 +238,7 @@ def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp
 def test_a_problem_that_kills_its_worker_every_time_is_left_for_a_rerun(cluster, tmp_path, monkeypatch):
     """Its reference kills the worker process from the judge (as a host running out of memory would): after
     MAX_ATTEMPTS lost workers the problem is left unfinished, said as such, and the rest of the run completes."""
-    import repl.ray_eval as ray_eval
+    import repl.workflows.ray.driver as ray_eval
 
     monkeypatch.setattr(ray_eval, "MAX_ATTEMPTS", 2)
     problems, candidates = problem_set(tmp_path)
@@ -409,7 +409,7 @@ def test_without_ray_installed_the_run_says_how_to_install_it(monkeypatch, capsy
 
 def test_the_progress_bar_counts_problems_per_node_the_busiest_first():
     from repl.cli.eval_ray import status_line
-    from repl.ray_eval import ClusterProgress
+    from repl.workflows.ray.driver import ClusterProgress
 
     progress = ClusterProgress(problems_total=20, workers=7, workers_wanted=8, running={"9_X": "gpu-a"})
     assert status_line(progress) == "7/8 workers  1 running"

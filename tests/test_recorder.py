@@ -1,14 +1,14 @@
-"""The engine writes the session log (repl/recorder.py): the module as it is submitted, each reply as it streams and
+"""The engine writes the session log (repl/engine/recorder.py): the module as it is submitted, each reply as it streams and
 each verdict, whichever front end asked; front ends only read it."""
 
 import threading
 
-from repl.best_of import DONE, BestOfRun
+from repl.workflows.best_of import DONE, BestOfRun
 from repl.checker import CheckResult
-from repl.engine import Engine
+from repl.engine.engine import Engine
 from repl.generation import Backend
-from repl.session_log import SessionLog
-from repl.settings import SamplingSettings
+from repl.log.session_log import SessionLog
+from repl.core.settings import SamplingSettings
 from replay_backend import ReplayBackend, ReplayStream
 from tiny_models import PREPARED_REPLY, RELU_MODULE
 
@@ -118,7 +118,7 @@ def test_a_cancel_that_races_the_replys_end_never_writes_interrupted_over_it():
     from types import SimpleNamespace
 
     from repl.generation import FINISHED, INTERRUPTED, Reply
-    from repl.recorder import RecordedStream
+    from repl.engine.recorder import RecordedStream
 
     reader_may_end, end_written = threading.Event(), threading.Event()
     writes = []

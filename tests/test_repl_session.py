@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from repl.engine import Engine
-from repl.module_source import inspect_module_source
+from repl.engine.engine import Engine
+from repl.core.module_source import inspect_module_source
 from repl.ui import commands
 from repl.ui.console import make_console
 from repl.ui.session import ReplSession
@@ -339,7 +339,7 @@ def test_a_check_without_a_device_is_not_shown_on_none(tmp_path, monkeypatch):
 # -- the model ----------------------------------------------------------------------------------------------------
 
 def test_a_model_directory_that_cannot_load_is_explained_once_and_the_module_is_kept(tmp_path, monkeypatch):
-    from repl.engine import EngineOptions
+    from repl.engine.engine import EngineOptions
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
@@ -369,8 +369,8 @@ def test_model_switches_are_refused_for_a_missing_directory_and_with_a_server(tm
 def test_a_switch_that_fails_in_the_background_keeps_the_working_model(tiny_model_dir, tmp_path, monkeypatch):
     """Offline, a hub id fails only once its load has begun (issue 24, item 7): the model that worked is still the
     one that generates, and why the switch failed is said once."""
-    from repl.engine import EngineOptions
-    from repl.settings import SamplingSettings
+    from repl.engine.engine import EngineOptions
+    from repl.core.settings import SamplingSettings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -32,8 +32,8 @@ import pytest
 from processes import wait_until
 from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.generation.server import ServerBackend, completion_request, server_backend_from
-from repl.prompt import build_prompt
-from repl.settings import SamplingSettings
+from repl.core.prompt import build_prompt
+from repl.core.settings import SamplingSettings
 from tiny_models import PREPARED_REPLY, RELU_MODULE
 
 ENDLESS = "kernelllm-tests/endless"

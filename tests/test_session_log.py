@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from repl.attempt import attempt_from_log
+from repl.engine.attempt import attempt_from_log
 from repl.generation import FINISHED, INTERRUPTED, Reply
-from repl.session_log import MIGRATIONS, SessionLog, default_log_path, migrate
-from repl.settings import SamplingSettings
+from repl.log.session_log import MIGRATIONS, SessionLog, default_log_path, migrate
+from repl.core.settings import SamplingSettings
 from repl.ui import commands
 from repl.ui.console import THEME
 from repl.ui.history_commands import continue_last
@@ -171,8 +171,8 @@ def test_streamed_text_is_written_at_most_once_per_interval_and_always_at_the_en
 
 STREAMER = textwrap.dedent("""
     import itertools, sys, time
-    from repl.session_log import SessionLog
-    from repl.settings import SamplingSettings
+    from repl.log.session_log import SessionLog
+    from repl.core.settings import SamplingSettings
 
     log = SessionLog.open()
     assert log.enabled, log.warning
@@ -233,8 +233,8 @@ def test_a_process_killed_mid_stream_keeps_all_but_the_last_second_of_its_reply(
 WRITER = textwrap.dedent("""
     import sys
     from repl.generation import Reply
-    from repl.session_log import SessionLog
-    from repl.settings import SamplingSettings
+    from repl.log.session_log import SessionLog
+    from repl.core.settings import SamplingSettings
 
     name, count = sys.argv[1], int(sys.argv[2])
     log = SessionLog.open(write_interval_s=0)  # every append writes: as much contention as possible

@@ -1,6 +1,6 @@
 import pytest
 
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 
 
 def test_defaults_are_the_model_cards_evaluation_setting():

@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 
 
-from repl.checker.sizing import ProblemSize, available_memory_bytes, format_bytes, measure_problem, too_large_reason
+from repl.checker.judge.sizing import ProblemSize, available_memory_bytes, format_bytes, measure_problem, too_large_reason
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -122,7 +122,7 @@ def test_inputs_beyond_the_machine_are_sized_without_being_allocated(tmp_path):
     (tmp_path / "huge.py").write_text(BEYOND_THE_MACHINE)
     script = (
         "import importlib.util, json, resource, sys\n"
-        "from repl.checker.sizing import measure_problem, too_large_reason, available_memory_bytes\n"
+        "from repl.checker.judge.sizing import measure_problem, too_large_reason, available_memory_bytes\n"
         "spec = importlib.util.spec_from_file_location('huge', sys.argv[1])\n"
         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
         "size = measure_problem(module)\n"
@@ -208,7 +208,7 @@ def test_sizes_travel_as_json():
 def test_sizing_in_a_process_that_never_compiles_does_not_import_dynamo():
     # PyTorch's Python meta kernels import torch._dynamo on their first call (seconds): the CPU judge never
     # compiles, and sizes without it, outputs included.
-    code = ("import sys, types; from repl.checker.sizing import measure_problem; "
+    code = ("import sys, types; from repl.checker.judge.sizing import measure_problem; "
             f"m = types.ModuleType('m'); exec(open({str(TESTS / 'checker_cases' / 'layernorm_reference.py')!r}).read(), "
             "m.__dict__); size = measure_problem(m, compiles_later=False); "
             "print(size.output_bytes, 'torch._dynamo' in sys.modules)")

@@ -6,14 +6,14 @@ the window attention kernel against torch. CPU, eager; the window attention also
 import pytest
 import torch
 
-from repl.generation import speculative
-from repl.generation.drafting import SEPARATOR, Drafter, DraftPlanner, NgramIndex, SessionReplies, joined
+from repl.fastpath import speculative
+from repl.fastpath.drafting import SEPARATOR, Drafter, DraftPlanner, NgramIndex, SessionReplies, joined
 from repl.generation.local import encode_prompt
 from repl.generation.model_loading import load_model
-from repl.generation.speculative import Speculation
-from repl.generation.static_decoder import FastDecoder
-from repl.prompt import build_prompt
-from repl.settings import SamplingSettings
+from repl.fastpath.speculative import Speculation
+from repl.fastpath.decoder import FastDecoder
+from repl.core.prompt import build_prompt
+from repl.core.settings import SamplingSettings
 from test_fast_decode import generate_ids, warped_probabilities
 from tiny_models import RELU_MODULE
 
@@ -103,8 +103,8 @@ def test_the_seed_is_searched_last_and_never_evicted_and_no_draft_spans_two_seed
 
 def test_the_backend_drafts_later_replies_from_earlier_ones_but_a_seeded_reply_from_itself_only(tiny, monkeypatch,
                                                                                                 tmp_path):
-    from repl.generation import drafting_seed
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.fastpath import drafting_seed
+    from repl.fastpath.backend import FastLocalBackend
 
     seed_file = tmp_path / "drafting_seed.txt"
     seed_file.write_text(drafting_seed.format_seed(["def seed(x):\n    return x"]))
@@ -308,8 +308,8 @@ def test_a_seeded_reply_is_reproducible_with_drafts(tiny):
 
 WINDOW_ATTENTION_CHECK = """
 import torch
-from repl.generation.decode_attention import decode_attention
-from repl.generation.llama_math import attend_cache
+from repl.fastpath.kernels.decode_attention import decode_attention
+from repl.fastpath.llama_math import attend_cache
 torch.manual_seed(0)
 device, dtype = {device!r}, {dtype}
 for batch, heads, kv_heads, dim, length, position, window, attended in {cases}:
@@ -367,7 +367,7 @@ def test_cuda_graph_verify_steps_give_the_greedy_tokens_of_generate(tiny_model_d
 
 
 def test_drive_emits_the_reply_once_keeps_plain_steps_ahead_and_checks_a_drafts_first_token_for_free():
-    from repl.generation.drafting import TeacherForcedSteps, drive
+    from repl.fastpath.drafting import TeacherForcedSteps, drive
 
     prompt = [5, 1, 2, 3, 4, 9, 9]
     reply = [1, 2, 3, 4, 8, 1, 2, 3, 4, 8, 6, 1, 2, 7, 7]
@@ -391,15 +391,15 @@ def test_bench_measures_drafting_with_real_weights_and_projects_it_with_random_o
     step counts and the costs measured here, never a measured figure."""
     from types import SimpleNamespace
 
-    from repl.bench_drafting import CORPUS_STEPS, measure_drafting, project
-    from repl.generation import drafting_seed
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.bench.drafting import CORPUS_STEPS, measure_drafting, project
+    from repl.fastpath import drafting_seed
+    from repl.fastpath.backend import FastLocalBackend
     from repl.generation.random_weights import synthetic_prompt_ids
 
-    import repl.bench_drafting
+    import repl.bench.drafting
 
     monkeypatch.setattr(drafting_seed, "SEED_FILE", tmp_path / "absent.txt")  # the first reply has no seed here
-    repl.bench_drafting.REPEATS, repl.bench_drafting.WARM = 2, 1  # timings are not checked here
+    repl.bench.drafting.REPEATS, repl.bench.drafting.WARM = 2, 1  # timings are not checked here
     options = SimpleNamespace(arch=None, new_tokens=8, temperature=1.0, top_p=0.97, runs=1)
     sampling = SamplingSettings(max_new_tokens=8, seed=0)
     for loaded, arch in ((load_model(str(trained_model_dir), device="cpu"), None), (tiny, "tiny")):
@@ -425,9 +425,9 @@ def test_bench_drafts_its_first_reply_from_the_seed(trained_model_dir, monkeypat
     first reply comes from accepted drafts."""
     from types import SimpleNamespace
 
-    from repl.bench_drafting import _measure_real
-    from repl.generation import drafting_seed
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.bench.drafting import _measure_real
+    from repl.fastpath import drafting_seed
+    from repl.fastpath.backend import FastLocalBackend
     from tiny_models import PREPARED_REPLY
 
     seed_file = tmp_path / "drafting_seed.txt"
@@ -444,7 +444,7 @@ def test_bench_drafts_its_first_reply_from_the_seed(trained_model_dir, monkeypat
 def test_repeatable_steps_feed_the_prompts_end_again_on_every_call(tiny):
     """The bench times a plain and a verify step by calling them again and again: each call runs at the prompt's end
     (one token, or a full window of which 1 to 8 are accepted), so the position never walks past it."""
-    from repl.generation.fast_decode import FastLocalBackend
+    from repl.fastpath.backend import FastLocalBackend
     from repl.generation.random_weights import synthetic_prompt_ids
 
     fast = FastLocalBackend(tiny, compile=False, max_seq_len=1024, batch_sizes=(1,), drafting=False)

@@ -14,17 +14,17 @@ import triton
 import triton.language as tl
 from rich.console import Console
 
-from repl.best_of import Candidate, rank
-from repl.checker.frontend import FrontEndCheck, FrontEndRejected
-from repl.checker.launches import LaunchRecorder, protected_storages
+from repl.workflows.best_of import Candidate, rank
+from repl.checker.candidate.frontend import FrontEndCheck, FrontEndRejected
+from repl.checker.candidate.launches import LaunchRecorder, protected_storages
 from repl.checker.result import CheckResult
-from repl.checker.roofline import ProblemSize, roofline
-from repl.checker.sharpen import study
-from repl.checker.speed import judged_ms, timer_flag
+from repl.checker.judge.roofline import ProblemSize, roofline
+from repl.checker.judge.sharpen import study
+from repl.checker.judge.speed import judged_ms, timer_flag
 from repl.checker.timing import (MIN_WINDOWS, Clock, MixedInputs, digest, digests_agree, plan_calls, time_calls)
 from repl.checker.work import (negligible_on_device, op_kind, redone_by_pytorch, reference_work, work_split)
-from repl.attempt import Attempt
-from repl.evaluate import ProblemResult, overall_totals, summarize
+from repl.engine.attempt import Attempt
+from repl.workflows.evaluate import ProblemResult, overall_totals, summarize
 from repl.ui.check_view import render_check_result
 
 CPU = torch.device("cpu")
@@ -345,7 +345,7 @@ def test_draws_a_comparison_cannot_tell_apart_are_sharpened_or_reported():
 
 
 def test_the_trial_without_launches_falls_anywhere_after_the_first(monkeypatch):
-    from repl.checker.judge import trial_without_launches_place
+    from repl.checker.judge.server import trial_without_launches_place
 
     places = set()
     for seed in range(40):
@@ -467,8 +467,8 @@ def test_a_reference_timed_while_the_gpu_turned_busy_keeps_neither_its_times_nor
     check's floor: measured on a busy GPU, it must not be kept; nor may the reference count as timed for good."""
     from types import SimpleNamespace
 
-    from repl.checker import speed
-    from repl.checker.problem_facts import ProblemFacts
+    from repl.checker.judge import speed
+    from repl.checker.judge.problem_facts import ProblemFacts
 
     quiet_answers = iter([True, False])  # quiet when the timing begins, busy by its end
     monkeypatch.setattr(speed, "gpu_quiet", lambda judge, wait_s=speed.QUIET_WAIT_S: next(quiet_answers))

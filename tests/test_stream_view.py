@@ -6,7 +6,7 @@ import re
 import pyte
 
 from repl.generation import FINISHED, INTERRUPTED, Reply
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 from repl.ui.console import make_console
 from repl.ui.stream_view import StreamView, print_finished_reply, status_line
 
@@ -174,7 +174,7 @@ HOSTILE = ("\x1b]52;c;cm0gLXJmIH4=\x07 clipboard \x9b2J wipe \x85 next-line \x0b
 
 def test_escape_sequences_in_a_reply_never_reach_the_terminal(tmp_path, monkeypatch):
     """A reply is untrusted text: the live region, the final print and :raw show its control characters as U+FFFD."""
-    from repl.engine import Engine
+    from repl.engine.engine import Engine
     from repl.ui.session import ReplSession
     from replay_backend import ReplayBackend
     from stand_in_checker import no_judges

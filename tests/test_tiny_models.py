@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tiny_models
-from repl.prompt import build_prompt
+from repl.core.prompt import build_prompt
 from tiny_models import END_OF_TEXT, EOT, PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
 
 # A KernelBook-style module (no docstrings, [[args], {kwargs}] init inputs) that is in no training prompt either.

@@ -33,7 +33,7 @@ import transformers  # noqa: E402
 from tokenizers import Regex, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from repl.prompt import TRAINED_PROMPT_TEMPLATE, build_prompt  # noqa: E402
+from repl.core.prompt import TRAINED_PROMPT_TEMPLATE, build_prompt  # noqa: E402
 
 BOS = "<|begin_of_text|>"
 END_OF_TEXT = "<|end_of_text|>"

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from repl.generation import decode_attention as attention, quant_kernels  # noqa: E402
-from repl.generation.kernel_timing import time_in_a_graph  # noqa: E402
-from repl.generation.llama_math import attend_cache  # noqa: E402
+from repl.fastpath.kernels import decode_attention as attention, quant_kernels  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import time_in_a_graph  # noqa: E402
+from repl.fastpath.llama_math import attend_cache  # noqa: E402
 
 HEADS, KV_HEADS, DIM, LAYERS, MAX_SEQ_LEN, BUCKET = 32, 8, 128, 32, 4096, 256
 DTYPE = torch.bfloat16

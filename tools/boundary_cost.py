@@ -33,7 +33,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
-from repl.generation.kernel_timing import time_in_a_graph  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import time_in_a_graph  # noqa: E402
 
 VALUES = 4096  # the vector each kernel hands the next (the 8B's hidden size)
 WEIGHT_WORDS = 8192  # int32 words a program reads in ``weights`` (32 KB)

@@ -3,7 +3,7 @@
 1. Replies in the model's trained format, made as its training targets were: Inductor's output code for KernelBench
    problems (tools/inductor_corpus.py, on the GPU), rewritten as KernelBook writes it (torch 2.5's header and launch
    syntax, ``call(args)``, a ``ModelNew`` that restates the module's ``__init__``), in a code fence after the
-   trained prompt (``repl.prompt.build_prompt``), ended by <|eot_id|>.
+   trained prompt (``repl.core.prompt.build_prompt``), ended by <|eot_id|>.
 2. Tokenised with Meta's Llama-3 tokenizer (``tokenizer.model`` of the ``llama-models`` wheel, read by tiktoken).
 3. Teacher forcing: the shipped host loop (``drafting.drive``, ``DraftPlanner``, ``Drafter``) decodes each reply
    with a device that answers as the model would if the reply were its own output (``TeacherForcedSteps``).
@@ -12,7 +12,7 @@
    row rejects each agreeing draft token with probability eps, for samples that stray from the corpus.
 4. Projection: plain steps at the measured plain decode rate, verify steps at the measured verify-step time plus the
    measured per-step host overhead (tools/verify_step_timing.py's JSON).
-5. With ``--seed`` (repl/generation/drafting_seed.txt), rows that draft from the seed too, searched last as the
+5. With ``--seed`` (repl/fastpath/drafting_seed.txt), rows that draft from the seed too, searched last as the
    shipped ``SessionReplies`` does; replies to problems that share a seed problem's file name are then left out.
 
     python tools/drafting_acceptance.py corpus.jsonl.gz KernelBench/ tokenizer.model timing.json --json out.json
@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repl.generation.drafting import Drafter, DraftPlanner, NgramIndex, TeacherForcedSteps, drive, joined  # noqa: E402
-from repl.generation.drafting_seed import split_seed  # noqa: E402
-from repl.prompt import build_prompt  # noqa: E402
+from repl.fastpath.drafting import Drafter, DraftPlanner, NgramIndex, TeacherForcedSteps, drive, joined  # noqa: E402
+from repl.fastpath.drafting_seed import split_seed  # noqa: E402
+from repl.core.prompt import build_prompt  # noqa: E402
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -235,7 +235,7 @@ def main() -> int:
     parser.add_argument("timing")
     parser.add_argument("--json")
     parser.add_argument("--show", type=int, default=0, help="print this many converted replies")
-    parser.add_argument("--seed", help="a drafting seed file (repl/generation/drafting_seed.txt): rows drafted from "
+    parser.add_argument("--seed", help="a drafting seed file (repl/fastpath/drafting_seed.txt): rows drafted from "
                                        "it too")
     args = parser.parse_args()
     encoder = llama3_tokenizer(args.tokenizer)

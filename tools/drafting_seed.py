@@ -1,9 +1,9 @@
-"""Writes the drafting seed (repl/generation/drafting_seed.py): a reply in KernelLLM's format for each seed problem.
+"""Writes the drafting seed (repl/fastpath/drafting_seed.py): a reply in KernelLLM's format for each seed problem.
 
 The seed problems (tools/drafting_seed/problems, modules written for the seed) are compiled by Inductor on a CUDA GPU
 (tools/inductor_corpus.py); here, without a GPU, each problem's output code is rewritten as KernelBook writes it
 (tools/drafting_acceptance.py's ``kernelbook_reply``) and the replies are written to
-repl/generation/drafting_seed.txt, in the problems' order. Only the ``default`` variant is used (the problem's own
+repl/fastpath/drafting_seed.txt, in the problems' order. Only the ``default`` variant is used (the problem's own
 shapes, as KernelBook's replies have them), one reply per problem.
 
     python tools/inductor_corpus.py tools/drafting_seed/problems --out seed_corpus.jsonl.gz --seconds 120
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from drafting_acceptance import SEED_PROBLEMS, kernelbook_reply  # noqa: E402
-from repl.generation.drafting_seed import SEED_FILE, format_seed  # noqa: E402
+from repl.fastpath.drafting_seed import SEED_FILE, format_seed  # noqa: E402
 
 
 def read_corpus(path: Path) -> list[dict]:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from repl.generation import quant_kernels  # noqa: E402
+from repl.fastpath.kernels import quant_kernels  # noqa: E402
 from repl.generation.quantization import quantize  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),

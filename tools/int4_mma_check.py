@@ -1,4 +1,4 @@
-"""The tensor-core one-row int4 product (``repl/generation/int4_mma.py``) against the shipped CUDA-core one, on the
+"""The tensor-core one-row int4 product (``repl/fastpath/kernels/int4_mma.py``) against the shipped CUDA-core one, on the
 Llama-3.1-8B shapes (an H100; about two minutes), q/k/v with RoPE and the cache writes every way, and the products
 whose input the tensor cores make themselves:
 
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from repl.generation import int4_mma, int4_mma_rope, quant_kernels  # noqa: E402
-from repl.generation.kernel_timing import time_in_a_graph, with_scratch_copies  # noqa: E402
+from repl.fastpath.kernels import int4_mma, int4_mma_rope, quant_kernels  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import time_in_a_graph, with_scratch_copies  # noqa: E402
 from repl.generation.quantization import dequantize, quantize  # noqa: E402
 
 SHAPES = {"q/k/v": (6144, 4096), "o": (4096, 4096), "gate/up": (28672, 4096), "down": (4096, 14336),

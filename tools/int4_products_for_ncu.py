@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from repl.generation.int4_mma import int4_matvec_mma  # noqa: E402
+from repl.fastpath.kernels.int4_mma import int4_matvec_mma  # noqa: E402
 
 SHAPES = {"gate_up": (28672, 4096), "down": (4096, 14336), "o": (4096, 4096), "output": (128256, 4096)}
 

@@ -36,9 +36,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait, globaltimer  # noqa: E402
 
-from repl.generation import quant_kernels  # noqa: E402
-from repl.generation.decode_attention import decode_attention  # noqa: E402
-from repl.generation.kernel_timing import replay_milliseconds  # noqa: E402
+from repl.fastpath.kernels import quant_kernels  # noqa: E402
+from repl.fastpath.kernels.decode_attention import decode_attention  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import replay_milliseconds  # noqa: E402
 
 HIDDEN, INTERMEDIATE, VOCAB, LAYERS, DISTINCT = 4096, 14336, 128256, 32, 8
 HEADS, KV_HEADS, DIM = 32, 8, 128

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from repl.decode_timing import garbage_collections, profile_decode  # noqa: E402
-from repl.generation.fast_decode import FastLocalBackend  # noqa: E402
+from repl.bench.decode_timing import garbage_collections, profile_decode  # noqa: E402
+from repl.fastpath.backend import FastLocalBackend  # noqa: E402
 from repl.generation.model_loading import LoadedModel  # noqa: E402
 from repl.generation.quantized_model import quantize_model  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
-from repl.settings import SamplingSettings  # noqa: E402
+from repl.core.settings import SamplingSettings  # noqa: E402
 
 
 def first_tokens(fast, ids, settings, replies: int, label: str) -> None:

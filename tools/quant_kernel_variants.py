@@ -33,9 +33,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from repl.generation import quant_kernels as shipped  # noqa: E402
-from repl.generation.arrival_counts import arrival_counts  # noqa: E402
-from repl.generation.quant_kernels import _exact_field, _field_as_float, _input, _inverse_rms  # noqa: E402
+from repl.fastpath.kernels import quant_kernels as shipped  # noqa: E402
+from repl.fastpath.kernels.arrival_counts import arrival_counts  # noqa: E402
+from repl.fastpath.kernels.quant_kernels import _exact_field, _field_as_float, _input, _inverse_rms  # noqa: E402
 from repl.generation.quantization import quantize, row_major, weight_bytes  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),

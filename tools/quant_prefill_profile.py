@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from repl.decode_timing import kernel_times  # noqa: E402
+from repl.bench.decode_timing import kernel_times  # noqa: E402
 from repl.generation.quantized_model import quantize_model  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
-from repl.generation.static_decoder import FastDecoder  # noqa: E402
-from repl.settings import SamplingSettings  # noqa: E402
+from repl.fastpath.decoder import FastDecoder  # noqa: E402
+from repl.core.settings import SamplingSettings  # noqa: E402
 
 
 def profiled(label: str, run) -> None:

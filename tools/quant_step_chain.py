@@ -34,9 +34,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
-from repl.generation import quant_kernels as shipped  # noqa: E402
-from repl.generation.kernel_timing import GraphTuner, replay_milliseconds  # noqa: E402
-from repl.generation.quant_kernels import (_field_as_float, _input, _int4_block, _inverse_rms,  # noqa: E402
+from repl.fastpath.kernels import quant_kernels as shipped  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import GraphTuner, replay_milliseconds  # noqa: E402
+from repl.fastpath.kernels.quant_kernels import (_field_as_float, _input, _int4_block, _inverse_rms,  # noqa: E402
                                            _store_output)
 from repl.generation.quantization import quantize, weight_bytes  # noqa: E402
 

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from repl.generation import quant_kernels  # noqa: E402
-from repl.generation.kernel_timing import launch_options, time_in_a_graph, with_scratch_copies  # noqa: E402
+from repl.fastpath.kernels import quant_kernels  # noqa: E402
+from repl.fastpath.kernels.kernel_timing import launch_options, time_in_a_graph, with_scratch_copies  # noqa: E402
 from repl.generation.quantization import quantize  # noqa: E402
 
 

@@ -19,13 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from repl.bench_drafting import WrongDrafts, median_ms as timed  # noqa: E402
-from repl.generation import speculative  # noqa: E402
-from repl.generation.drafting import DraftPlanner, joined  # noqa: E402
+from repl.bench.drafting import WrongDrafts, median_ms as timed  # noqa: E402
+from repl.fastpath import speculative  # noqa: E402
+from repl.fastpath.drafting import DraftPlanner, joined  # noqa: E402
 from repl.generation.random_weights import build_random_model, synthetic_prompt_ids  # noqa: E402
-from repl.generation.speculative import Speculation  # noqa: E402
-from repl.generation.static_decoder import FastDecoder, sample  # noqa: E402
-from repl.settings import SamplingSettings  # noqa: E402
+from repl.fastpath.speculative import Speculation  # noqa: E402
+from repl.fastpath.decoder import FastDecoder, sample  # noqa: E402
+from repl.core.settings import SamplingSettings  # noqa: E402
 
 PROMPT = 1000
 WINDOWS = tuple(range(2, 9))

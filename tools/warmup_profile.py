@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from repl.generation.quantized_model import quantize_model  # noqa: E402
 from repl.generation.random_weights import build_random_model  # noqa: E402
-from repl.generation.static_decoder import FastDecoder  # noqa: E402
+from repl.fastpath.decoder import FastDecoder  # noqa: E402
 
 # Functions whose cumulative time is printed on their own line, when they ran
 WATCHED = ("_fastest_way", "tune", "time_in_a_graph", "compile", "_capture", "_step", "with_scratch_copies")

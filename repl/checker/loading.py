@@ -8,7 +8,7 @@ import sys
 import traceback
 import types
 
-from repl.errors import one_line
+from repl.core.errors import one_line
 
 TRACEBACK_CHARS = 20_000
 

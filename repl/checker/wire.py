@@ -6,7 +6,7 @@ the blob; tuples as ``{"$tuple": [...]}``, dicts as ``{"$dict": [[key, value], .
 pickle, no tensor subclasses, no objects with behaviour. A receiver states the most it accepts, and a frame that
 announces more is refused before a byte of its body is read.
 
-Large blobs (issue 14: KernelBench inputs of 6.4 GB) do not go through the pipe. Between the judge and a candidate
+Large blobs (KernelBench inputs of 6.4 GB) do not go through the pipe. Between the judge and a candidate
 each direction also has a `SharedBuffer`, a memfd both map: the sender writes the blob there (a GPU tensor is copied
 straight into the mapping) and the header's top bit says so. The memfd is sealed against shrinking, so a peer cannot
 truncate it under the other's mapping (SIGBUS); only the judge grows it, so a candidate's frames stay within what the

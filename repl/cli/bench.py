@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from repl.cli.options import model_options
-from repl.option_values import positive_int
+from repl.ui.option_values import positive_int
 
 DESCRIPTION = """\
 Benchmark generation: tokens/s of one stream and of K samples at once, for model.generate() (the plain path) and the
@@ -68,9 +68,9 @@ def _architecture(name: str) -> str:
 
 
 def run(args) -> int:
-    from repl.bench import BenchOptions, run_benchmark
+    from repl.bench.decode import BenchOptions, run_benchmark
     from repl.ui.console import report_console
-    from repl.ui.render_bench import measure_render
+    from repl.bench.render import measure_render
 
     console = report_console(sys.stderr)
     options = BenchOptions(
@@ -109,7 +109,7 @@ def _quantize_settings(value) -> tuple[str, ...]:
 def results_table(results: dict):
     from rich.table import Table
 
-    from repl.bench import goal_text
+    from repl.bench.decode import goal_text
 
     meta = results["meta"]
     title = (f"{meta.get('gpu') or meta.get('cpu')} · {meta['dtype']} · torch {meta['torch']} · transformers "
@@ -159,7 +159,7 @@ def quantized_table(results: dict):
     """Each quantized setting beside the full-precision model's last fast tier."""
     from rich.table import Table
 
-    from repl.bench import goal_text
+    from repl.bench.decode import goal_text
 
     meta, fast, settings = results["meta"], results.get("fast", {}), results["quantized"]
     full = {**fast, "weights_gb": meta.get("weights_gb"), "warm_up_s": fast.get("warm_up_s", {}).get(fast.get("mode")),
@@ -205,7 +205,7 @@ def quantized_table(results: dict):
 def drafting_rows(drafting: dict | None) -> list[tuple[str, str, str]]:
     """Rows for the single stream with drafts: with random weights a projection (labelled so), with real weights
     the measured figures."""
-    from repl.bench import goal_text
+    from repl.bench.decode import goal_text
 
     if not drafting:
         return []

@@ -8,10 +8,10 @@ finished candidates is written); 2 for a module that cannot be checked.
 
 from pathlib import Path
 
-from repl.best_of import BestOfRun, CheckOptions
+from repl.workflows.best_of import BestOfRun, CheckOptions
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
-from repl.errors import one_line
-from repl.module_source import inspect_module_source
+from repl.core.errors import one_line
+from repl.core.module_source import inspect_module_source
 
 
 def run_best_oneshot(engine, code: str, args) -> int:

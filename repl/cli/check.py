@@ -15,7 +15,7 @@ from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.cli.options import TIMEOUT_HELP, check_options
-from repl.option_values import non_negative_float, positive_float
+from repl.ui.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
 

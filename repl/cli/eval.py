@@ -20,9 +20,9 @@ from rich.text import Text
 
 from repl.cli import eval_ray
 from repl.cli.options import TIMEOUT_HELP, check_options, debug_option, engine_from, model_options, sampling_options
-from repl.option_values import positive_float, positive_int
-from repl.settings import greedy_samples_problem
-from repl.wording import counted
+from repl.ui.option_values import positive_float, positive_int
+from repl.core.settings import greedy_samples_problem
+from repl.core.wording import counted
 
 DESCRIPTION = """\
 Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DIR (KernelBench/level1 works as it is),
@@ -87,7 +87,7 @@ def _argument_problem(args) -> str | None:
 
 
 def _kernels_dir(args) -> Path | None:
-    from repl.eval_archive import kernels_dir_for
+    from repl.workflows.eval_archive import kernels_dir_for
 
     if args.kernels_dir:
         return Path(args.kernels_dir).expanduser()
@@ -95,8 +95,8 @@ def _kernels_dir(args) -> Path | None:
 
 
 def run(args) -> int:
-    from repl.evaluate import ResultsFileError, find_problems, not_a_problem, read_results, select_problems
-    from repl.session_log import SessionLog
+    from repl.workflows.evaluate import ResultsFileError, find_problems, not_a_problem, read_results, select_problems
+    from repl.log.session_log import SessionLog
     from repl.ui.console import report_console
 
     args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
@@ -133,10 +133,10 @@ def run(args) -> int:
 
 
 def _evaluate(args, problems, err, out, log) -> int:
-    from repl.best_of import CheckOptions
-    from repl.eval_archive import EvalArchive
-    from repl.evaluate import ResultsFileError, evaluate
-    from repl.recorder import Recorder
+    from repl.workflows.best_of import CheckOptions
+    from repl.workflows.eval_archive import EvalArchive
+    from repl.workflows.evaluate import ResultsFileError, evaluate
+    from repl.engine.recorder import Recorder
 
     if args.candidates:
         missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]

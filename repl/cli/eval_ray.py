@@ -1,6 +1,6 @@
-"""`eval --ray [ADDRESS]`: what the eval subcommand needs to run on a Ray cluster (repl/ray_eval.py, docs/ray.md):
+"""`eval --ray [ADDRESS]`: what the eval subcommand needs to run on a Ray cluster (repl/workflows/ray/driver.py, docs/ray.md):
 its options, the run itself in place of the local evaluate(), the progress line per node and the closing lines.
-Nothing here imports Ray; repl.ray_eval does, when the run starts."""
+Nothing here imports Ray; repl.workflows.ray.driver does, when the run starts."""
 
 import argparse
 import os
@@ -8,7 +8,7 @@ from functools import partial
 
 from rich.text import Text
 
-from repl.option_values import positive_int
+from repl.ui.option_values import positive_int
 
 RAY_HELP = ("run on a Ray cluster: ADDRESS is its head (HOST:PORT), auto (the cluster this machine belongs to) or "
             "ray://HOST:PORT (Ray Client); without one, $RAY_ADDRESS or else a new local cluster. Workers: one per "
@@ -33,9 +33,9 @@ def argument_problem(args) -> str | None:
 
 
 def cluster_runner(args):
-    """The stand-in for repl.evaluate.evaluate: (problems, check=, out_path=, cancel=, on_progress=) -> report.
+    """The stand-in for repl.workflows.evaluate.evaluate: (problems, check=, out_path=, cancel=, on_progress=) -> report.
     ValueError (one line) for a server URL that cannot be one."""
-    from repl.ray_eval import evaluate_on_ray
+    from repl.workflows.ray.driver import evaluate_on_ray
 
     generation = None if args.candidates else generation_spec(args)
     return partial(evaluate_on_ray, address=args.ray or None, candidates_dir=args.candidates, samples=args.samples,
@@ -44,8 +44,8 @@ def cluster_runner(args):
 
 def cluster_errors() -> tuple[type, ...]:
     """The errors that end a cluster run with exit status 1 and their one line."""
-    from repl.eval_worker import WorkerStartError
-    from repl.ray_eval import ClusterUnavailable
+    from repl.workflows.ray.worker import WorkerStartError
+    from repl.workflows.ray.driver import ClusterUnavailable
 
     return ClusterUnavailable, WorkerStartError
 

@@ -3,8 +3,8 @@ alone on stdout or in --out, so that `python kernelllm.py < model.py > kernel.py
 
 import sys
 
-from repl.errors import one_line
-from repl.kernel_file import write_kernel_file
+from repl.core.errors import one_line
+from repl.core.kernel_file import write_kernel_file
 
 
 def say(message: str) -> None:

@@ -9,8 +9,8 @@ import json
 import sys
 
 from repl.checker.result import VERDICTS
-from repl.errors import one_line
-from repl.session_log import SessionLog, default_log_path
+from repl.core.errors import one_line
+from repl.log.session_log import SessionLog, default_log_path
 
 DEFAULT_COUNT = 20
 VERDICT_CHOICES = [verdict.value for verdict in VERDICTS] + ["unchecked"]
@@ -134,7 +134,7 @@ def _write_kernel(entry, args) -> int:
         sys.stdout.flush()
         return 0
     from repl.checker.result import CheckResult
-    from repl.kernel_file import kernel_header, write_kernel_file
+    from repl.core.kernel_file import kernel_header, write_kernel_file
 
     check = CheckResult.from_json_dict(entry.check) if entry.check else None
     try:

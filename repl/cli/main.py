@@ -7,9 +7,9 @@ import os
 import sys
 
 from repl.cli.options import Parser, check_options, debug_option, engine_from, model_options, sampling_options
-from repl.option_values import positive_int
-from repl.errors import one_line
-from repl.settings import greedy_samples_problem
+from repl.ui.option_values import positive_int
+from repl.core.errors import one_line
+from repl.core.settings import greedy_samples_problem
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
 SUBCOMMANDS = ["repl.cli.check", "repl.cli.eval", "repl.cli.log", "repl.cli.bench"]
@@ -71,7 +71,7 @@ EXIT_CLOSED_PIPE = 141
 
 
 def main(argv: list[str] | None = None, prog: str = "kernelllm.py", *, checks=None) -> int:
-    """The command line, called as `prog`; `checks`: the judges to check with (a repl.checker.pool.CheckPool;
+    """The command line, called as `prog`; `checks`: the judges to check with (a repl.checker.caller.pool.CheckPool;
     default: the run's own), for a caller (a test) that brings its own."""
     try:
         return _main(argv, prog, checks)
@@ -130,7 +130,7 @@ def run_interactive(engine, args) -> int:
     from repl.ui.console import make_console
     from repl.ui.session import ReplSession
 
-    from repl.session_log import SessionLog
+    from repl.log.session_log import SessionLog
     from repl.ui import history_commands
 
     console = make_console()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from repl.cli.best_oneshot import run_best_oneshot
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
-from repl.errors import one_line
-from repl.extract import extract_kernel_code
+from repl.core.errors import one_line
+from repl.core.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
-from repl.module_source import inspect_module_source
-from repl.session_log import SessionLog
+from repl.core.module_source import inspect_module_source
+from repl.log.session_log import SessionLog
 
 
 def run_oneshot(engine, args) -> int:

@@ -14,9 +14,9 @@ import re
 
 from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from repl.generation.model_loading import DEFAULT_MODEL
-from repl.option_values import (QUANTIZE_CHOICES, device_name, non_negative_float, positive_int, probability,
+from repl.ui.option_values import (QUANTIZE_CHOICES, device_name, non_negative_float, positive_int, probability,
                                 quantize_list)
-from repl.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from repl.core.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 TIMEOUT_HELP = (f"seconds the kernel may take: loading it and running every trial (default: {DEFAULT_TIMEOUT_S:g}). "
                 "The checker's own work (preparing the problem, starting the sandbox, running the reference) is not "
@@ -120,7 +120,7 @@ def debug_option(*, defaults: bool = True) -> argparse.ArgumentParser:
 
 def settings_from(args):
     """The sampling options as SamplingSettings."""
-    from repl.settings import SamplingSettings
+    from repl.core.settings import SamplingSettings
 
     return SamplingSettings(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                             seed=args.seed)  # each checked by its argparse type
@@ -129,7 +129,7 @@ def settings_from(args):
 def engine_from(args):
     """The engine the model and sampling options describe (its judges: args.checks, or a pool of its own);
     ValueError (one line) for options that cannot work together. Imports the engine only when called."""
-    from repl.engine import Engine, EngineOptions
+    from repl.engine.engine import Engine, EngineOptions
 
     server = None
     if args.server or os.environ.get("KERNELLLM_SERVER"):  # imported only then: the local path needs no HTTP client

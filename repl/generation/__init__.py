@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 
 # Why a reply ended.
 FINISHED = "stop"  # the model emitted an end-of-text token

@@ -15,10 +15,10 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from repl.errors import one_line
+from repl.core.errors import one_line
 from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, check_many, fit_to_context
 from repl.generation.model_loading import LoadedModel
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 
 _END = object()
 
@@ -169,8 +169,8 @@ def stopping_mid_forward(model, stopped: Callable[[], bool]):
     """While generate() runs, stop it at the next decoder layer once ``stopped()`` is true (``_Stopped``).
 
     generate() asks its stopping criteria only between forward passes, and the prefill of a prompt is one forward
-    pass: a long module's took seconds to minutes, the work went on after Ctrl-C, and the next reply waited for it
-    (issue 24, item 2). A check before each layer costs a microsecond per layer and step."""
+    pass: a long module's took seconds to minutes, the work went on after Ctrl-C, and the next reply waited for it.
+    A check before each layer costs a microsecond per layer and step."""
 
     def check(module, arguments):
         if stopped():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from repl.errors import one_line
+from repl.core.errors import one_line
 
 DEFAULT_MODEL = "facebook/KernelLLM"
 

@@ -20,7 +20,7 @@ def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     """x @ W.T for a quantized W: the Triton kernels on CUDA (and under the interpreter), else dequantize and
     multiply (the CPU, and the reference)."""
     if x.is_cuda or INTERPRET:
-        from repl.generation import quant_kernels  # imports Triton: only where it runs
+        from repl.fastpath.kernels import quant_kernels  # imports Triton: only where it runs
 
         return quant_kernels.linear(x, weight)
     return F.linear(x, dequantize(weight, x.dtype))

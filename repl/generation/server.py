@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 
 import openai
 
-from repl.errors import one_line
+from repl.core.errors import one_line
 from repl.generation import (FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, GenerationError, Reply, check_many,
                              seeded)
-from repl.settings import SamplingSettings
+from repl.core.settings import SamplingSettings
 
 # The longest silence tolerated from the server: before the first token (queueing and prefill on a busy server) and
 # between tokens. Longer means a stalled stream, which is closed and reported.

@@ -8,15 +8,15 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 
 from rich.text import Text
 
-from repl.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions
+from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions
 from repl.checker import DEFAULT_TRIALS, Verdict
-from repl.errors import one_line
+from repl.core.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event
 from repl.ui.stream_view import print_kernel, status_line
-from repl.wording import counted
+from repl.core.wording import counted
 
 def best_command(session, arguments):
     """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current."""

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from repl.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
+from repl.workflows.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED
 from repl.ui.check_view import share_of_peak
 from repl.ui.stream_view import MAX_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL

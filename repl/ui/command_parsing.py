@@ -4,7 +4,7 @@ Separate from the command table (commands.py) so that the modules whose function
 
 import argparse
 
-from repl.option_values import device_name, positive_int
+from repl.ui.option_values import device_name, positive_int
 
 
 class CommandError(Exception):

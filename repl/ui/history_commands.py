@@ -7,8 +7,8 @@ from datetime import datetime
 from rich.table import Table
 from rich.text import Text
 
-from repl.module_source import inspect_module_source
-from repl.session_log import LogEntry
+from repl.core.module_source import inspect_module_source
+from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
 
 DEFAULT_HISTORY_LENGTH = 10

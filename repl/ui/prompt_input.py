@@ -16,7 +16,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPress
 from prompt_toolkit.lexers import PygmentsLexer
 from pygments.lexers.python import PythonLexer
 
-from repl.module_source import inspect_module_source
+from repl.core.module_source import inspect_module_source
 
 
 def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
@@ -214,7 +214,7 @@ class ModuleInput:
                 buffer.validate_and_handle()
             else:
                 # No indentation copied from the line above: what is typed (or pasted by a terminal without bracketed
-                # paste, as keys) carries its own, which would add up into a staircase (issue 24, item 4).
+                # paste, as keys) carries its own, which would add up into a staircase.
                 buffer.newline(copy_margin=False)
 
         @bindings.add("escape", "enter")

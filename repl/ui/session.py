@@ -14,14 +14,14 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from repl.attempt import Attempt, attempt_from_log, given_reply, new_attempt
-from repl.engine import Engine
-from repl.errors import one_line
-from repl.extract import defines_model_new, extract_kernel_code
+from repl.engine.attempt import Attempt, attempt_from_log, given_reply, new_attempt
+from repl.engine.engine import Engine
+from repl.core.errors import one_line
+from repl.core.extract import defines_model_new, extract_kernel_code
 from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, Reply
-from repl.kernel_file import kernel_header, write_kernel_file
-from repl.module_source import ModuleSource, inspect_module_source
-from repl.paths import history_file
+from repl.core.kernel_file import kernel_header, write_kernel_file
+from repl.core.module_source import ModuleSource, inspect_module_source
+from repl.core.paths import history_file
 from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel

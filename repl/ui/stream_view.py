@@ -23,7 +23,7 @@ from rich.segment import Segment, Segments
 from rich.syntax import Syntax
 from rich.text import Text
 
-from repl.extract import extract_kernel_code
+from repl.core.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, Reply
 from repl.ui.console import syntax_theme, terminal_safe
 
@@ -123,7 +123,7 @@ class LiveRegion:
 
     Row by row (erase line, cursor up), never "erase to the end of the screen": a window made shorter by half puts
     the region at the top row, and tmux (as some other terminals) pushes the whole screen into the scrollback when
-    the screen is erased from its top-left corner, which left a stale copy of every frame there (issue 24, item 8)."""
+    the screen is erased from its top-left corner, which left a stale copy of every frame there."""
 
     HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 

@@ -1,7 +1,7 @@
 """Confinement of candidate code: layers applied where the OS allows, each one's absence reported as a note.
 
 The caller never imports candidate code. `start_confined(argv, ...)` starts a process (a new one, or one forked from
-a fork server that imported torch and nothing else: zygote.py; never forked from a process that holds CUDA or the
+a fork server that imported torch and nothing else: candidate/fork_server.py; never forked from a process that holds CUDA or the
 model) that cannot reach, change or disturb anything outside its sandbox:
 
 - **namespaces** (``unshare --user --map-root-user --net --pid --mount --ipc``): no network but its own loopback;

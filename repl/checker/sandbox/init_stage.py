@@ -3,7 +3,7 @@
 It joins the cgroup, builds the view, lowers the limits, drops every capability, reports the layers it could not
 apply on a private pipe and starts a session of its own; then the program runs, confined. A new process runs it as
 ``python -I -S init_stage.py SPEC -- ARGV`` under the unshare tool and then *becomes* the program (exec); a process
-forked from the fork server (zygote.py) calls `enter_sandbox` and then runs the program without an exec.
+forked from the fork server (candidate/fork_server.py) calls `enter_sandbox` and then runs the program without an exec.
 """
 
 import json

@@ -47,8 +47,8 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     Blocks until the sandbox is built (0.1-0.2 s). popen_kwargs go to subprocess.Popen (stdin, stdout,
     stderr, cwd...); `env`, when given, is the base environment the allow-list filters (default os.environ).
     memory_limit_bytes bounds the memory of all its processes together (default: half the machine's RAM).
-    fork_server (zygote.ForkServer): where namespaces are available and argv runs this Python, the process is
-    forked from it (a zygote.ForkedProcess: the same confinement, without importing torch again); else, or when
+    fork_server (fork_server.ForkServer): where namespaces are available and argv runs this Python, the process is
+    forked from it (a fork_server.ForkedProcess: the same confinement, without importing torch again); else, or when
     the server cannot serve, a new process is started.
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
     sandbox_dir = Path(sandbox_dir)
@@ -137,7 +137,7 @@ def _hold_namespace_init(parent: int) -> int | None:
 
 def _fork_confined(fork_server, argv: list[str], spec: dict, env: dict[str, str], pass_fds: tuple[int, ...],
                    popen_kwargs: dict):
-    """start_confined's process forked from the fork server (zygote.py), with the standard streams popen_kwargs
+    """start_confined's process forked from the fork server (candidate/fork_server.py), with the standard streams popen_kwargs
     ask for (None: ours, DEVNULL, PIPE, STDOUT for stderr, a descriptor or a file); None if it cannot serve."""
     unknown = set(popen_kwargs) - {"stdin", "stdout", "stderr", "cwd"}
     if unknown:

@@ -1,0 +1,259 @@
+"""The caller's Checker: judges for one session or run, one check each at a time, and the one-off check_kernel.
+
+What crosses to the judge is wire.py's plain data; the judge's own process is driven by judge_process.py.
+"""
+
+import itertools
+import threading
+import time
+
+from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, default_spares
+from repl.checker.devices import placement
+from repl.checker.result import VERDICTS, CheckResult, Verdict
+from repl.checker.wire import PeerGone, WireError
+from repl.core.extract import kernel_source
+
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
+           "kernel_source"]
+
+NO_MODEL_NEW = "no Python code defining ModelNew found in the kernel"
+SIZING_WAIT_S = 20.0  # how long prepare() waits for a judge's too_large line
+
+
+class Checker:
+    """Checks kernels for one session or run. ``check`` is thread-safe; up to `jobs` checks run at once, each in its
+    own judge. ``close()`` (or ``with``) ends the judges and their candidate processes.
+
+    device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
+    memory_limit_bytes: the candidate's address-space cap on the CPU path (default: half the machine's RAM).
+    spares: candidate processes each judge keeps starting ahead of need (default: default_spares(jobs)).
+    Raises ValueError for a device that cannot be used.
+    """
+
+    def __init__(self, device: str = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
+                 spares: int | None = None):
+        if jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        self.device = device
+        self.jobs = jobs
+        self._device, self._cuda_visible = placement(device)
+        self._memory_limit, self._spares = memory_limit_bytes, spares
+        self._judges: list = []  # judge_process.JudgeProcess, every live one
+        self._idle: list = []  # those ready for a check
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(jobs)
+        self._closed = False
+        self._ids = itertools.count(1)
+        self.judges_started = 0
+        self._idle.append(self._new_judge())  # starts now: a check finds it warm
+
+    def _new_judge(self):
+        from repl.checker.caller.judge_process import JudgeProcess
+
+        spares = default_spares(self.jobs) if self._spares is None else self._spares
+        judge = JudgeProcess(self._device, self._cuda_visible, self._memory_limit, spares)
+        with self._lock:
+            self._judges.append(judge)
+            self.judges_started += 1
+        return judge
+
+    def grow(self, jobs: int) -> None:
+        """Allow up to `jobs` checks at once from now on (never fewer than before); the judges for the new slots
+        start at once, so that they are warm when needed."""
+        with self._lock:
+            added, self.jobs = max(0, jobs - self.jobs), max(jobs, self.jobs)
+        for _ in range(added):
+            judge = self._new_judge()
+            self._give_back(judge)
+            self._slots.release()
+
+    def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
+              atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, timeout: float | None = None,
+              cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
+        """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
+        against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
+        it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
+        the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
+        judge's clock): figures that test the checker, not speed."""
+        if trials < 1:
+            raise ValueError("trials must be at least 1")
+        if self._closed:
+            raise RuntimeError("this Checker is closed")
+        if cancel is not None and cancel.is_set():
+            return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started",
+                               elapsed_s=0.0)
+        if not _may_define_model_new(kernel_code_or_reply):
+            return CheckResult(verdict=Verdict.COMPILE_ERROR, message=NO_MODEL_NEW)
+        # Sent as it is: which code in it to check (the file, or a reply's fenced block) is decided by the confined
+        # candidate (repl.core.extract.kernel_source), since parsing untrusted text can take this process down.
+        request = {"op": "check", "id": next(self._ids), "reference_code": reference_code,
+                   "kernel_code": kernel_code_or_reply, "trials": trials, "atol": atol, "rtol": rtol,
+                   "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout}
+        if interpreter_timing:
+            request["interpreter_timing"] = True
+        started = time.monotonic()
+        with self._slots:
+            judge = self._take_judge()
+            try:
+                result = judge.check(request, cancel)
+                if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
+                    self._forget(judge)
+                    judge = self._take_judge()
+                    result = judge.check(request, cancel)
+            except BaseException:
+                # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
+                # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
+                # new one); a check to keep the judge warm for passes `cancel` instead.
+                judge.close(grace_s=0)
+                raise
+            finally:
+                self._give_back(judge)
+        result.elapsed_s = round(time.monotonic() - started, 3)
+        return result
+
+    def prepare(self, reference_code: str, *, timeout: float = SIZING_WAIT_S, size: bool = True) -> str | None:
+        """Have every judge prepare this reference for the checks to come (preparation.py: built, studied, the next
+        check's trials made, on a GPU compiled and timed), while the caller does something else (the model streams).
+        A later request stops a judge's preparation between its steps; what it finished is kept for the check.
+
+        size: wait for a judge's too_large line and return it: why the problem is too large for this device (size,
+        and what to do), or None when it fits or cannot be sized in time: up to `timeout` seconds for a judge free of
+        checks (every judge busy by then: None), up to `timeout` for it to start where it is starting (not started by
+        then: None, and it is left to start), then up to `timeout` for its answer (a module whose import hangs: None,
+        and that judge is stopped), so up to three times `timeout` in all; no wait is shortened by the ones before,
+        which would stop a healthy judge sizing a slow module. size=False returns at once (None), never waiting for
+        a judge busy with a check. Preparing is best effort: a judge that has died meanwhile is skipped."""
+        if self._closed:
+            raise RuntimeError("this Checker is closed")
+        prepare_id = next(self._ids)
+        with self._lock:
+            judges = list(self._judges)
+        if not size:
+            self._start_preparing(judges, prepare_id, reference_code)
+            return None
+        if not self._slots.acquire(timeout=timeout):
+            self._start_preparing(judges, prepare_id, reference_code)
+            return None
+        try:
+            answering = self._take_judge()
+            try:
+                self._start_preparing([judge for judge in judges if judge is not answering], prepare_id,
+                                      reference_code)
+                return answering.prepare(prepare_id, reference_code, timeout)
+            finally:
+                if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
+                    self._stop_idle_preparing(reference_code)
+                self._give_back(answering)
+        finally:
+            self._slots.release()
+
+    @staticmethod
+    def _start_preparing(judges: list, prepare_id: int, reference_code: str) -> None:
+        for judge in judges:  # one still starting gets it where it can (JudgeProcess.start_preparing)
+            if judge.alive():
+                try:
+                    judge.start_preparing(prepare_id, reference_code)
+                except (PeerGone, WireError, OSError):  # it died, or was closed by another thread
+                    pass
+
+    def _stop_idle_preparing(self, reference_code: str) -> None:
+        """Stop the idle judges still preparing this reference: what stopped the answering judge (an import that
+        hangs) holds them too, and the next check would wait PREPARE_TIMEOUT_S for one of them. A judge that is
+        checking prepares only afterwards, and is left to its check."""
+        with self._lock:
+            stuck = [judge for judge in self._idle
+                     if judge.preparing is not None and judge.preparing.reference_code == reference_code]
+            self._idle = [judge for judge in self._idle if judge not in stuck]
+        for judge in stuck:
+            judge.close(grace_s=0)
+            self._forget(judge)
+
+    def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
+        """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
+        it was stopped). For tests and benchmarks; a check never needs to wait for this."""
+        jobs = self.jobs  # read once: a grow() meanwhile adds slots of its own
+        for _ in range(jobs):  # no check meanwhile: it would start another judge
+            self._slots.acquire()
+        with self._lock:
+            judges, self._idle = self._idle, []
+        try:
+            return [said for judge in judges if (said := judge.wait_until_prepared(timeout)) is not None]
+        finally:
+            for judge in judges:
+                self._give_back(judge)
+            for _ in range(jobs):
+                self._slots.release()
+
+    def _take_judge(self):
+        with self._lock:
+            judge = self._idle.pop() if self._idle else None
+        if judge is None or not judge.alive():
+            if judge is not None:
+                self._forget(judge)
+            judge = self._new_judge()
+        return judge
+
+    def _give_back(self, judge) -> None:
+        with self._lock:
+            keep = not self._closed and judge.alive()
+            if keep:
+                self._idle.append(judge)
+        if not keep:
+            self._forget(judge)
+
+    def _forget(self, judge) -> None:
+        judge.close()
+        with self._lock:
+            if judge in self._judges:
+                self._judges.remove(judge)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            judges, self._idle, self._judges = self._judges, [], []
+        for judge in judges:
+            judge.close()
+
+    def __enter__(self) -> "Checker":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def check_kernel(
+    reference_code: str,
+    kernel_code_or_reply: str,
+    *,
+    device: str = "auto",
+    trials: int = DEFAULT_TRIALS,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    timeout: float | None = None,
+    cancel: threading.Event | None = None,
+    memory_limit_bytes: int | None = None,
+) -> CheckResult:
+    """One check with a Checker of its own (see Checker.check); a session or a run should keep a Checker instead,
+    whose judge and candidate processes are warm. Raises ValueError for arguments that cannot be checked."""
+    if trials < 1:
+        raise ValueError("trials must be at least 1")
+    placement(device)
+    if cancel is not None and cancel.is_set():
+        return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started", elapsed_s=0.0)
+    if not _may_define_model_new(kernel_code_or_reply):
+        return CheckResult(verdict=Verdict.COMPILE_ERROR, message=NO_MODEL_NEW)
+    with Checker(device, memory_limit_bytes=memory_limit_bytes, spares=0) as checker:
+        return checker.check(reference_code, kernel_code_or_reply, trials=trials, atol=atol, rtol=rtol,
+                             timeout=timeout, cancel=cancel)
+
+
+def _may_define_model_new(text: str) -> bool:
+    """Whether a check could find ModelNew in this text, without parsing it (a substring test): one that cannot is
+    a compile_error at once, with no candidate process started."""
+    return isinstance(text, str) and "ModelNew" in text

@@ -1,0 +1,42 @@
+"""An Attempt: a module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict;
+what :save, :run and :raw work on, whether it came from a stream, a best-of candidate or the session log."""
+
+from dataclasses import dataclass
+
+from repl.checker.result import CheckResult
+from repl.core.extract import extract_kernel_code
+from repl.generation import FINISHED, Reply
+from repl.core.module_source import ModuleSource, inspect_module_source
+from repl.core.settings import SamplingSettings
+
+
+@dataclass
+class Attempt:
+    module: ModuleSource
+    reply: Reply
+    source_name: str | None = None  # stem of the file the module came from, for the default save name
+    check: CheckResult | None = None  # once checked
+    log_id: int | None = None  # row in the session log, when logging is on
+
+    @property
+    def kernel(self) -> str | None:
+        return extract_kernel_code(self.reply.text)
+
+
+def given_reply(name: str, text: str, settings: SamplingSettings | None = None) -> Reply:
+    """A kernel from a file (`:load`, `eval --candidates`) as a finished reply of "file:NAME"."""
+    reply = Reply(model=f"file:{name}", settings=settings or SamplingSettings(), text=text, finish_reason=FINISHED)
+    reply.finished_at = reply.started_at
+    return reply
+
+
+def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
+    return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)
+
+
+def attempt_from_log(entry) -> Attempt:
+    """A session-log entry (repl.log.session_log.LogEntry) as an Attempt, ready to be current again (:open, --continue);
+    a reply whose writer died counts as interrupted."""
+    check = CheckResult.from_json_dict(entry.check) if entry.check else None
+    return Attempt(module=inspect_module_source(entry.module_code), reply=entry.to_reply(),
+                   source_name=entry.source_name, check=check, log_id=entry.id)

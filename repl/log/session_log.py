@@ -1,0 +1,483 @@
+"""The session log: every module, reply and check, appended to a SQLite database in the data directory.
+
+Nothing the user saw may be lost: a reply is written while it streams (one UPDATE of its row at most every
+``write_interval_s``, and always when it ends), each write is its own committed transaction, and the database runs
+in WAL mode with ``synchronous=FULL``, so a ``kill -9`` or a power cut loses at most the last interval of a reply.
+Two sessions may write at once: transactions are single statements (or short ``BEGIN IMMEDIATE`` blocks) and wait
+for each other through SQLite's busy timeout.
+
+The log never stops a session: opening it never raises, and any SQLite or file error (corrupt, locked, read-only)
+turns it off with one line in ``warning`` (also passed to ``on_warning``); every method then does nothing.
+
+Schema changes are append-only migrations, in the manner of simonw/llm: a migration, once released, is never edited;
+a change is a new function appended below.
+"""
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from repl.core.errors import one_line
+from repl.core.extract import extract_kernel_code
+from repl.generation import INTERRUPTED, Reply
+from repl.core.paths import data_dir
+from repl.core.settings import SamplingSettings
+
+LOG_FILE_NAME = "session_log.db"
+NO_LOG_VARIABLE = "KERNELLLM_NO_LOG"
+WRITE_INTERVAL_S = 0.5  # how much of a streaming reply a kill may lose, at most
+BUSY_TIMEOUT_S = 5.0  # how long a write waits for another session's transaction before the log gives up
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = []
+migration = MIGRATIONS.append
+
+
+@migration
+def m001_modules_replies_checks(db: sqlite3.Connection) -> None:
+    db.execute("""
+        CREATE TABLE modules (
+            id INTEGER PRIMARY KEY,
+            time TEXT NOT NULL,                -- first submitted, ISO 8601 UTC
+            code_hash TEXT NOT NULL UNIQUE,    -- sha256 of code: a module submitted again is the same row
+            name TEXT,                         -- the class the kernel replaces, e.g. Model
+            source_name TEXT,                  -- stem of the file it was loaded from, if any
+            code TEXT NOT NULL
+        )""")
+    db.execute("""
+        CREATE TABLE replies (
+            id INTEGER PRIMARY KEY,
+            module_id INTEGER NOT NULL REFERENCES modules(id),
+            time TEXT NOT NULL,                -- generation started, ISO 8601 UTC
+            model TEXT NOT NULL,
+            temperature REAL,
+            top_p REAL,
+            max_new_tokens INTEGER,
+            seed INTEGER,                      -- the seed this generation used (seed+n with --seed), or NULL
+            text TEXT NOT NULL DEFAULT '',     -- rewritten while streaming
+            tokens INTEGER NOT NULL DEFAULT 0,
+            finish_reason TEXT,                -- stop, length, interrupted, error; NULL: still streaming, or the
+                                               -- writing process died before the reply ended
+            error TEXT,
+            elapsed_s REAL,
+            first_token_s REAL,                -- prefill latency
+            tokens_per_second REAL
+        )""")
+    db.execute("""
+        CREATE TABLE checks (
+            id INTEGER PRIMARY KEY,
+            reply_id INTEGER NOT NULL REFERENCES replies(id),
+            time TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            device TEXT,
+            speedup_vs_eager REAL,
+            speedup_vs_compiled REAL,
+            result TEXT NOT NULL               -- the whole CheckResult as JSON
+        )""")
+
+
+@migration
+def m002_reply_heartbeat_and_indexes(db: sqlite3.Connection) -> None:
+    # updated_at: when a reply's row was last written, so a reply whose writer was killed still has a duration.
+    db.execute("ALTER TABLE replies ADD COLUMN updated_at TEXT")
+    db.execute("UPDATE replies SET updated_at = time")
+    db.execute("CREATE INDEX replies_module_id ON replies(module_id)")
+    db.execute("CREATE INDEX checks_reply_id ON checks(reply_id)")
+
+
+@migration
+def m003_sessions(db: sqlite3.Connection) -> None:
+    # A session is one process that wrote replies (the REPL, or a one-shot run): :history lists the current one's
+    # first, and --continue skips sessions still running elsewhere.
+    db.execute("""
+        CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,                     -- NULL: still running, or killed (then its pid is gone)
+            pid INTEGER,
+            kind TEXT                          -- repl, oneshot, samples
+        )""")
+    db.execute("ALTER TABLE replies ADD COLUMN session_id INTEGER REFERENCES sessions(id)")
+    db.execute("CREATE INDEX replies_session_id ON replies(session_id)")
+
+
+def migrate(db: sqlite3.Connection, migrations: list = MIGRATIONS) -> None:
+    """Apply the migrations not yet recorded in _migrations, in order, in one transaction."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        applied = {name for (name,) in db.execute("SELECT name FROM _migrations")}
+        for step in migrations:
+            if step.__name__ not in applied:
+                step(db)
+                db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (step.__name__, _now()))
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def default_log_path() -> Path:
+    return data_dir() / LOG_FILE_NAME
+
+
+def logging_off_by_environment() -> bool:
+    return os.environ.get(NO_LOG_VARIABLE, "").strip().lower() not in {"", "0", "false", "no", "off"}
+
+
+@dataclass
+class LogEntry:
+    """One reply with its module and its latest check: a row of :history, an object of `log --json`."""
+
+    id: int  # the reply's id; :open takes it
+    time: str  # ISO 8601 UTC, when generation started
+    module_id: int
+    module_name: str | None
+    module_code: str
+    source_name: str | None
+    model: str
+    settings: SamplingSettings
+    text: str
+    tokens: int
+    finish_reason: str | None  # None: the writer stopped before the reply ended (killed), or it is still streaming
+    error: str | None
+    elapsed_s: float | None
+    first_token_s: float | None
+    tokens_per_second: float | None
+    check: dict | None  # CheckResult.to_json_dict() of the latest check
+    session_id: int | None = None  # the process that wrote it (sessions.id); None for replies logged before sessions
+
+    @property
+    def state(self) -> str:
+        return self.finish_reason or "unfinished"
+
+    @property
+    def interrupted(self) -> bool:
+        return self.finish_reason in (INTERRUPTED, None)
+
+    @property
+    def kernel(self) -> str | None:
+        return extract_kernel_code(self.text)
+
+    @property
+    def verdict(self) -> str | None:
+        return self.check["verdict"] if self.check else None
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return self.check.get("speedup_vs_eager") if self.check else None
+
+    @property
+    def speedup_vs_compiled(self) -> float | None:
+        return self.check.get("speedup_vs_compiled") if self.check else None
+
+    def to_reply(self) -> Reply:
+        """The reply as the engine holds it; a reply whose writer died counts as interrupted."""
+        return Reply(model=self.model, settings=self.settings, text=self.text, tokens=self.tokens,
+                     finish_reason=self.finish_reason or INTERRUPTED, error=self.error, started_at=0.0,
+                     first_token_at=self.first_token_s, finished_at=self.elapsed_s or 0.0)
+
+    def to_json_dict(self) -> dict:
+        return {
+            "id": self.id, "time": self.time, "session_id": self.session_id, "module_id": self.module_id,
+            "module_name": self.module_name,
+            "source_name": self.source_name, "model": self.model, **self.settings.__dict__,
+            "tokens": self.tokens, "finish_reason": self.state, "interrupted": self.interrupted, "error": self.error,
+            "elapsed_s": self.elapsed_s, "tokens_per_second": self.tokens_per_second, "verdict": self.verdict,
+            "speedup_vs_eager": self.speedup_vs_eager, "speedup_vs_compiled": self.speedup_vs_compiled,
+            "kernel": self.kernel, "reply": self.text, "module_code": self.module_code, "check": self.check,
+        }
+
+
+class SessionLog:
+    """Use ``SessionLog.open()``; a log that could not be opened, or failed later, is off and does nothing."""
+
+    def __init__(self, db: sqlite3.Connection | None, path: Path | None, warning: str | None = None,
+                 on_warning: Callable[[str], None] | None = None, write_interval_s: float = WRITE_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic, kind: str = "repl"):
+        self._db = db
+        self.kind = kind
+        self.session_id: int | None = None  # this process's row in sessions, made with its first reply
+        self.path = path
+        self.warning = warning
+        self.on_warning = on_warning
+        self._write_interval_s = write_interval_s
+        self._clock = clock
+        self._last_write: dict[int, float] = {}  # reply id -> clock() of its last write
+        self._lock = threading.Lock()  # one connection, shared by the UI thread and workers
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, *, enabled: bool | None = None,
+             on_warning: Callable[[str], None] | None = None, busy_timeout_s: float = BUSY_TIMEOUT_S,
+             write_interval_s: float = WRITE_INTERVAL_S, clock: Callable[[], float] = time.monotonic,
+             kind: str = "repl") -> "SessionLog":
+        """The log at path (default: session_log.db in the data directory). Never raises. enabled=None follows
+        KERNELLLM_NO_LOG; a log turned off on purpose has no warning. kind names what writes (repl, oneshot, ...)."""
+        if enabled is None:
+            enabled = not logging_off_by_environment()
+        if not enabled:
+            return cls(None, None)
+        path = Path(path) if path is not None else default_log_path()
+
+        def connect() -> sqlite3.Connection:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = FULL")  # WAL + FULL: a committed write survives a power cut too
+                migrate(db)
+            except BaseException:
+                db.close()
+                raise
+            return db
+
+        try:
+            db = _retry_when_busy(connect)
+        except (sqlite3.Error, OSError) as error:
+            log = cls(None, path, on_warning=on_warning)
+            log._give_up(error)
+            return log
+        db.row_factory = sqlite3.Row
+        return cls(db, path, on_warning=on_warning, write_interval_s=write_interval_s, clock=clock, kind=kind)
+
+    @property
+    def enabled(self) -> bool:
+        return self._db is not None
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Mark this session ended and close the database."""
+        if self.session_id is not None:
+            self._run(lambda db: db.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), self.session_id)))
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _give_up(self, error: Exception) -> None:
+        """Turn the log off with one line of warning, once."""
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._db = None
+        if self.warning is None:
+            self.warning = f"Session log off ({self.path}): {_reason(error)}; the session goes on without it."
+            if self.on_warning is not None:
+                self.on_warning(self.warning)
+
+    def _run(self, work: Callable[[sqlite3.Connection], object], default=None):
+        """work(db) under the lock; a failure turns the log off and gives default."""
+        with self._lock:
+            if self._db is None:
+                return default
+            try:
+                return _retry_when_busy(lambda: work(self._db))
+            except (sqlite3.Error, OSError) as error:
+                self._give_up(error)
+                return default
+
+    # -- writing -----------------------------------------------------------------------------------------------
+    def record_module(self, code: str, name: str | None = None, source_name: str | None = None) -> int | None:
+        """The module's id; a module submitted again (same code) keeps its row, taking the newer source_name."""
+        if name is None:
+            from repl.core.module_source import inspect_module_source
+
+            name = inspect_module_source(code).model_class
+        code_hash = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+        return self._run(lambda db: db.execute(
+            "INSERT INTO modules (time, code_hash, name, source_name, code) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (code_hash) DO UPDATE SET source_name = coalesce(excluded.source_name, source_name) "
+            "RETURNING id", (_now(), code_hash, name, source_name, code)).fetchone()[0])
+
+    def start_reply(self, module_id: int | None, model: str, settings: SamplingSettings) -> int | None:
+        """A new, empty reply row; pass the stream's reply.model and reply.settings (they carry the seed used)."""
+        if module_id is None:
+            return None
+
+        def insert(db):
+            now = _now()
+            if self.session_id is None:
+                self.session_id = db.execute("INSERT INTO sessions (started_at, pid, kind) VALUES (?, ?, ?)",
+                                             (now, os.getpid(), self.kind)).lastrowid
+            reply_id = db.execute(
+                "INSERT INTO replies (module_id, time, updated_at, model, temperature, top_p, max_new_tokens, seed, "
+                "session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (module_id, now, now, model, settings.temperature, settings.top_p, settings.max_new_tokens,
+                 settings.seed, self.session_id)).lastrowid
+            self._last_write[reply_id] = self._clock()
+            return reply_id
+
+        return self._run(insert)
+
+    def append_reply_text(self, reply_id: int | None, text: str, tokens: int) -> bool:
+        """Record the reply so far, if write_interval_s has passed since its last write; True when it wrote."""
+        if reply_id is None or self._clock() - self._last_write.get(reply_id, float("-inf")) < self._write_interval_s:
+            return False
+
+        def update(db):
+            db.execute("UPDATE replies SET text = ?, tokens = ?, updated_at = ? WHERE id = ?",
+                       (text, tokens, _now(), reply_id))
+            self._last_write[reply_id] = self._clock()
+            return True
+
+        return self._run(update, default=False)
+
+    def finish_reply(self, reply_id: int | None, reply: Reply) -> None:
+        """Record the final reply: all its text, why it ended, its timing."""
+        if reply_id is None:
+            return
+        first_token_s = reply.first_token_at - reply.started_at if reply.first_token_at is not None else None
+        self._last_write.pop(reply_id, None)
+        self._run(lambda db: db.execute(
+            "UPDATE replies SET text = ?, tokens = ?, finish_reason = ?, error = ?, elapsed_s = ?, first_token_s = ?, "
+            "tokens_per_second = ?, updated_at = ? WHERE id = ?",
+            (reply.text, reply.tokens, reply.finish_reason or INTERRUPTED, reply.error, reply.elapsed_s, first_token_s,
+             reply.tokens_per_second, _now(), reply_id)))
+
+    def record_check(self, reply_id: int | None, result) -> None:
+        """Append a check of the reply's kernel: a repl.checker.CheckResult or its to_json_dict()."""
+        if reply_id is None:
+            return
+        data = result if isinstance(result, dict) else result.to_json_dict()
+        self._run(lambda db: db.execute(
+            "INSERT INTO checks (reply_id, time, verdict, device, speedup_vs_eager, speedup_vs_compiled, result) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)", (reply_id, _now(), data["verdict"], data.get("device"),
+                                             data.get("speedup_vs_eager"), data.get("speedup_vs_compiled"),
+                                             json.dumps(data))))
+
+    # -- reading -----------------------------------------------------------------------------------------------
+    def recent(self, n: int | None = 10, *, session: str = "all") -> list[LogEntry]:
+        """The last n entries (all with n=None), oldest first: of every session (session="all"), of this process's
+        session ("this") or of the others ("others")."""
+        if session == "this" and self.session_id is None:
+            return []
+        where = {"all": "", "this": " WHERE r.session_id = ?",
+                 "others": " WHERE r.session_id IS NULL OR r.session_id != ?"}[session]
+        parameters = (() if session == "all" else (self.session_id or -1,)) + (-1 if n is None else n,)
+        rows = self._run(lambda db: db.execute(_ENTRY_QUERY + where + " ORDER BY r.id DESC LIMIT ?",
+                                               parameters).fetchall(), default=[])
+        return [_entry(row) for row in reversed(rows)]
+
+    def find(self, n: int | None = None, *, verdict: str | None = None,
+             session_id: int | None = None) -> list[LogEntry]:
+        """The last n entries (all with n=None), oldest first, of one session and with one verdict (of the latest
+        check; "unchecked" for entries never checked) where given."""
+        conditions, parameters = [], []
+        if session_id is not None:
+            conditions.append("r.session_id = ?")
+            parameters.append(session_id)
+        if verdict == "unchecked":
+            conditions.append("NOT EXISTS (SELECT 1 FROM checks c WHERE c.reply_id = r.id)")
+        elif verdict is not None:
+            conditions.append("(SELECT c.verdict FROM checks c WHERE c.reply_id = r.id ORDER BY c.id DESC LIMIT 1) = ?")
+            parameters.append(verdict)
+        where = " WHERE " + " AND ".join(conditions) if conditions else ""
+        rows = self._run(lambda db: db.execute(_ENTRY_QUERY + where + " ORDER BY r.id DESC LIMIT ?",
+                                               (*parameters, -1 if n is None else n)).fetchall(), default=[])
+        return [_entry(row) for row in reversed(rows)]
+
+    def last_session_id(self) -> int | None:
+        """The newest session that logged a reply."""
+        return self._run(lambda db: db.execute("SELECT max(session_id) FROM replies").fetchone()[0])
+
+    def get(self, entry_id: int) -> LogEntry | None:
+        row = self._run(lambda db: db.execute(_ENTRY_QUERY + " WHERE r.id = ?", (entry_id,)).fetchone())
+        return _entry(row) if row is not None else None
+
+    def last(self) -> LogEntry | None:
+        entries = self.recent(1)
+        return entries[0] if entries else None
+
+    def last_of_finished_sessions(self) -> LogEntry | None:
+        """What --continue opens: the last entry of a session that is over (ended, or its process gone), so that a
+        session still running in another terminal does not take over; the last entry of all when every session is
+        still running."""
+
+        def query(db):
+            sessions = db.execute("SELECT id, pid FROM sessions WHERE ended_at IS NULL").fetchall()
+            running = [row["id"] for row in sessions if _process_alive(row["pid"])]
+            marks = ",".join("?" * len(running))
+            return db.execute(_ENTRY_QUERY + f" WHERE r.session_id IS NULL OR r.session_id NOT IN ({marks}) "
+                              "ORDER BY r.id DESC LIMIT 1", running).fetchone()
+
+        row = self._run(query)
+        return _entry(row) if row is not None else self.last()
+
+
+_ENTRY_QUERY = """
+    SELECT r.*, m.name AS module_name, m.code AS module_code, m.source_name,
+           (SELECT c.result FROM checks c WHERE c.reply_id = r.id ORDER BY c.id DESC LIMIT 1) AS check_result
+    FROM replies r JOIN modules m ON m.id = r.module_id"""
+
+
+def _retry_when_busy(work: Callable[[], object], attempts: int = 4):
+    """work(), tried again a few times when SQLite answers "locked" or "busy" at once: some lock conflicts between two
+    sessions (two connections opening a new WAL database together, a write that would deadlock) skip the busy
+    timeout and fail immediately; a moment later they succeed."""
+    for attempt in range(attempts):
+        started = time.monotonic()
+        try:
+            return work()
+        except sqlite3.OperationalError as error:
+            busy = "locked" in str(error) or "busy" in str(error)
+            waited_out = time.monotonic() - started > 1.0  # the busy timeout ran out: a lock really held, give up
+            if not busy or waited_out or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * 2 ** attempt)
+
+
+def _entry(row: sqlite3.Row) -> LogEntry:
+    elapsed_s = row["elapsed_s"]
+    if elapsed_s is None and row["updated_at"]:  # unfinished: as long as it was heard from
+        elapsed_s = (datetime.fromisoformat(row["updated_at"]) - datetime.fromisoformat(row["time"])).total_seconds()
+    return LogEntry(
+        id=row["id"], time=row["time"], module_id=row["module_id"], module_name=row["module_name"],
+        module_code=row["module_code"], source_name=row["source_name"], model=row["model"],
+        settings=SamplingSettings(temperature=row["temperature"], top_p=row["top_p"],
+                                  max_new_tokens=row["max_new_tokens"], seed=row["seed"]),
+        text=row["text"], tokens=row["tokens"], finish_reason=row["finish_reason"], error=row["error"],
+        elapsed_s=elapsed_s, first_token_s=row["first_token_s"], tokens_per_second=row["tokens_per_second"],
+        check=json.loads(row["check_result"]) if row["check_result"] else None, session_id=row["session_id"])
+
+
+def _process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process with that id
+        return True
+    return True
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _reason(error: Exception) -> str:
+    message = one_line(error)
+    if "locked" in message or "busy" in message:
+        return "the database is locked by another program"
+    if "not a database" in message or "malformed" in message:
+        return f"the database is damaged ({message}); move it aside to start a new log"
+    if isinstance(error, OSError):
+        return f"cannot create its directory: {error.strerror or message}"
+    if "readonly" in message or "unable to open" in message:
+        return f"cannot write the database ({message})"
+    return message
