@@ -36,11 +36,12 @@ _PR_SET_PDEATHSIG = 1
 
 PRELOADED = ("torch", "triton", "triton.language", "repl.checker.candidate.compat", "repl.checker.cuda_on_cpu",
              "repl.checker.candidate.launches", "repl.checker.loading", "repl.checker.sandbox",
-             "repl.checker.candidate.triton_warmup", "repl.checker.wire", "repl.core.extract", "repl.core.module_source")
+             "repl.checker.candidate.triton_warmup", "repl.checker.wire", "repl.core.extract",
+             "repl.core.module_source")
 
 
 def _preload(device: str) -> None:
-    """What every candidate imports before it runs anything of its own (candidate.py's prepare); nothing that
+    """What every candidate imports before it runs anything of its own (candidate/main.py's prepare); nothing that
     starts a thread or touches the GPU."""
     import importlib
 
