@@ -3,28 +3,15 @@ gives no seed (and no failure) when absent or unreadable; the seed problems are 
 corpus record into a KernelBook reply and writes the file the loader reads. CPU, no model weights needed."""
 
 import gzip
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from repl.fastpath import drafting_seed
 from repl.fastpath.drafting_seed import END_OF_REPLY, format_seed, split_seed
-
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
-
-
-def load_tool(name: str):
-    """A tools/ script as a module (tools/ is not a package; its scripts import each other by name)."""
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tool_scripts import TOOLS, load_tool
 
 
 @pytest.fixture(scope="module")
