@@ -195,6 +195,13 @@ def test_rows_that_do_not_tile_are_left_to_the_cuda_cores():
     assert _relative_error(out, reference) < 1e-2
 
 
+# Configurations the kernel takes: the tilings, with and without the prefetch, split along K as ``config_for`` splits
+# or in fixed parts, and one tile in 128 registers a thread (four programs of 4 warps an SM instead of three).
+CONFIGS = [int4_mma.Config(4, 1), int4_mma.Config(4, 1, False), int4_mma.Config(8, 1), int4_mma.Config(8, 1, False),
+           int4_mma.Config(2, 1), int4_mma.Config(2, 1, False), int4_mma.Config(4, 2, False),
+           int4_mma.Config(4, 1, True, 1), int4_mma.Config(4, 1, False, 1), int4_mma.Config(4, 1, True, maxnreg=128),
+           int4_mma.Config(2, 1, True, maxnreg=128), int4_mma.Config(8, 1, True, maxnreg=128),
+           int4_mma.Config(4, 1, True, 2, maxnreg=128), int4_mma.Config(4, 1, False, 2)]
 EIGHT_B_SHAPES = {"q/k/v": (6144, 4096), "o": (4096, 4096), "gate/up": (28672, 4096), "down": (4096, 14336),
                   "output": (128256, 4096)}
 
@@ -271,7 +278,7 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
 
     quantized, x, residual, _ = _product(n, k, n + k)
     pdls = (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False, )
-    for config in int4_mma.CONFIGS:
+    for config in CONFIGS:
         for pdl in pdls:
             product = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl)
             two_kernels = quant_one_row.prepared_input(product, None, True, n // 2, 0.0)

@@ -72,13 +72,6 @@ class Config(NamedTuple):
     maxnreg: Optional[int] = None
 
 
-CONFIGS = [Config(4, 1), Config(4, 1, False), Config(8, 1), Config(8, 1, False), Config(2, 1), Config(2, 1, False),
-           Config(4, 2, False), Config(4, 1, True, 1), Config(4, 1, False, 1)] + [
-    # One tile with the prefetch in 128 registers a thread (152-158 uncapped; offline, sm_90: no spill with triton
-    # 3.6, one local-memory access in the K loop with 3.9): four programs of 4 warps an SM instead of three.
-    Config(4, 1, True, maxnreg=128), Config(2, 1, True, maxnreg=128), Config(8, 1, True, maxnreg=128),
-    Config(4, 1, True, 2, maxnreg=128), Config(4, 1, False, 2)]
-
 # The fields of one word as the bfloat16 pairs (128 + nibble i, 128 + nibble i+4), i = 0..3, one 32-bit register
 # each: LOP3 (w & 0x000F000F) | 0x43004300 puts nibbles 0 and 4 under the exponent of 128 in the two halves; shifts
 # of 4, 8, 12 bring nibbles 1-3 and 5-7 there. Called with pack=2 on the word joined with itself ($4 = $5), so that
@@ -377,7 +370,7 @@ def layouts(warps: int, tiles: int):
 
 
 def config_for(n: int) -> Config:
-    """The configuration for products of n rows, the fastest of ``CONFIGS`` on the 8B's shapes (docs/gpu-runs.md
+    """The configuration for products of n rows, the fastest of those timed on the 8B's shapes (docs/gpu-runs.md
     keeps the timings): two 16-row tiles a warp without the prefetch for q/k/v, o and down; gate/up's 28672 rows and
     the output layer's 128256 with one tile, the prefetch and 128 registers a thread (``Config.maxnreg``: four
     programs of 4 warps an SM, where ptxas's 152-158 registers fit three)."""
@@ -450,12 +443,12 @@ SIGNATURE = {"x_ptr": "*bf16", "words_ptr": "*i32", "scale_ptr": "*bf16", "offse
              "n": "i32", "k": "i32", "norm_ptr": "*bf16", "eps": "fp32"}
 
 
-def compile_for_sm90(config: Config = CONFIGS[0], residual: bool = False, pdl: bool = False, norm: bool = False,
+def compile_for_sm90(config: Config = Config(4, 1), residual: bool = False, pdl: bool = False, norm: bool = False,
                      swiglu: bool = False, swiglu_out: bool = False):
-    """The kernel of ``config`` compiled for an H100 (sm_90) without a GPU, pointers
-    16-byte aligned and k a multiple of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic
-    dependent launch; ``norm``, ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the
-    norm); ``swiglu_out``: the split's form that stores SiLU(gate) * up."""
+    """The kernel of ``config`` compiled for an H100 (sm_90) without a GPU, pointers 16-byte aligned and k a multiple
+    of 16 (as the launcher specializes them); ``pdl``: its form for a programmatic dependent launch; ``norm``,
+    ``swiglu``: its forms that make their input (at the 8B's rows of 4096 for the norm); ``swiglu_out``: its form
+    that stores SiLU(gate) * up."""
     mma, words_layout, block_m = layouts(config.warps, config.tiles)
     constexprs = {"MMA": mma, "WORDS": words_layout, "BLOCK_M": block_m, "PREFETCH": config.prefetch,
                   "RESIDUAL": residual, "PDL": pdl, "NORM": norm, "SWIGLU": swiglu, "RMS_BLOCK": rms_block(4096),

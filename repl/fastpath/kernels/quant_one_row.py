@@ -54,8 +54,8 @@ def _int8_tile(words, acc, inputs, x_ptr, norm_ptr, start, ok, words_per_row, in
 
 @triton.jit
 def int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
-               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
-               RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+              SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
+              RMS_BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32.
 
     EVEN: the tile divides the row's words, so the loads need no column mask (the 8B's layer products 7-13% faster
@@ -105,8 +105,8 @@ def _int4_words(words_ptr, rows, row_ok, start, groups_per_row, words_per_row, w
 
 @triton.jit
 def int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, row_ok, k, eps, NORM: tl.constexpr,
-               SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
-               TILED: tl.constexpr, PDL: tl.constexpr = False):
+              SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, RMS_BLOCK: tl.constexpr,
+              TILED: tl.constexpr, PDL: tl.constexpr = False):
     """The products of ``rows`` (any BLOCK_N rows of the weight) with the input, in float32. PDL: the first block's
     words are asked for before the wait for the previous kernel, and that block is taken out of the loop."""
     groups_per_row, words_per_row = k // 128, k // 8
@@ -142,7 +142,7 @@ def _int4_block(acc, words, start, x_ptr, scale_ptr, offset_ptr, norm_ptr, rows,
     inputs = tl.zeros([BLOCK_G, 16], tl.float32)
     for j in tl.static_range(8):
         v = product_input(x_ptr, norm_ptr, groups[:, None] * 128 + j * 16 + word_in_group[None, :], ok[:, None], k,
-                   inverse_rms, NORM, SWIGLU)
+                          inverse_rms, NORM, SWIGLU)
         sums += field_as_float(words, 16 - 4 * j, 0x000F0000) * v[None, :, :]
         inputs += v
     group_sums, group_inputs = tl.sum(sums, 2), tl.sum(inputs, 1)[None, :]
@@ -176,7 +176,7 @@ def _int8_matvec(x_ptr, words_ptr, scale_ptr, norm_ptr, residual_ptr, out_ptr, n
         gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU, BLOCK_N,
-                       BLOCK_W, EVEN, RMS_BLOCK, PDL)
+                      BLOCK_W, EVEN, RMS_BLOCK, PDL)
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 
@@ -190,7 +190,7 @@ def _int4_matvec(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, residual_ptr
         gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows < n, k, eps, NORM, SWIGLU,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
+                      BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
     _store_output(total, rows, rows < n, residual_ptr, out_ptr, RESIDUAL)
 
 

@@ -18,9 +18,9 @@ from repl.fastpath.kernels.quant_one_row import (INT4_CONFIGS, INT8_CONFIGS, INT
 from repl.fastpath.kernels.rope_store import rope_and_store
 from repl.generation.quantization import INT4_PLANES, INT8_PLANES, QuantizedWeight
 
-# After the q/k/v product a step ran one more kernel a layer (RoPE and the cache writes, fused by Inductor): some
-# 3.4 us of a layer's ~110 on an H100. Here the product's programs do it: a program holds
-# BLOCK_N // 2 dims of one head and their rotate-half partners (dim + HALF), as decode_matvec's bf16 kernel does.
+# After the q/k/v product a step ran one more kernel a layer (RoPE and the cache writes, fused by Inductor): some 3.4 us
+# of a layer's ~110 on an H100. Here the product's programs do it: a program holds BLOCK_N // 2 dims of one head and
+# their rotate-half partners (dim + HALF), as decode_matvec's bf16 kernel does.
 
 @triton.jit
 def _rope_rows(DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -54,7 +54,7 @@ def _int8_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, norm_ptr, cos_ptr, sin_ptr
         gdc_launch_dependents()
     head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
     total = int8_sums(x_ptr, words_ptr, scale_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False, BLOCK_N,
-                       BLOCK_W, EVEN, RMS_BLOCK, PDL)
+                      BLOCK_W, EVEN, RMS_BLOCK, PDL)
     _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
@@ -70,7 +70,7 @@ def _int4_qkv_rope_cache(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, cos_
         gdc_launch_dependents()
     head, dims, rows = _rope_rows(DIM, HALF, BLOCK_N)
     total = int4_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, norm_ptr, rows, rows >= 0, k, eps, True, False,
-                       BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
+                      BLOCK_N, BLOCK_G, RMS_BLOCK, TILED, PDL)
     _rope_and_cache(total, head, dims, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr, stride_kh,
                     stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, HALF, BLOCK_N)
 
