@@ -220,6 +220,17 @@ def test_the_tool_writes_one_kernelbook_reply_per_compiled_problem(tmp_path, tok
     assert drafting_seed.drafting_seed(tokenizer, out) == [tokenizer.encode(reply, add_special_tokens=False)]
 
 
+def test_the_corpus_tool_that_feeds_the_seed_tool_runs_and_explains_itself():
+    """tools/inductor_corpus.py needs a GPU to compile; here it starts and prints its usage (the corpus that
+    ``drafting_seed.py`` reads)."""
+    import subprocess
+
+    shown = subprocess.run([sys.executable, str(TOOLS / "inductor_corpus.py"), "--help"], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "--out" in shown.stdout and "KernelBench" in shown.stdout and "--seconds" in shown.stdout
+
+
 # -- tools/drafting_acceptance.py --seed ------------------------------------------------------------------------------
 
 class CharacterTokens:
