@@ -141,6 +141,26 @@ def test_shapes_the_layout_cannot_hold_are_refused_and_kept_in_full_precision():
     assert "model.layers.0.self_attn.q_proj" in summary["kept"] and "lm_head" in summary["kept"]
 
 
+def test_a_quantized_layer_computes_with_the_product_it_is_given():
+    """``quantize_model``'s layers call the product passed in (the fast path's kernels, where the loader has them),
+    else the weights dequantized and multiplied."""
+    model = small_llama()
+    calls = []
+
+    def product(x, weight):
+        calls.append(tuple(weight.words.shape))
+        return quantized_model.dequantized_product(x, weight)
+
+    quantize_model(model, "int8", product=product)
+    ids = torch.randint(1, 300, (1, 8), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        model(ids)
+    assert len(calls) == 2 * 7 + 1  # every quantized layer of the two decoder layers, and the output layer
+    plain = small_llama()
+    quantize_model(plain, "int8")
+    assert plain.lm_head.product is quantized_model.dequantized_product
+
+
 # -- the transformers model: plain generate() --------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
