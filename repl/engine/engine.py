@@ -160,10 +160,11 @@ class Engine:
         if problem:
             raise ModelLoadError(problem)
         from repl.fastpath.backend import FastLocalBackend
+        from repl.fastpath.quantized_linear import quantized_linear
 
         loaded = load_model(options.model, options.device, options.dtype, on_progress=report,
                             quantize=options.quantize, device_map=options.device_map,
-                            before_weights=before_weights)
+                            before_weights=before_weights, quantized_product=quantized_linear)
         # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
         # e.g. on the CPU) it hands generation to the plain generate() path.
         return FastLocalBackend(loaded)
