@@ -1,7 +1,7 @@
 """An Attempt: a module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict;
 what :save, :run and :raw work on, whether it came from a stream, a best-of candidate or the session log."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repl.checker.result import CheckResult
 from repl.core.extract import extract_kernel_code
@@ -18,9 +18,19 @@ class Attempt:
     check: CheckResult | None = None  # once checked
     log_id: int | None = None  # row in the session log, when logging is on
 
+    _kernel: str | None = field(default=None, init=False, repr=False, compare=False)
+    _kernel_decided: bool = field(default=False, init=False, repr=False, compare=False)
+
     @property
     def kernel(self) -> str | None:
-        return extract_kernel_code(self.reply.text)
+        """The kernel of this reply (extract_kernel_code), decided once the reply is done and kept: the exact text
+        the checker is sent and that :show, :save, the one-shot output, the log and eval's archive give."""
+        if self._kernel_decided:
+            return self._kernel
+        kernel = extract_kernel_code(self.reply.text)
+        if self.reply.done:
+            self._kernel, self._kernel_decided = kernel, True
+        return kernel
 
 
 def given_reply(name: str, text: str, settings: SamplingSettings | None = None) -> Reply:

@@ -31,6 +31,7 @@ from repl.checker import CheckResult, Verdict
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TRIALS
 from repl.engine.engine import Engine
 from repl.generation import FAILED, INTERRUPTED, PromptTooLong, ReplyStream
+from repl.core.module_source import ModuleSource, as_module_source
 from repl.core.settings import SamplingSettings
 
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
@@ -119,7 +120,7 @@ def refuse_greedy_samples(settings: SamplingSettings, k: int) -> None:
     settings.refuse_samples(k)
 
 
-def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingSettings | None = None, *,
+def sample_streams(engine: Engine, module: ModuleSource | str, k: int, settings: SamplingSettings | None = None, *,
                    together: bool = False, source_name: str | None = None) -> Iterator[ReplyStream]:
     """k reply streams for one module, prompted and recorded by the engine. `together` (where the backend samples
     together): all k at once; else one at a time, each started when the caller asks for the next (once it has read
@@ -127,10 +128,10 @@ def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingS
     settings = settings or engine.settings
     refuse_greedy_samples(settings, k)
     if together:
-        yield from engine.stream_kernels(module_code, k, settings, source_name=source_name)
+        yield from engine.stream_kernels(module, k, settings, source_name=source_name)
         return
     for _ in range(k):
-        yield engine.stream_kernel(module_code, settings, source_name=source_name)
+        yield engine.stream_kernel(module, settings, source_name=source_name)
 
 
 # -- checking ------------------------------------------------------------------------------------------------------
@@ -184,14 +185,14 @@ class BestOfRun:
     has the verdict ``cancelled``); ``error`` is set when the run could not go on. ValueError at once for greedy
     decoding of several candidates or a device the checker cannot use."""
 
-    def __init__(self, module_code: str, k: int, *, engine: Engine, check: CheckOptions | None = None,
+    def __init__(self, module: ModuleSource | str, k: int, *, engine: Engine, check: CheckOptions | None = None,
                  settings: SamplingSettings | None = None, until_correct: bool = False,
                  on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None,
                  cancel: threading.Event | None = None):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
         refuse_greedy_samples(settings or engine.settings, k)  # before any judge starts
-        self.module_code = module_code
+        self.module = as_module_source(module)  # parsed once, for every sample and check
         self.k = k
         self.engine = engine
         self.check = check or CheckOptions()
@@ -257,10 +258,10 @@ class BestOfRun:
     def _run(self) -> None:
         try:
             # The judges build, study and (on a GPU) time the reference while the candidates stream.
-            self.engine.submit_module(self.module_code, self.source_name, check_device=self.check.device,
+            self.engine.submit_module(self.module, self.source_name, check_device=self.check.device,
                                       wait_for_size=False)
             together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
-            streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together,
+            streams = sample_streams(self.engine, self.module, self.k, self.settings, together=together,
                                      source_name=self.source_name)
             readers = []
             for candidate, stream in zip(self.candidates, streams):
@@ -339,7 +340,7 @@ class BestOfRun:
         if stream.reply.finish_reason != FAILED or not stream.reply.transient or retries <= 0 or self.cancelled:
             return None
         try:
-            retry = self.engine.stream_kernel(self.module_code, self.settings, source_name=self.source_name)
+            retry = self.engine.stream_kernel(self.module, self.settings, source_name=self.source_name)
         except Exception:  # the server is still away: keep the failed reply as the candidate's verdict
             return None
         return self._read(candidate, retry, retries - 1)
