@@ -164,7 +164,8 @@ def _evaluate(args, problems, err, out, log) -> int:
     kernels = _kernels_dir(args)
     # On a cluster the replies were sampled on the workers: the driver logs them as they come back.
     archive = EvalArchive(kernels, Recorder(log) if log.enabled and args.ray is not None else None,
-                          results_dir=Path(args.json_out).expanduser().parent if args.json_out else None)
+                          results_dir=Path(args.json_out).expanduser().parent if args.json_out else None,
+                          on_warning=lambda line: err.print(f"warning: {line}", style="warn"))
     cancel = threading.Event()
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("[hint]{task.fields[checked]} candidates checked"), TimeElapsedColumn()]

@@ -35,6 +35,27 @@ def comment_safe(text: str) -> str:
     return "".join(" " if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char for char in text)
 
 
+def unsafe_name(name: str) -> str | None:
+    """Why a name taken from untrusted text (a problem file's stem, a candidate's file name) cannot name a file or a
+    folder inside the one the user named (one line), or None: it must be one plain component."""
+    if name in ("", ".", ".."):
+        return f"the name {name!r} would leave its folder"
+    if any(separator and separator in name for separator in (os.sep, os.altsep, "/", "\\")):
+        return f"the name {name!r} holds a path separator"
+    if any(unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") for char in name):
+        return f"the name {name!r} holds a control character"
+    return None
+
+
+def real_folder(path: Path) -> Path:
+    """The folder at path, made where missing, refused (OSError ELOOP) where a symbolic link stands at its name:
+    what is written inside stays inside the folder the user named."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link or not a folder: not written into")
+    return path
+
+
 def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -> Path:
     """Write text to path atomically. FileExistsError when the name exists (a dangling link too) and force is
     false; OSError for a symbolic link (never followed) and other failures (a full disk, no permission), which leave

@@ -43,7 +43,7 @@ from repl.checker.caller.pool import CheckPool
 from repl.engine.engine import Engine
 from repl.workflows.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
 from repl.generation import PromptTooLong
-from repl.core.kernel_file import write_text_atomically
+from repl.core.kernel_file import unsafe_name, write_text_atomically
 from repl.core.module_source import inspect_module_source
 
 FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
@@ -107,6 +107,9 @@ def not_a_problem(problem: Problem) -> str | None:
     """Why the file cannot be a problem (one line: it does not parse, defines no module with forward(), or lacks
     get_inputs() or get_init_inputs(), which the checker builds and calls it with), or None. Such a file (a helper
     beside the problems, a broken one) is neither sampled for nor counted."""
+    bad_name = unsafe_name(problem.name)
+    if bad_name:
+        return f"{bad_name}: rename the file"
     source = inspect_module_source(problem.code)
     if source.problem():
         return source.problem()
@@ -148,7 +151,7 @@ def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int 
     """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name;
     the checks an earlier eval saved there are not candidates, so its kernels folder can be checked again."""
     folder = Path(candidates_dir) / problem
-    if not folder.is_dir():
+    if unsafe_name(problem) or not folder.is_dir():
         return []
     files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
                     and not path.name.endswith(CHECK_FILE_SUFFIX)), key=lambda path: _natural_key(path.name))
