@@ -32,6 +32,10 @@ and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator
 geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
 finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
 sampled replies and their checks also go into the session log.
+
+Every problem is run unconfined, with your rights, in the checker's judge process (it is the trusted reference;
+only the kernels are confined): evaluate only a problems folder you have read, or run inside a container
+(docs/trust.md).
 """
 
 def add_parser(subparsers) -> None:
