@@ -56,21 +56,13 @@ class Candidate:
     check_started_at: float | None = None
     check_finished_at: float | None = None
 
-    @property
-    def module(self):
-        return self.attempt.module if self.attempt is not None else None
-
-    @property
-    def reply(self):
-        return self.attempt.reply if self.attempt is not None else None
+    # The slot's own progress, read off its Attempt; everything else (module, reply, kernel, check) is the
+    # Attempt's: candidate.attempt.
 
     @property
     def check(self) -> CheckResult | None:
+        """The verdict so far (None before the check ends, or before generation starts)."""
         return self.attempt.check if self.attempt is not None else None
-
-    @property
-    def kernel(self) -> str | None:
-        return self.attempt.kernel if self.attempt is not None else None
 
     @property
     def verdict(self) -> str | None:
@@ -82,15 +74,16 @@ class Candidate:
 
     @property
     def tokens(self) -> int:
-        return self.reply.tokens if self.reply is not None else 0
+        return self.attempt.reply.tokens if self.attempt is not None else 0
 
     @property
     def elapsed_s(self) -> float | None:
         """Generation plus check time so far (None before it starts)."""
-        if self.reply is None:
+        if self.attempt is None:
             return None
-        end = self.check_finished_at or (None if self.state in (QUEUED, CHECKING) else self.reply.finished_at)
-        return (end or time.monotonic()) - self.reply.started_at
+        reply = self.attempt.reply
+        end = self.check_finished_at or (None if self.state in (QUEUED, CHECKING) else reply.finished_at)
+        return (end or time.monotonic()) - reply.started_at
 
 
 # -- ranking -------------------------------------------------------------------------------------------------------
@@ -252,7 +245,8 @@ class BestOfRun:
     def notes(self) -> list[str]:
         """What the backend said of its replies (max_new_tokens capped to the room the prompt leaves, say), each
         once: the same for every candidate of one module."""
-        return list(dict.fromkeys(c.reply.note for c in self.candidates if c.reply is not None and c.reply.note))
+        return list(dict.fromkeys(c.attempt.reply.note for c in self.candidates
+                                  if c.attempt is not None and c.attempt.reply.note))
 
     # -- the work ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -290,8 +284,8 @@ class BestOfRun:
             if check.exception() is not None:  # a check that could not run (no such GPU, ...)
                 self._fail(check.exception())
         # Keep what finished: candidates never started or stopped mid-generation are dropped.
-        self.candidates = [c for c in self.candidates if c.reply is not None and c.state == DONE
-                           and c.reply.finish_reason != INTERRUPTED]
+        self.candidates = [c for c in self.candidates if c.attempt is not None and c.state == DONE
+                           and c.attempt.reply.finish_reason != INTERRUPTED]
         self._end()
 
     def _end(self) -> None:

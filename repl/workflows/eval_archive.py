@@ -38,10 +38,11 @@ def kernels_dir_for(results_path: str | os.PathLike) -> Path:
 def candidate_output(candidate) -> dict:
     """What is kept of a finished candidate (repl.workflows.best_of.Candidate), as plain data: its name, its reply when it was
     sampled (None for a given file) and its whole check."""
-    sampled = candidate.name is None and candidate.reply is not None
+    attempt = candidate.attempt
+    sampled = candidate.name is None and attempt is not None
     return {"file": candidate.name or f"sample_{candidate.index}",
-            "reply": reply_record(candidate.reply) if sampled else None,
-            "kernel": candidate.kernel,  # the Attempt's, the very text its check was of
+            "reply": reply_record(attempt.reply) if sampled else None,
+            "kernel": attempt.kernel if attempt is not None else None,  # the very text its check was of
             "check": candidate.check.to_json_dict() if candidate.check is not None else None}
 
 

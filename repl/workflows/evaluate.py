@@ -89,6 +89,7 @@ class Problem:
     name: str  # the file's stem, e.g. 19_ReLU
     path: Path
     code: str
+    unreadable: str | None = None  # why the file could not be read as text (then code is empty)
 
 
 def _natural_key(name: str):
@@ -99,8 +100,17 @@ def _natural_key(name: str):
 def find_problems(folder: str | os.PathLike) -> list[Problem]:
     """Every *.py in the folder (not recursive, __init__.py excepted), in KernelBench's numeric order."""
     paths = [path for path in Path(folder).glob("*.py") if path.is_file() and path.name != "__init__.py"]
-    return [Problem(path.stem, path, path.read_text(encoding="utf-8"))
-            for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+    return [_read_problem(path) for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+
+
+def _read_problem(path: Path) -> Problem:
+    """The problem in a file; one that cannot be read is kept with the reason, to be skipped, not to stop the run."""
+    try:
+        return Problem(path.stem, path, path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return Problem(path.stem, path, "", unreadable="not UTF-8 text")
+    except OSError as error:
+        return Problem(path.stem, path, "", unreadable=f"cannot be read: {error.strerror or error}")
 
 
 def not_a_problem(problem: Problem) -> str | None:
@@ -110,6 +120,8 @@ def not_a_problem(problem: Problem) -> str | None:
     bad_name = unsafe_name(problem.name)
     if bad_name:
         return f"{bad_name}: rename the file"
+    if problem.unreadable:
+        return problem.unreadable
     source = inspect_module_source(problem.code)
     if source.problem():
         return source.problem()
@@ -266,9 +278,9 @@ def _candidate_record(candidate: Candidate) -> dict:
     record = {"file": _candidate_name(candidate), "verdict": candidate.verdict and str(candidate.verdict),
               "message": check.message if check else None, "kernel_ms": check.kernel_ms if check else None,
               "flagged": _flag(check)}
-    if candidate.name is None and candidate.reply is not None:  # sampled, not read from a file
-        record["tokens"] = candidate.reply.tokens
-        record["finish_reason"] = candidate.reply.finish_reason
+    if candidate.name is None and candidate.attempt is not None:  # sampled, not read from a file
+        record["tokens"] = candidate.attempt.reply.tokens
+        record["finish_reason"] = candidate.attempt.reply.finish_reason
     if check is not None and check.roofline:
         record["roofline"] = {key: check.roofline.get(key) for key in ("bandwidth_share", "compute_share",
                                                                         "gb_per_s", "tflops")}
