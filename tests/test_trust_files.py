@@ -82,3 +82,12 @@ def test_a_linked_problem_folder_in_the_kernels_folder_is_not_written_into(folde
                          checks=checked) == 0
     assert list(elsewhere.iterdir()) == []
     assert "1_ReLU: kernels and checks not kept" in capsys.readouterr().err
+
+
+def test_a_problem_file_that_is_not_text_is_skipped_and_the_run_goes_on(folders, checked, capsys):
+    problems, candidates = folders
+    (problems / "2_Latin1.py").write_bytes(b"# caf\xe9\nimport torch\n")
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates)], checks=checked) == 0
+    captured = capsys.readouterr()
+    assert "not a problem, skipped: 2_Latin1.py: not UTF-8 text" in captured.err
+    assert "overall" in captured.out
