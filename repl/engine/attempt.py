@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from repl.checker.result import CheckResult
 from repl.core.extract import extract_kernel_code
 from repl.generation import FINISHED, Reply
-from repl.core.module_source import ModuleSource, inspect_module_source
+from repl.core.module_source import ModuleSource, as_module_source, inspect_module_source
 from repl.core.settings import SamplingSettings
 
 
@@ -40,8 +40,8 @@ def given_reply(name: str, text: str, settings: SamplingSettings | None = None) 
     return reply
 
 
-def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
-    return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)
+def new_attempt(module: ModuleSource | str, reply: Reply, source_name: str | None = None) -> Attempt:
+    return Attempt(module=as_module_source(module), reply=reply, source_name=source_name)
 
 
 def attempt_from_log(entry) -> Attempt:

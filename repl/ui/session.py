@@ -297,7 +297,7 @@ class ReplSession:
         if self.module is None:
             raise commands.CommandError(f"{file.name} is a kernel (it defines ModelNew); it is checked against a "
                                         f"module: paste or :load the module first, then :load {file.name}")
-        self.attempt = new_attempt(self.module.code, given_reply(file.name, text, self.engine.settings),
+        self.attempt = new_attempt(self.module, given_reply(file.name, text, self.engine.settings),
                                    self.source_name)
         label = self.source_name or self.module.main_operation or self.module.model_class or "the module"
         self.console.print(f"Loaded {file} as the kernel of the current module ({label}): :run checks it against "
