@@ -81,6 +81,8 @@ def _argument_problem(args) -> str | None:
         parent = Path(args.json_out).expanduser().parent
         if not parent.is_dir():
             return f"--json {args.json_out}: the folder {parent} does not exist"
+        if Path(args.json_out).expanduser().is_symlink():  # refused before any work, as every write refuses it
+            return f"--json {args.json_out} is a symbolic link: not followed (give the file it points to)"
     kernels = _kernels_dir(args)
     if kernels is not None and kernels.exists() and not kernels.is_dir():
         return f"{kernels} is a file; the kernels are kept in a folder (--kernels DIR chooses another)"
