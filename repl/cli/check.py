@@ -99,7 +99,9 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
     except Exception:
         if debug:
             raise
-        print(f"{result.verdict}: {result.message}")
+        from repl.ui.console import inert
+
+        print(inert(f"{result.verdict}: {result.message}"))
 
 
 def exit_status(verdict: str) -> int:

@@ -13,10 +13,8 @@ from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S,
 from repl.checker.devices import placement
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.checker.wire import PeerGone, WireError
-from repl.core.extract import kernel_source
 
-__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
-           "kernel_source"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS"]
 
 NO_MODEL_NEW = "no Python code defining ModelNew found in the kernel"
 SIZING_WAIT_S = 20.0  # how long prepare() waits for a judge's too_large line
@@ -79,8 +77,8 @@ class Checker:
                                elapsed_s=0.0)
         if not _may_define_model_new(kernel_code_or_reply):
             return CheckResult(verdict=Verdict.COMPILE_ERROR, message=NO_MODEL_NEW)
-        # Sent as it is: which code in it to check (the file, or a reply's fenced block) is decided by the confined
-        # candidate (repl.core.extract.kernel_source), since parsing untrusted text can take this process down.
+        # Sent as it is: the confined candidate takes its kernel (repl.core.extract.extract_kernel_code, the one
+        # decision every surface uses, idempotent on a kernel) and parses it, where exhausting the parser harms nobody.
         request = {"op": "check", "id": next(self._ids), "reference_code": reference_code,
                    "kernel_code": kernel_code_or_reply, "trials": trials, "atol": atol, "rtol": rtol,
                    "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout}
