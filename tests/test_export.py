@@ -1,0 +1,118 @@
+""":export's module (repl/engine/export.py): imported by a fresh interpreter that cannot import this project, used
+inside a larger model, equal to the reference where the kernel runs (its counter says it did) and where the guard
+sends the call to the PyTorch code."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from repl.checker.result import CheckResult, Verdict
+from repl.core.settings import SamplingSettings
+from repl.engine.export import ExportRefused, export_kernel, export_refusal, exported_module_text
+
+CASES = Path(__file__).resolve().parent / "checker_cases"
+
+# Run from a folder outside the repository, with nothing of it on the path: the exported file must stand alone.
+USE_EXPORTED = textwrap.dedent('''
+    import importlib.util, json, sys
+    import torch
+    assert importlib.util.find_spec("repl") is None, "the project is importable"
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    exported, original = load("exported", sys.argv[1]), load("original", sys.argv[2])
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Tanh(), original.Model(32, 16), torch.nn.ReLU())
+    ours = torch.nn.Sequential(torch.nn.Tanh(), exported.Model(32, 16), torch.nn.ReLU())
+    ours.load_state_dict(theirs.state_dict())  # the original's names: a drop-in
+    block = ours[1]
+    report = {}
+    def run(name, x, grad=False):
+        before = (block.kernel_calls, block.reference_calls)
+        with torch.set_grad_enabled(grad):
+            got, expected = ours(x), theirs(x)
+        took = "kernel" if block.kernel_calls > before[0] else "reference" if block.reference_calls > before[1] else "?"
+        report[name] = [took, bool(torch.allclose(got, expected, atol=1e-4, rtol=1e-4))]
+    run("verified", torch.randn(8, 32))
+    run("other rows", torch.randn(5, 32))
+    run("3-d", torch.randn(2, 8, 32))
+    run("strided", torch.randn(32, 8).t())
+    run("autograd on", torch.randn(8, 32), grad=True)
+    print(json.dumps(report))
+''')
+
+
+def linear_check(free_rows: bool = True) -> CheckResult:
+    """A correct check of linear_triton.py whose valid_for says dim 0 (rows) may be any size, dim 1 not."""
+    return CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", trials=5,
+                       message="matches the reference on 5 trials", valid_for={
+                           "summary": "any size of dim 0; the other sizes only as tested",
+                           "device": "cpu", "device_name": "CPU (Triton interpreter)",
+                           "init_arguments": [[32, 16], {}],
+                           "inputs": [{"shape": ["d0" if free_rows else 8, 32], "dtype": "torch.float32",
+                                       "contiguous": True, "stride": [32, 1]}]})
+
+
+def export_linear(tmp_path, check: CheckResult) -> Path:
+    return export_kernel(tmp_path / "linear_export.py", (CASES / "linear_reference.py").read_text(),
+                         (CASES / "linear_triton.py").read_text(), check, model="facebook/KernelLLM",
+                         settings=SamplingSettings(seed=3))
+
+
+def use_exported(path: Path, cwd: Path) -> dict:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["TRITON_INTERPRET"] = "1"
+    script = cwd / "use_exported.py"
+    script.write_text(USE_EXPORTED)
+    done = subprocess.run([sys.executable, str(script), str(path), str(CASES / "linear_reference.py")], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_exported_module_stands_alone_and_takes_the_kernel_only_where_verified(tmp_path):
+    exported = export_linear(tmp_path, linear_check())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    report = use_exported(exported, elsewhere)
+    assert report == {"verified": ["kernel", True], "other rows": ["kernel", True],
+                      "3-d": ["reference", True], "strided": ["reference", True],
+                      "autograd on": ["reference", True]}
+
+
+def test_a_size_verified_only_as_tested_goes_to_the_reference(tmp_path):
+    report = use_exported(export_linear(tmp_path, linear_check(free_rows=False)), tmp_path)
+    assert report["verified"] == ["kernel", True] and report["other rows"] == ["reference", True]
+
+
+def test_the_header_keeps_every_value_inside_its_comment(tmp_path):
+    check = linear_check()
+    check.message = "fine\nimport os; os.system('x')\r\u2028\x0cprint('escaped')"
+    text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
+                                check, model="evil\n# -*- coding: latin-1 -*-\nraise SystemExit", settings=SamplingSettings())
+    header = text[:text.index('"""Correct Linear')]
+    assert all(line.startswith("# ") for line in header.splitlines() if line)
+    assert "coding" not in "".join(text.splitlines(True)[:2])
+    tree = ast.parse(text)
+    assert not any(isinstance(node, ast.Raise) for node in tree.body)
+    assert "os.system" not in ast.unparse(tree)  # only in a comment, which the parser drops
+
+
+def test_only_a_correct_kernel_with_its_verified_inputs_is_exported(tmp_path):
+    assert "not checked" in export_refusal(None)
+    assert "mismatch" in export_refusal(CheckResult(verdict=Verdict.MISMATCH, message="trial 1: differs"))
+    assert "verified for" in export_refusal(CheckResult(verdict=Verdict.CORRECT))
+    with pytest.raises(ExportRefused):
+        export_linear(tmp_path, CheckResult(verdict=Verdict.TIMEOUT))
+    assert not (tmp_path / "linear_export.py").exists()
+    export_linear(tmp_path, linear_check())
+    with pytest.raises(FileExistsError):
+        export_linear(tmp_path, linear_check())
