@@ -116,3 +116,22 @@ def test_only_a_correct_kernel_with_its_verified_inputs_is_exported(tmp_path):
     export_linear(tmp_path, linear_check())
     with pytest.raises(FileExistsError):
         export_linear(tmp_path, linear_check())
+
+
+def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_path, monkeypatch):
+    from test_repl_session import RELU, make_session, output
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.handle(":export")
+    assert "not exported: the kernel is not checked yet; :run checks it" in " ".join(output(console).split())
+    session.attempt.check = CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", message="matches",
+                                        valid_for={"summary": "any size of dims 0 and 1", "device": "cpu",
+                                                   "init_arguments": [[], {}], "inputs": [
+                                                       {"shape": ["d0", "d1"], "dtype": "torch.float32",
+                                                        "contiguous": True, "stride": [8, 1]}]})
+    session.handle(":export")
+    written = tmp_path / "relu_triton_export.py"
+    assert "# valid for: any size of dims 0 and 1" in written.read_text()
+    session.handle(":export")
+    assert "relu_triton_export.py exists; :export relu_triton_export.py --force overwrites it" in output(console)
