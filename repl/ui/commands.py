@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
-from repl.ui import best_commands, export_commands, history_commands
+from repl.ui import best_commands, export_commands, history_commands, tune_commands
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
 __all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
@@ -123,6 +123,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":set [NAME VALUE]", set_command),
     Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
     Command(":history [N] [--all]", history_commands.history_command),
     Command(":open ID", history_commands.open_command),
