@@ -121,7 +121,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":raw", raw_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
-    Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
+    Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
     Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
