@@ -19,12 +19,7 @@ def export_command(session, arguments):
     paths = [word for word in arguments if word != "--force"]
     if len(paths) > 1:
         raise CommandError("usage: :export [PATH] [--force]")
-    attempt = session.attempt
-    if attempt is None or attempt.kernel is None:
-        raise CommandError("no kernel yet: paste a module first")
-    refusal = export_refusal(attempt.check)
-    if refusal:
-        raise CommandError(f"not exported: {refusal}")
+    attempt = current_attempt(session, export_refusal, "not exported")
     target = paths[0] if paths else exported_name(attempt.module.suggested_filename(attempt.source_name))
     reply = attempt.reply
     try:
@@ -40,6 +35,17 @@ def export_command(session, arguments):
     summary = terminal_safe(str(attempt.check.valid_for.get("summary")))
     session.console.print(Text(f"Its Model runs the kernel for {summary}, PyTorch otherwise (and whenever autograd "
                                "is on).", style="hint"))
+
+
+def current_attempt(session, refusal_of, not_done: str):
+    """The current attempt, or CommandError: no kernel, or refusal_of(its check) ("not exported: ...")."""
+    attempt = session.attempt
+    if attempt is None or attempt.kernel is None:
+        raise CommandError("no kernel yet: paste a module first")
+    refusal = refusal_of(attempt.check)
+    if refusal:
+        raise CommandError(f"{not_done}: {refusal}")
+    return attempt
 
 
 def exported_name(kernel_name: str) -> str:

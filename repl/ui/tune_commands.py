@@ -11,6 +11,7 @@ from repl.core.wording import counted
 from repl.engine.attempt import Attempt
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
+from repl.ui.export_commands import current_attempt
 from repl.ui.interrupts import interrupts_as_event
 
 
@@ -21,12 +22,7 @@ def tune_command(session, arguments):
     from repl.workflows.tune import tune, tune_refusal, variants
 
     options = parse_options(arguments, {"--trials": CHECK_OPTIONS["--trials"]})
-    attempt = session.attempt
-    if attempt is None or attempt.kernel is None:
-        raise CommandError("no kernel yet: paste a module first")
-    refusal = tune_refusal(attempt.check)
-    if refusal:
-        raise CommandError(f"not tuned: {refusal}")
+    attempt = current_attempt(session, tune_refusal, "not tuned")
     count = len(variants(attempt.kernel))
     if not count:
         raise CommandError("not tuned: its launches name no block size, num_warps or num_stages to vary")
