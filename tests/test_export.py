@@ -29,13 +29,16 @@ USE_EXPORTED = textwrap.dedent('''
         spec.loader.exec_module(module)
         return module
     exported, original = load("exported", sys.argv[1]), load("original", sys.argv[2])
+    device = sys.argv[3]
     torch.manual_seed(0)
     theirs = torch.nn.Sequential(torch.nn.Tanh(), original.Model(32, 16), torch.nn.ReLU())
     ours = torch.nn.Sequential(torch.nn.Tanh(), exported.Model(32, 16), torch.nn.ReLU())
     ours.load_state_dict(theirs.state_dict())  # the original's names: a drop-in
+    theirs, ours = theirs.to(device), ours.to(device)  # .to() after the load: the kernel must follow
     block = ours[1]
     report = {}
     def run(name, x, grad=False):
+        x = x.to(device)
         before = (block.kernel_calls, block.reference_calls)
         with torch.set_grad_enabled(grad):
             got, expected = ours(x), theirs(x)
@@ -67,22 +70,36 @@ def export_linear(tmp_path, check: CheckResult) -> Path:
                          settings=SamplingSettings(seed=3))
 
 
-def use_exported(path: Path, cwd: Path) -> dict:
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env["TRITON_INTERPRET"] = "1"
+def use_exported(path: Path, cwd: Path, device: str = "cpu") -> dict:
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     script = cwd / "use_exported.py"
     script.write_text(USE_EXPORTED)
-    done = subprocess.run([sys.executable, str(script), str(path), str(CASES / "linear_reference.py")], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script), str(path), str(CASES / "linear_reference.py"), device],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_exported_module_stands_alone_and_takes_the_kernel_only_where_verified(tmp_path):
-    exported = export_linear(tmp_path, linear_check())
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not cuda_available(), reason="no CUDA device"))])
+def test_exported_module_stands_alone_and_takes_the_kernel_only_where_verified(tmp_path, device):
+    from repl.checker import check_kernel
+
+    check = check_kernel((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
+                         device=device)
+    assert check.correct and check.valid_for["inputs"][0]["shape"] == ["d0", 32], check.valid_for
+    exported = export_linear(tmp_path, check)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    report = use_exported(exported, elsewhere)
+    report = use_exported(exported, elsewhere, device)
     assert report == {"verified": ["kernel", True], "other rows": ["kernel", True],
                       "3-d": ["reference", True], "strided": ["reference", True],
                       "autograd on": ["reference", True]}
@@ -135,3 +152,19 @@ def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_p
     assert "# valid for: any size of dims 0 and 1" in written.read_text()
     session.handle(":export")
     assert "relu_triton_export.py exists; :export relu_triton_export.py --force overwrites it" in output(console)
+
+
+def test_check_export_writes_only_a_correct_kernel(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+
+    def check(kernel: str, out: Path):
+        return subprocess.run([sys.executable, "-m", "repl.cli.check", str(CASES / "relu_reference.py"),
+                               str(CASES / kernel), "--device", "cpu", "--export", str(out)], cwd=repo,
+                              capture_output=True, text=True, timeout=300)
+
+    wrong = check("relu_wrong_mask.py", tmp_path / "wrong.py")
+    assert wrong.returncode == 1 and "not exported: its verdict is mismatch" in wrong.stderr
+    assert not (tmp_path / "wrong.py").exists()
+    right = check("relu_triton.py", tmp_path / "right.py")
+    assert right.returncode == 0, right.stderr
+    assert "# valid for: any size of dims 0, 1, 2 and 3" in (tmp_path / "right.py").read_text()

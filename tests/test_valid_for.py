@@ -64,3 +64,24 @@ def test_larger_sizes_stay_within_the_bytes_budget():
     inputs = [torch.randn(64, 64, 64)]
     labels = [variant.label for variant in variants(inputs, size_groups(inputs))]
     assert labels == ["size 64 -> 1 (batch 1)", "size 64 -> 32 (smaller)", "size 64 -> 63 (odd)"]
+
+
+# -- through the judge: the checker's own cases ------------------------------------------------------------------
+
+CASES = __import__("pathlib").Path(__file__).resolve().parent / "checker_cases"
+
+
+def test_the_judge_finds_a_hard_coded_kernel_valid_only_for_the_tested_shapes_and_a_masked_one_for_any_size():
+    from repl.checker import Checker
+
+    reference = (CASES / "relu_reference.py").read_text()
+    with Checker(device="cpu") as checker:
+        inductor = checker.check(reference, (CASES / "relu_inductor_style.py").read_text())
+        masked = checker.check(reference, (CASES / "relu_triton.py").read_text())
+    assert inductor.correct and masked.correct
+    assert inductor.valid_for["summary"].startswith("only the tested shapes (first failure: [[1, 1, 1, 1]]: "
+                                                    "runtime_error: AssertionError: expected size 1==4")
+    assert inductor.valid_for["inputs"][0]["shape"] == [4, 4, 4, 4]
+    assert masked.valid_for["summary"] == "any size of dims 0, 1, 2 and 3"
+    assert masked.valid_for["inputs"][0]["shape"] == ["d0_0", "d0_1", "d0_2", "d0_3"]
+    assert masked.trials == 5 and "valid_for" in masked.phases_s  # the verdict's trials are the usual five

@@ -119,20 +119,28 @@ class ReferenceRefused(Exception):
     """The reference does not accept a variant's inputs: the variant says nothing about the kernel."""
 
 
+class Stopped(Exception):
+    """The exploration cannot go on (its time is up): what was found so far is the record."""
+
+
 def explore(inputs: list, try_inputs: Callable, device, *, max_trials: int = MAX_TRIALS) -> dict:
     """Try the variants; try_inputs(inputs) -> None when the kernel matched, else the reason it did not (one line);
     it raises ReferenceRefused. Returns the record a CheckResult's valid_for holds (without device facts)."""
     groups = size_groups(inputs)
     free, fixed, tried, first_failure = set(), set(), [], None
-    for variant in variants(inputs, groups):
-        if variant.group in fixed or len(tried) >= max_trials:
-            continue
-        outcome = _try(variant, inputs, try_inputs, device, tried)
-        if outcome is None:
-            free.add(variant.group)
-        elif outcome is not ReferenceRefused:
-            fixed.add(variant.group)
-            first_failure = first_failure or f"{variant.shapes}: {outcome}"
+    try:
+        for variant in variants(inputs, groups):
+            if variant.group in fixed or len(tried) >= max_trials:
+                continue
+            outcome = _try(variant, inputs, try_inputs, device, tried)
+            if outcome is None:
+                free.add(variant.group)
+            elif outcome is not ReferenceRefused:
+                fixed.add(variant.group)
+                first_failure = first_failure or f"{variant.shapes}: {outcome}"
+    except Stopped as stopped:  # the groups not yet tried in full stay fixed
+        first_failure = first_failure or f"stopped: {stopped}"
+        fixed = set(range(len(groups)))
     free -= fixed
     budget = LARGER_BYTES_FACTOR * input_bytes(inputs)
     for number in sorted(free):  # a free group's dimensions at different sizes: must they stay equal?
@@ -210,3 +218,76 @@ def input_specs(inputs: list, groups: list[SizeGroup], free: set) -> list[dict]:
         else:
             specs.append({"unsupported": type(value).__name__})
     return specs
+
+
+def find_valid_for(run, problem) -> dict:
+    """The record for a CheckRun whose trials all matched: the variants run as trials of the same candidate, with
+    their own time allowance (the kernel's limit again), never timed, and the verdict is not changed by them."""
+    import time
+
+    from repl.checker.judge.ended import Ended
+    from repl.checker.judge.preparation import ReadyTrial
+    from repl.checker.loading import describe, init_arguments, to_device
+    from repl.checker.result import Verdict
+
+    judge = run.judge
+    remaining = run.deadline - time.monotonic()
+    run.deadline = time.monotonic() + float(run.request["timeout"])
+
+    def try_inputs(inputs: list):
+        run.ensure_candidate(problem)
+        try:
+            with run.candidate.stopped():
+                expected = judge.run_reference(problem, to_device(inputs, judge.device, clone=True))
+        except Exception as error:
+            raise ReferenceRefused(describe(error)) from None
+        try:
+            comparison, _ = run.trial(problem, skip_launches=False, label="a valid-for trial", record=False,
+                                      ready=ReadyTrial(inputs, expected))
+        except Ended as ended:
+            if ended.verdict is Verdict.CANCELLED:
+                raise
+            if ended.verdict is Verdict.TIMEOUT:
+                raise Stopped(f"{ended.verdict.value}: {ended.message}") from None
+            return f"{ended.verdict.value}: {ended.message}"
+        return None if comparison.matches else f"mismatch: {comparison.problem}"
+
+    try:
+        record = explore(judge.make_inputs(problem), try_inputs, judge.device)
+    finally:
+        run.deadline = time.monotonic() + max(remaining, 0.0)
+        run.stage("candidate")
+    record["device"] = "cuda" if judge.on_cuda else "cpu"
+    record["device_name"] = _device_name(judge)
+    record["init_arguments"] = _plain_init_arguments(init_arguments(list(problem.module.get_init_inputs())))
+    return record
+
+
+def _device_name(judge) -> str:
+    import torch
+
+    if judge.on_cuda:
+        return torch.cuda.get_device_name(judge.device)
+    return "CPU, Triton's interpreter"
+
+
+def _plain_init_arguments(arguments) -> list | None:
+    """[args, kwargs] with tuples as lists, when it is plain data (numbers, text, lists); else None: the guard then
+    cannot know the Model it was verified for."""
+    import json
+
+    def plain(value):
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, dict):
+            return {str(key): plain(item) for key, item in value.items()}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(type(value).__name__)
+
+    try:
+        data = plain(list(arguments))
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return data
