@@ -43,7 +43,9 @@ USE_EXPORTED = textwrap.dedent('''
         with torch.set_grad_enabled(grad):
             got, expected = ours(x), theirs(x)
         took = "kernel" if block.kernel_calls > before[0] else "reference" if block.reference_calls > before[1] else "?"
-        report[name] = [took, bool(torch.allclose(got, expected, atol=1e-4, rtol=1e-4))]
+        # the kernel within the tolerance it was checked at (tl.dot is TF32 on a GPU); PyTorch's path exactly
+        same = torch.allclose(got, expected, atol=1e-2, rtol=1e-2) if took == "kernel" else torch.equal(got, expected)
+        report[name] = [took, bool(same)]
     run("verified", torch.randn(8, 32))
     run("other rows", torch.randn(5, 32))
     run("3-d", torch.randn(2, 8, 32))

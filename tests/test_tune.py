@@ -59,13 +59,24 @@ def test_the_original_is_kept_when_no_variant_is_faster():
     assert report.best is None and report.best_code is None and len(report.tried) == 5  # 9.9 is within MIN_GAIN
 
 
-def test_the_fastest_correct_unflagged_variant_is_kept_and_a_wrong_one_dropped():
+def test_the_fastest_correct_unflagged_variant_is_kept_once_timed_again_beside_the_original():
     report = tune(INDUCTOR, timed(10.0), stand_in_checker({
         "XBLOCK=64,": timed(2.0, Verdict.MISMATCH),  # fastest, but wrong
         "XBLOCK=256,": timed(3.0, flags=["the candidate's timer was patched"]),
         "num_warps=2": timed(8.0), "num_stages=2": timed(6.0)}))
-    assert report.best.label == "triton_poi_fused_relu_0 num_stages 1 -> 2"
+    assert report.best.label == "triton_poi_fused_relu_0 num_stages 1 -> 2, again"
+    assert [tried.label for tried in report.tried][-2:] == ["as generated, again", report.best.label]
     assert "num_stages=2)" in report.best_code and report.speedup == pytest.approx(10 / 6)
+
+
+def test_a_gain_that_does_not_survive_a_second_timing_is_dropped():
+    timings = iter([6.0, 10.0, 9.9])  # the variant, then the original and the variant again
+
+    def check(code: str) -> CheckResult:
+        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert report.best is None and report.best_code is None and report.speedup is None
 
 
 def test_only_a_correct_kernel_timed_on_a_gpu_is_tuned():

@@ -1,6 +1,7 @@
 """What :tune gains, and what it costs: `python -m repl.bench.tune_cases REFERENCE KERNEL [REFERENCE KERNEL ...]
 [--device cuda] [--json]`. Each pair is checked (the original), then tuned through the same Checker (every variant
-checked and timed like any candidate); per kernel: the original's and the kept variant's kernel_ms, the speedup,
+checked and timed like any candidate); per kernel: the original's and the kept variant's kernel_ms (both timed
+again, one after the other, when a variant won), the speedup (of that pair; 1.0 when the original is kept),
 how many variants were tried and how many were correct, and the seconds tuning took. Not a test: figures depend on
 the GPU; docs/shipping.md records them."""
 
@@ -22,9 +23,11 @@ def tune_pair(checker, reference: str, kernel: str) -> dict:
         return {**row, "not_tuned": refusal}
     started = time.monotonic()
     report = tune(kernel, original, lambda code: checker.check(reference, code))
-    best = report.best.check if report.best else original
-    return {**row, "tuned_ms": best.kernel_ms, "kept": report.best.label if report.best else "as generated",
-            "speedup": original.kernel_ms / best.kernel_ms, "tune_s": round(time.monotonic() - started, 1),
+    kept = report.best is not None
+    return {**row, "kept": report.best.label if kept else "as generated",
+            "original_again_ms": report.baseline.check.kernel_ms if kept else None,
+            "tuned_ms": report.best.check.kernel_ms if kept else original.kernel_ms,
+            "speedup": report.speedup if kept else 1.0, "tune_s": round(time.monotonic() - started, 1),
             "correct_variants": sum(tried.usable for tried in report.tried),
             "tried": [[tried.label, tried.check.verdict.value if tried.check else tried.why,
                        tried.check.kernel_ms if tried.check else None] for tried in report.tried]}
