@@ -64,9 +64,19 @@ def test_the_fastest_correct_unflagged_variant_is_kept_once_timed_again_beside_t
         "XBLOCK=64,": timed(2.0, Verdict.MISMATCH),  # fastest, but wrong
         "XBLOCK=256,": timed(3.0, flags=["the candidate's timer was patched"]),
         "num_warps=2": timed(8.0), "num_stages=2": timed(6.0)}))
-    assert report.best.label == "triton_poi_fused_relu_0 num_stages 1 -> 2, again"
-    assert [tried.label for tried in report.tried][-2:] == ["as generated, again", report.best.label]
+    assert [tried.label for tried in report.tried][-2:] == ["as generated, again",
+                                                            "triton_poi_fused_relu_0 num_stages 1 -> 2, again"]
     assert "num_stages=2)" in report.best_code and report.speedup == pytest.approx(10 / 6)
+
+
+def test_the_kept_gain_is_the_variants_slower_timing_against_the_originals_faster_one():
+    timings = iter([5.0, 8.0, 6.0])  # the variant; then the original (8 ms, its first check said 10) and the variant
+
+    def check(code: str) -> CheckResult:
+        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert report.speedup == pytest.approx(8 / 6) and report.best.check.kernel_ms == 6.0
 
 
 def test_a_gain_that_does_not_survive_a_second_timing_is_dropped():

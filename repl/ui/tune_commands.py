@@ -44,7 +44,8 @@ def tune_command(session, arguments):
     reply = replace(attempt.reply, text=f"```python\n{report.best_code}```\n")
     session.attempt = Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name,
                               check=report.best.check)
-    session.console.print(f"Kept {terminal_safe(report.best.label)}: {report.speedup:.2f}x faster than as generated; "
+    kept = report.best.label.removesuffix(", again")
+    session.console.print(f"Kept {terminal_safe(kept)}: {report.speedup:.2f}x faster than as generated; "
                           "it is now the current kernel (:save, :export).", style="ok")
 
 

@@ -147,8 +147,9 @@ def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
 
 
 def confirm(report: TuneReport, code: str, check: Callable[[str], CheckResult]) -> None:
-    """The winner and the original checked and timed again, one after the other: a gain that was the noise between
-    two checks minutes apart does not survive it. The speedup is this pair's."""
+    """The winner and the original checked and timed again, one after the other; the winner is kept only if its
+    slower timing beats the original's faster one by MIN_GAIN (on an H200 a launch-bound kernel's timing moved 2x
+    between checks). The speedup is that conservative ratio."""
     try:
         original, best = Tried("as generated, again", check(code)), Tried(f"{report.best.label}, again",
                                                                            check(report.best_code))
@@ -157,8 +158,13 @@ def confirm(report: TuneReport, code: str, check: Callable[[str], CheckResult]) 
         report.best = report.best_code = None
         return
     report.tried += [original, best]
-    if original.usable and best.usable and best.check.kernel_ms <= original.check.kernel_ms * (1 - MIN_GAIN):
-        report.baseline, report.best = original, best
+    if not (original.usable and best.usable):
+        report.best = report.best_code = None
+        return
+    fastest_original = min((original, report.original), key=lambda tried: tried.check.kernel_ms)
+    slowest_best = max((best, report.best), key=lambda tried: tried.check.kernel_ms)
+    if slowest_best.check.kernel_ms <= fastest_original.check.kernel_ms * (1 - MIN_GAIN):
+        report.baseline, report.best = fastest_original, slowest_best
     else:
         report.best = report.best_code = None
 
