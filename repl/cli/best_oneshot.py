@@ -85,7 +85,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
         say(f"best: {summary}")
     if not write_kernel_output(best.attempt.kernel, args):
         return 1
-    if args.export and best.correct and not export_attempt(engine, best.attempt, args):
+    if getattr(args, "export", None) and best.correct and not export_attempt(engine, best.attempt, args):
         return 1
     if interrupted:
         return 130

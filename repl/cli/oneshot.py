@@ -119,7 +119,8 @@ def _generate(engine, module, args, source_name: str | None) -> int:
         say("warning: the reply was cut short; the kernel may be incomplete")
     if not write_kernel_output(kernel, args):
         return 1
-    if args.export and reply.finish_reason != INTERRUPTED and not export_attempt(engine, stream.attempt, args):
+    wants_export = getattr(args, "export", None) and reply.finish_reason != INTERRUPTED
+    if wants_export and not export_attempt(engine, stream.attempt, args):
         return 1
     return 0 if reply.finish_reason != INTERRUPTED else 130
 
