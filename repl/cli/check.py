@@ -87,9 +87,9 @@ def run(args) -> int:
 
 def export(args, reference: str, kernel_text: str, result) -> bool:
     from repl.cli.kernel_output import write_export_output
-    from repl.core.extract import kernel_source
+    from repl.core.extract import extract_kernel_code
 
-    kernel = kernel_source(kernel_text) or kernel_text  # the code the checker took from the file
+    kernel = extract_kernel_code(kernel_text) or kernel_text  # the code the checker took from the file
     return write_export_output(args.export, reference, kernel, result, force=args.force,
                                model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol)
 

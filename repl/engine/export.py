@@ -9,7 +9,7 @@ from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.checker.result import CheckResult, Verdict
-from repl.core.kernel_file import write_kernel_file
+from repl.core.kernel_file import comment_safe, write_kernel_file
 
 HEADER_VALUE_CHARS = 400
 RUNTIME_PATH = Path(__file__).with_name("export_runtime.py")
@@ -79,8 +79,8 @@ def export_kernel(path: str | os.PathLike, reference_code: str, kernel_code: str
 
 def provenance_header(check: CheckResult, *, model: str, settings, atol: float, rtol: float,
                       exported_at: datetime) -> str:
-    """Comment lines; every value is made one printable line, so nothing in it ends the comment. The first two
-    lines are fixed text: Python reads an encoding declaration there."""
+    """Comment lines; every value is made one line (kernel_file.comment_safe), so nothing in it ends the comment.
+    The first two lines are fixed text: Python reads an encoding declaration there."""
     if model.startswith("file:"):
         origin = f"loaded from {model.removeprefix('file:')}"
     else:
@@ -97,7 +97,7 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
     ]
     lines = ["# A Triton kernel exported by the KernelLLM REPL; it needs only torch and triton.",
              "# Use Model as the original: the kernel runs only on inputs like those it was verified for.",
-             *(f"# {name}: {comment_safe(value)}" for name, value in values),
+             *(f"# {name}: {header_value(value)}" for name, value in values),
              "# Model.kernel_calls and Model.reference_calls count which path each call took; the kernel path",
              "# needs torch.no_grad() (it has no backward); on a CPU, TRITON_INTERPRET=1 before this import."]
     return "\n".join(lines) + "\n"
@@ -114,9 +114,9 @@ def timings_line(check: CheckResult) -> str:
     return ", ".join(parts)
 
 
-def comment_safe(value) -> str:
-    """One line of printable characters (no line or paragraph separator, no form feed, no NUL), cut short."""
-    text = "".join(character if character.isprintable() else "?" for character in str(value))
+def header_value(value) -> str:
+    """One comment line (kernel_file.comment_safe), cut short."""
+    text = comment_safe(str(value))
     return text if len(text) <= HEADER_VALUE_CHARS else text[:HEADER_VALUE_CHARS] + "..."
 
 

@@ -41,7 +41,7 @@ def tune_command(session, arguments):
     if report.best is None:
         session.console.print("No variant beats the kernel as generated: it stays current.", style="hint")
         return
-    reply = replace(attempt.reply, text=f"```python\n{report.best_code}```\n")
+    reply = replace(attempt.reply, text=report.best_code)  # a file defining ModelNew: its kernel is itself
     session.attempt = Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name,
                               check=report.best.check)
     kept = report.best.label.removesuffix(", again")
