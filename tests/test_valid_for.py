@@ -85,3 +85,12 @@ def test_the_judge_finds_a_hard_coded_kernel_valid_only_for_the_tested_shapes_an
     assert masked.valid_for["summary"] == "any size of dims 0, 1, 2 and 3"
     assert masked.valid_for["inputs"][0]["shape"] == ["d0_0", "d0_1", "d0_2", "d0_3"]
     assert masked.trials == 5 and "valid_for" in masked.phases_s  # the verdict's trials are the usual five
+
+
+def test_no_larger_variant_past_the_absolute_cap(monkeypatch):
+    from repl.checker.judge import valid_for
+
+    inputs = [torch.randn(16, 4)]  # 256 bytes: doubling a size stays within twice that
+    assert "size 16 -> 32 (larger)" in [variant.label for variant in variants(inputs, size_groups(inputs))]
+    monkeypatch.setattr(valid_for, "LARGER_MAX_BYTES", 300)
+    assert not any("larger" in variant.label for variant in variants(inputs, size_groups(inputs)))

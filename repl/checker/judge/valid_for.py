@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 LARGER_BYTES_FACTOR = 2  # a larger variant's inputs may take at most this many times the problem's bytes
+LARGER_MAX_BYTES = 256 * 1024**2  # and at most this much: KernelBench's inputs reach 6.4 GB, which fit only once
 MAX_TRIALS = 8  # the most variant trials a check spends on this
 
 
@@ -66,8 +67,9 @@ def input_bytes(inputs: list, sizes: dict | None = None) -> int:
 
 
 def variants(inputs: list, groups: list[SizeGroup]) -> list[Variant]:
-    """Per group: batch 1 (the group holding input 0's dim 0), smaller, odd, larger (within the bytes budget)."""
-    budget = LARGER_BYTES_FACTOR * input_bytes(inputs)
+    """Per group: batch 1 (the group holding input 0's dim 0), smaller, odd, larger (within the bytes budget:
+    twice the inputs' bytes, at most LARGER_MAX_BYTES)."""
+    budget = min(LARGER_BYTES_FACTOR * input_bytes(inputs), LARGER_MAX_BYTES)
     found = []
     for number, group in enumerate(groups):
         size = group.size
