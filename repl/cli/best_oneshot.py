@@ -9,7 +9,7 @@ finished candidates is written); 2 for a module that cannot be checked.
 from pathlib import Path
 
 from repl.workflows.best_of import BestOfRun, CheckOptions
-from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
+from repl.cli.kernel_output import export_attempt, say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.module_source import inspect_module_source
 
@@ -84,6 +84,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
     else:
         say(f"best: {summary}")
     if not write_kernel_output(best.attempt.kernel, args):
+        return 1
+    if getattr(args, "export", None) and best.correct and not export_attempt(engine, best.attempt, args):
         return 1
     if interrupted:
         return 130

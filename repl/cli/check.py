@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"relative tolerance (default: {DEFAULT_RTOL:g})")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--export", metavar="PATH",
+                        help="when correct, also write a standalone module (torch and triton only) whose Model runs "
+                             "the kernel on the inputs it was verified for and the reference otherwise")
+    parser.add_argument("--force", action="store_true", help="let --export overwrite an existing file")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
 
 
@@ -76,7 +80,18 @@ def run(args) -> int:
             raise
         result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
     print_report(result, as_json=args.json, debug=getattr(args, "debug", False))
+    if args.export and not export(args, reference, kernel, result):
+        return EXIT_NOT_CORRECT if result.correct else exit_status(result.verdict)
     return exit_status(result.verdict)
+
+
+def export(args, reference: str, kernel_text: str, result) -> bool:
+    from repl.cli.kernel_output import write_export_output
+    from repl.core.extract import extract_kernel_code
+
+    kernel = extract_kernel_code(kernel_text) or kernel_text  # the code the checker took from the file
+    return write_export_output(args.export, reference, kernel, result, force=args.force,
+                               model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol)
 
 
 def print_report(result, *, as_json: bool, debug: bool) -> None:

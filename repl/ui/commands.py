@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
-from repl.ui import best_commands, history_commands
+from repl.ui import best_commands, export_commands, history_commands, tune_commands
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
 __all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
@@ -115,13 +115,15 @@ COMMANDS: dict[str, Command] = _table(
     Command(":help", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
     Command(":save [PATH] [--force]", save_command, takes_path=True),
+    Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
-    Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
+    Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
     Command(":history [N] [--all]", history_commands.history_command),
     Command(":open ID", history_commands.open_command),

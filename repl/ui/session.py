@@ -455,6 +455,8 @@ class ReplSession:
 
     def show_help(self) -> None:
         table = Table(show_header=False, box=None, padding=(0, 2))
+        table.add_column(no_wrap=True)  # a usage line is read whole
+        table.add_column()
         for command in commands.COMMANDS.values():
             table.add_row(Text(command.usage, style="accent"), command.help)
         self.console.print(table)
