@@ -150,6 +150,18 @@ WORK = {
 }
 CASES.update(WORK)
 
+# Issue 44: the judging itself (precision, layouts, renamed weights, in-place problems, the interpreter's gaps).
+JUDGING = {
+    "views from get_inputs(), an Inductor kernel asserting their strides": Case(
+        "strided_views_inductor.py", "strided_views_reference.py", "correct",
+        launches=("triton_poi_fused_add_mul_0",)),
+    "views from get_inputs(), read as if dense": Case(
+        "strided_views_ignores_strides.py", "strided_views_reference.py", "mismatch", "elements differ"),
+    "views from get_inputs(), timed calls keep the strides": Case(
+        "strided_views_inductor.py", "strided_views_reference.py", "correct", options=TIMED),
+}
+CASES.update(JUDGING)
+
 
 def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None,
               checker=None) -> dict:

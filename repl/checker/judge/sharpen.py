@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from repl.checker.layout import map_keeping_layout
+
 SCALE_RANGE = (0.25, 4.0)
 
 
@@ -31,12 +33,17 @@ class Sharpening:
         if not isinstance(value, torch.Tensor) or not value.is_floating_point() or not value.numel():
             return value
         if self.signs and bool((value >= 0).all()):
-            signs = torch.randint(0, 2, value.shape, device=value.device, dtype=torch.int8) * 2 - 1
-            value = value * signs.to(value.dtype)
+            value = map_keeping_layout(value, _random_signs)
         if self.scales:
             low, high = math.log(SCALE_RANGE[0]), math.log(SCALE_RANGE[1])
-            value = value * math.exp(low + (high - low) * float(torch.rand(())))
+            factor = math.exp(low + (high - low) * float(torch.rand(())))
+            value = map_keeping_layout(value, lambda elements: elements * factor)
         return value
+
+
+def _random_signs(elements: torch.Tensor) -> torch.Tensor:
+    signs = torch.randint(0, 2, elements.shape, device=elements.device, dtype=torch.int8) * 2 - 1
+    return elements * signs.to(elements.dtype)
 
 
 # Scales first: they keep every product's sign, so an honest kernel's rounding (TF32 in tl.dot) stays as small
