@@ -159,6 +159,10 @@ JUDGING = {
         "strided_views_ignores_strides.py", "strided_views_reference.py", "mismatch", "elements differ"),
     "views from get_inputs(), timed calls keep the strides": Case(
         "strided_views_inductor.py", "strided_views_reference.py", "correct", options=TIMED),
+    "Inductor's GELU through libdevice.erf": Case(
+        "gelu_inductor_libdevice.py", "gelu_reference.py", "correct", launches=("triton_poi_fused_gelu_0",)),
+    "a GELU through libdevice.tanh and pow, its constant mistyped": Case(
+        "gelu_tanh_libdevice_wrong.py", "gelu_reference.py", "mismatch", "elements differ"),
 }
 CASES.update(JUDGING)
 

@@ -1,6 +1,8 @@
 """The checker's judging (issue 44), end to end on the CPU: the cases of checker_suite.JUDGING, and the parts
 they rest on (layouts across the wire, ...)."""
 
+import math
+
 import pytest
 import torch
 
@@ -62,3 +64,73 @@ def test_mixed_and_sharpened_inputs_keep_the_layout():
     sharpened = CANDIDATES[2]([a.abs(), b])
     for got in (mixed, sharpened):
         assert [(t.stride(), t.storage_offset()) for t in got] == [((1, 8), 0), ((40, 1), 4)]
+
+
+# ---- the interpreter's libdevice ----------------------------------------------------------------------------------
+
+# Each libdevice function the model's kernels call, against Python's math on every element: (function, domain).
+LIBDEVICE_EXPECTED = {
+    "erf": (math.erf, (-3, 3)), "erfc": (math.erfc, (-3, 3)), "tanh": (math.tanh, (-4, 4)),
+    "exp": (math.exp, (-4, 4)), "exp2": (lambda x: 2.0 ** x, (-4, 4)), "expm1": (math.expm1, (-2, 2)),
+    "log": (math.log, (0.1, 9)), "log2": (math.log2, (0.1, 9)), "log10": (math.log10, (0.1, 9)),
+    "log1p": (math.log1p, (-0.5, 9)), "sqrt": (math.sqrt, (0, 9)), "rsqrt": (lambda x: 1 / math.sqrt(x), (0.1, 9)),
+    "cbrt": (lambda x: math.copysign(abs(x) ** (1 / 3), x), (-8, 8)), "sin": (math.sin, (-4, 4)),
+    "cos": (math.cos, (-4, 4)), "tan": (math.tan, (-1, 1)), "asin": (math.asin, (-0.9, 0.9)),
+    "acos": (math.acos, (-0.9, 0.9)), "atan": (math.atan, (-4, 4)), "sinh": (math.sinh, (-3, 3)),
+    "cosh": (math.cosh, (-3, 3)), "asinh": (math.asinh, (-3, 3)), "acosh": (math.acosh, (1, 5)),
+    "atanh": (math.atanh, (-0.9, 0.9)), "abs": (abs, (-4, 4)), "floor": (math.floor, (-4, 4)),
+    "ceil": (math.ceil, (-4, 4)), "trunc": (math.trunc, (-4, 4)), "lgamma": (math.lgamma, (0.5, 6)),
+    "tgamma": (math.gamma, (0.5, 4)), "round": (lambda x: math.copysign(math.floor(abs(x) + 0.5), x), (-4, 4)),
+    "rint": (lambda x: float(round(x)), (-4, 4)), "nearbyint": (lambda x: float(round(x)), (-4, 4)),
+    "isnan": (lambda x: float(math.isnan(x)), (-4, 4)), "isinf": (lambda x: float(math.isinf(x)), (-4, 4)),
+    "signbit": (lambda x: float(math.copysign(1, x) < 0), (-4, 4)), "erfinv": (None, (-0.9, 0.9)),
+    "pow": (math.pow, (0.1, 3)), "atan2": (math.atan2, (-3, 3)), "fmod": (math.fmod, (0.5, 5)),
+    "remainder": (math.remainder, (0.5, 5)), "hypot": (math.hypot, (-3, 3)), "copysign": (math.copysign, (-3, 3)),
+    "div_rn": (lambda x, y: x / y, (0.5, 5)), "fma": (lambda x, y, z: x * y + z, (-3, 3)),
+}
+BINARY = {"pow", "atan2", "fmod", "remainder", "hypot", "copysign", "div_rn"}
+
+LIBDEVICE_SCRIPT = """
+import math, sys, torch, triton, triton.language as tl
+sys.path.insert(0, "tests")
+from torch._inductor.runtime.triton_helpers import libdevice
+from repl.checker.candidate.interpreter_libdevice import install_interpreter_libdevice
+from test_checker_judging import BINARY, LIBDEVICE_EXPECTED
+install_interpreter_libdevice()
+
+@triton.jit
+def one(x_ptr, o_ptr, FN: tl.constexpr):
+    i = tl.arange(0, 16)
+    tl.store(o_ptr + i, getattr(libdevice, FN)(tl.load(x_ptr + i)).to(tl.float32))
+
+@triton.jit
+def two(x_ptr, y_ptr, o_ptr, FN: tl.constexpr):
+    i = tl.arange(0, 16)
+    tl.store(o_ptr + i, getattr(libdevice, FN)(tl.load(x_ptr + i), tl.load(y_ptr + i)).to(tl.float32))
+
+@triton.jit
+def three(x_ptr, y_ptr, z_ptr, o_ptr, FN: tl.constexpr):
+    i = tl.arange(0, 16)
+    tl.store(o_ptr + i, libdevice.fma(tl.load(x_ptr + i), tl.load(y_ptr + i), tl.load(z_ptr + i)))
+
+wrong = []
+for name, (expected, (low, high)) in LIBDEVICE_EXPECTED.items():
+    arity = 3 if name == "fma" else 2 if name in BINARY else 1
+    args = [torch.linspace(low, high, 16) + 0.01 * k for k in range(arity)]
+    out = torch.empty(16)
+    (one, two, three)[arity - 1][(1,)](*args, out, FN=name)
+    if expected is None:  # erfinv: the inverse of erf
+        want, got = args[0], torch.tensor([math.erf(v) for v in out.tolist()])
+    else:
+        want = torch.tensor([float(expected(*values)) for values in zip(*(a.tolist() for a in args))])
+        got = out
+    if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
+        wrong.append((name, (got - want).abs().max().item()))
+print(wrong or "ok")
+"""
+
+
+def test_every_libdevice_function_the_model_writes_computes_under_the_interpreter():
+    from interpreter import run_under_interpreter
+
+    run_under_interpreter(LIBDEVICE_SCRIPT)

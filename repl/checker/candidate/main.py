@@ -58,6 +58,9 @@ class Candidate:
 
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
             install_cuda_on_cpu([KERNEL_PATH])
+            from repl.checker.candidate.interpreter_libdevice import install_interpreter_libdevice
+
+            install_interpreter_libdevice()  # Inductor's libdevice.erf, tanh, pow... return None there otherwise
         from repl.checker.candidate.compat import install_inductor_compat
         from repl.checker.candidate.timing_requests import CandidateTiming
         from repl.checker.candidate.launches import LaunchRecorder
