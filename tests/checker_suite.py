@@ -163,6 +163,10 @@ JUDGING = {
         "gelu_inductor_libdevice.py", "gelu_reference.py", "correct", launches=("triton_poi_fused_gelu_0",)),
     "a GELU through libdevice.tanh and pow, its constant mistyped": Case(
         "gelu_tanh_libdevice_wrong.py", "gelu_reference.py", "mismatch", "elements differ"),
+    "the reference's Linear kept as self.weight and self.bias": Case(
+        "linear_renamed_weights.py", "linear_reference.py", "correct"),
+    "two renamed weights of one shape, which no mapping can tell apart": Case(
+        "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ"),
 }
 CASES.update(JUDGING)
 

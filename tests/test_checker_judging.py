@@ -22,6 +22,28 @@ def test_each_judging_case_gets_its_verdict(judged, name):
         assert result.triton_kernels == list(case.launches)
 
 
+def test_renamed_weights_are_mapped_by_unique_shape_and_the_mapping_is_said(judged):
+    notes = " ".join(judged["the reference's Linear kept as self.weight and self.bias"].notes)
+    assert ("candidate given 2 of 2 reference weights (0 by name, 2 by unique shape: bias <- linear.bias, "
+            "weight <- linear.weight)") in notes, notes
+
+
+def test_weights_of_one_shared_shape_are_not_guessed_and_the_verdict_says_so(judged):
+    notes = " ".join(judged["two renamed weights of one shape, which no mapping can tell apart"].notes)
+    assert "candidate given 0 of 2 reference weights" in notes, notes
+    assert ("weights not mapped, ambiguous: the reference's first.weight, second.weight and the candidate's w1, w2 "
+            "share the shape (16, 16)") in notes, notes
+
+
+def test_weights_matched_by_name_first_then_by_shape_among_the_rest():
+    from repl.checker.candidate.weights import map_weights
+
+    mapping = map_weights({"fc.weight": (4, 8), "scale": (4,), "shift": (4,), "w": (2, 2)},
+                          {"fc.weight": (4, 8), "norm.weight": (4,), "norm.bias": (4,), "proj": (2, 2)})
+    assert mapping.by_name == ["fc.weight"] and mapping.by_shape == {"w": "proj"}
+    assert mapping.ambiguous == [((4,), ["norm.weight", "norm.bias"], ["scale", "shift"])]
+
+
 # ---- layouts ------------------------------------------------------------------------------------------------------
 
 

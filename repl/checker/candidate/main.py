@@ -107,17 +107,20 @@ class Candidate:
         return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code))}
 
     def take_weights(self, weights: dict) -> list[str]:
+        from repl.checker.candidate.weights import map_weights
+
         if not weights:
             return []
         try:
             own = self.model.state_dict()
-            matching = {key: value.to(self.device) for key, value in weights.items()
-                        if key in own and tuple(own[key].shape) == tuple(value.shape)}
-            if matching:
-                self.model.load_state_dict(matching, strict=False)
+            mapping = map_weights({key: tuple(value.shape) for key, value in own.items()},
+                                  {key: tuple(value.shape) for key, value in weights.items()})
+            given = {key: weights[reference].to(self.device) for key, reference in mapping.pairs().items()}
+            if given:
+                self.model.load_state_dict(given, strict=False)
         except Exception as error:  # a ModelNew that is not quite an nn.Module; it keeps its own weights
             return [f"could not give the candidate the reference's weights: {describe(error)}"]
-        return [f"candidate given {len(matching)} of {len(weights)} reference weights (same names and shapes)"]
+        return mapping.notes(len(weights))
 
     def forward(self, inputs: list):
         import torch
