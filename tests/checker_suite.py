@@ -167,6 +167,9 @@ JUDGING = {
         "linear_renamed_weights.py", "linear_reference.py", "correct"),
     "two renamed weights of one shape, which no mapping can tell apart": Case(
         "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ"),
+    "an honest MSE of partial sums, on sharpened trials": Case("mse_triton.py", "mse_reference.py", "correct"),
+    "an MSE estimated from an eighth of the elements": Case(
+        "attack_mse_from_a_sample.py", "mse_reference.py", "mismatch", "elements differ"),
 }
 CASES.update(JUDGING)
 

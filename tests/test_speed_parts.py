@@ -19,7 +19,7 @@ from repl.checker.candidate.frontend import FrontEndCheck, FrontEndRejected
 from repl.checker.candidate.launches import LaunchRecorder, protected_storages
 from repl.checker.result import CheckResult
 from repl.checker.judge.roofline import ProblemSize, roofline
-from repl.checker.judge.sharpen import study
+from repl.checker.judge.sharpen import CANDIDATES, study
 from repl.checker.judge.speed import judged_ms, timer_flag
 from repl.checker.timing import (MIN_WINDOWS, Clock, MixedInputs, digest, digests_agree, plan_calls, time_calls)
 from repl.checker.work import (negligible_on_device, op_kind, redone_by_pytorch, reference_work, work_split)
@@ -329,13 +329,16 @@ def _study(make, reference=lambda inputs: inputs[0].sum(dim=1)):
 def test_draws_a_comparison_cannot_tell_apart_are_sharpened_or_reported():
     assert _study(lambda: [torch.randn(4, 64)]) == (None, None)
     sharpening, note = _study(lambda: [torch.rand(4, 1 << 18)])  # row sums within 0.1% of each other
-    assert sharpening.name == "random scales" and "inputs get random scales" in note  # signs kept: no cancellation
-    scaled = [sharpening([torch.ones(8)])[0][0] for _ in range(20)]
+    # signs kept: no cancellation
+    assert sharpening.name == "random scales and outliers" and "inputs get random scales and outliers" in note
+    scaled = [CANDIDATES[1]([torch.ones(8)])[0][0] for _ in range(20)]
     assert 0.25 <= min(scaled) < max(scaled) <= 4.0
     normalised = _study(lambda: [torch.rand(4, 1 << 18)],
                         lambda inputs: (inputs[0] / inputs[0].norm(dim=1, keepdim=True)).sum(dim=1))
-    assert normalised[0].name == "random signs"  # scales change nothing here
-    signed = normalised[0]([torch.rand(4, 1 << 18)])[0]
+    assert normalised[0].name == "random scales and outliers"  # the outliers change the norms, where scales do not
+    signs = _study(lambda: [torch.rand(4, 1 << 18)], lambda inputs: torch.sign(inputs[0]).sum(dim=1))[0]
+    assert signs.name == "random signs"  # neither scales nor a few positive outliers change a count of signs
+    signed = signs([torch.rand(4, 1 << 18)])[0]
     assert bool((signed < 0).any()) and bool((signed > 0).any())
     constant = study(lambda: [torch.randn(4, 8)], lambda inputs: torch.ones(4), lambda a, b: not torch.equal(a, b))
     assert constant[0] is None and constant[1].startswith("weak trials")
