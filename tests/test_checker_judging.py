@@ -156,3 +156,53 @@ def test_every_libdevice_function_the_model_writes_computes_under_the_interprete
     from interpreter import run_under_interpreter
 
     run_under_interpreter(LIBDEVICE_SCRIPT)
+
+
+# ---- precision ----------------------------------------------------------------------------------------------------
+
+PRECISION_SOURCE = '''
+import triton
+import triton.language as tl
+from triton import jit
+
+
+@triton.jit
+def default_dot(a, b):
+    return tl.dot(a, b)
+
+
+@jit
+def ieee_dot(a, b):
+    return tl.dot(a, b, input_precision="ieee") + tl.dot(a, b, allow_tf32=False)
+
+
+@triton.jit
+def three_pass_dot(a, b):
+    return tl.dot(a, b, input_precision="tf32x3")
+
+
+@triton.jit(do_not_specialize=["n"])
+def halves(x, n):
+    return x.to(tl.float16) + x.to(dtype=tl.bfloat16) + x.to(tl.float32)
+
+
+def host(x):
+    return x.to(torch.float16)  # host code: not a kernel
+'''
+
+
+def test_tf32_dots_and_half_casts_are_found_per_kernel():
+    from repl.checker.candidate.precision import lowered_precision
+
+    assert lowered_precision(PRECISION_SOURCE) == {
+        "default_dot": ["tf32 dot"], "three_pass_dot": ["tf32x3 dot"], "halves": ["bfloat16 cast", "float16 cast"]}
+    assert lowered_precision("def broken(:") == {}
+
+
+def test_a_candidate_cannot_send_lowered_precision_of_the_wrong_shape():
+    from repl.checker.judge.candidate_replies import clean_reply
+    from repl.checker.wire import WireError
+
+    assert clean_reply({"lowered_precision": {"k": ["tf32 dot"]}}) == {"lowered_precision": {"k": ["tf32 dot"]}}
+    with pytest.raises(WireError):
+        clean_reply({"lowered_precision": {"k": "tf32 dot"}})

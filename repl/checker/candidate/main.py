@@ -103,8 +103,11 @@ class Candidate:
             self.model = module.ModelNew(*args, **kwargs).to(self.device)
         except BaseException as error:
             raise Failure("runtime_error", f"ModelNew cannot be built: {describe(error)}", error)
+        from repl.checker.candidate.precision import lowered_precision
+
         notes = self.take_weights(data["weights"])
-        return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code))}
+        return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code)),
+                "lowered_precision": lowered_precision(code)}
 
     def take_weights(self, weights: dict) -> list[str]:
         from repl.checker.candidate.weights import map_weights
