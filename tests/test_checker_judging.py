@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from checker_suite import JUDGING, check_all
+from checker_suite import CASES_DIR, JUDGING, check_all
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +206,18 @@ def test_a_candidate_cannot_send_lowered_precision_of_the_wrong_shape():
     assert clean_reply({"lowered_precision": {"k": ["tf32 dot"]}}) == {"lowered_precision": {"k": ["tf32 dot"]}}
     with pytest.raises(WireError):
         clean_reply({"lowered_precision": {"k": "tf32 dot"}})
+
+
+# ---- tells --------------------------------------------------------------------------------------------------------
+
+
+def test_a_kernel_sees_neither_the_checkers_arguments_nor_variables_only_the_sandbox_sets(monkeypatch):
+    from repl.checker import check_kernel
+
+    for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMP", "TEMP",
+                 "PYTHONDONTWRITEBYTECODE"):
+        monkeypatch.delenv(name, raising=False)  # a user's shell without them: the sandbox must not add them
+
+    result = check_kernel((CASES_DIR / "relu_reference.py").read_text(),
+                          (CASES_DIR / "relu_looks_for_tells.py").read_text(), device="cpu")
+    assert result.verdict == "correct", result.message

@@ -91,6 +91,7 @@ class Candidate:
         data = decode(request["data"], blob)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))
+        sys.argv = [KERNEL_PATH]  # as `python kernel.py` would have it: the checker's own arguments are a tell
         try:
             module = import_source(code, KERNEL_PATH, write_file=True)
         except BaseException as error:
@@ -200,6 +201,7 @@ def _requests(channel: Channel) -> "queue.Queue":
 
 
 def main() -> None:
+    sys.dont_write_bytecode = True  # the checkout is read-only in the sandbox (no variable says so: it would be a tell)
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--replies", type=int, required=True)
