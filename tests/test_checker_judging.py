@@ -221,3 +221,30 @@ def test_a_kernel_sees_neither_the_checkers_arguments_nor_variables_only_the_san
     result = check_kernel((CASES_DIR / "relu_reference.py").read_text(),
                           (CASES_DIR / "relu_looks_for_tells.py").read_text(), device="cpu")
     assert result.verdict == "correct", result.message
+
+
+# ---- whose fault --------------------------------------------------------------------------------------------------
+
+
+class ClockOfACapturedGraph:
+    """A clock whose events, recorded inside a CUDA graph the forward captured, never reach the stream."""
+
+    def mark(self):
+        return object()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_ms(self, start, end):
+        raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+
+
+def test_the_checkers_own_clock_failing_costs_the_kernel_nothing():
+    from repl.checker.judge.candidate_replies import clean_reply
+    from repl.checker.work import observe, work_split
+
+    output, profile = observe(lambda inputs: torch.relu(inputs[0]) + 1, [torch.randn(4)], clock=ClockOfACapturedGraph())
+    assert torch.equal(output >= 1, torch.ones(4, dtype=torch.bool))
+    assert profile["ops"] and "device time not split (Both events must be recorded" in profile["unmeasured"]
+    summary = work_split(clean_reply({"work": profile})["work"], on_cuda=True)["summary"]
+    assert summary.startswith("PyTorch beside Triton") and "device time not split" in summary

@@ -117,6 +117,8 @@ def _work(value, name: str) -> dict:
             work[part] = _named_numbers(value[part], f"{name}.{part}")
     if value.get("forward_ms") is not None:
         work["forward_ms"] = _number(value["forward_ms"], f"{name}.forward_ms")
+    if value.get("unmeasured") is not None:
+        work["unmeasured"] = _text(NOTE_CHARS)(value["unmeasured"], f"{name}.unmeasured")
     return work
 
 
