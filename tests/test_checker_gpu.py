@@ -91,3 +91,12 @@ def test_an_honest_bfloat16_kernel_is_correct_on_the_gpu():
                           (CASES_DIR / "bf16_double_triton.py").read_text(), device="cuda")
     assert result.verdict == "correct", result.message
     assert not any("bfloat16" in note for note in result.notes)
+
+
+def test_a_forward_that_calls_torch_compile_is_never_blamed_for_the_checkers_own_clock():
+    # Issue 44, class 7: "Both events must be recorded before calculating elapsed time." was the kernel's
+    # runtime_error; the checker's own failures never become a kernel's verdict.
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_under_torch_compile.py").read_text(), device="cuda")
+    print(f"\ntorch.compile in forward: {json.dumps(result.to_json_dict())}")
+    assert "Both events must be recorded" not in result.message
+    assert result.verdict in ("correct", "no_triton"), result.message
