@@ -248,3 +248,27 @@ def test_the_checkers_own_clock_failing_costs_the_kernel_nothing():
     assert profile["ops"] and "device time not split (Both events must be recorded" in profile["unmeasured"]
     summary = work_split(clean_reply({"work": profile})["work"], on_cuda=True)["summary"]
     assert summary.startswith("PyTorch beside Triton") and "device time not split" in summary
+
+
+# ---- tolerance by precision, in-place problems ----------------------------------------------------------------------
+
+
+def test_the_default_tolerance_is_kernelbenchs_by_precision_and_lowered_precision_gets_half_precisions():
+    from repl.checker.defaults import tolerance_for
+
+    assert tolerance_for({"float32"}) == (1e-4, "float32's, as KernelBench's eval")
+    assert tolerance_for({"float32", "bfloat16"}) == (1e-2, "bfloat16's, as KernelBench's eval")
+    assert tolerance_for({"float16"}, lowered=True)[0] == 1e-2
+    assert tolerance_for({"float32"}, lowered=True) == (1e-2, "half precision's: the kernel computes in lowered "
+                                                              "precision")
+
+
+def test_the_inputs_a_forward_changed_in_place_are_found_and_compared_beside_its_output():
+    from repl.checker.in_place import changed_inputs, with_changed_inputs
+
+    x, y, nan = torch.tensor([-1.0, 2.0, -3.0, 4.0]), torch.randn(4), torch.tensor([float("nan")])
+    before = [x.clone(), y.clone(), nan.clone(), 3]
+    x.relu_()
+    assert changed_inputs(before, [x, y, nan, 3]) == [0]  # a NaN left as it was is no change
+    assert with_changed_inputs(None, [x, y], [0]) == {"output": None, "input 0 after forward": x}
+    assert with_changed_inputs(y, [x, y], []) is y

@@ -163,6 +163,10 @@ class Candidate:
         rejected = recorder.front_end.rejected if recorder.front_end is not None else None
         if rejected is not None:
             raise Failure(rejected.kind, str(rejected))  # however the forward handled the error
+        if request.get("inputs_back"):  # a problem whose reference changes inputs in place (in_place.py)
+            from repl.checker.in_place import with_changed_inputs
+
+            output = with_changed_inputs(output, inputs, [int(index) for index in request["inputs_back"]])
         try:
             tree, data = encode(output)
         except WireError as error:
