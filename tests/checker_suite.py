@@ -168,6 +168,14 @@ JUDGING = {
     "two renamed weights of one shape, which no mapping can tell apart": Case(
         "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ"),
     "an honest MSE of partial sums, on sharpened trials": Case("mse_triton.py", "mse_reference.py", "correct"),
+    "in place, returning None: an honest kernel": Case(
+        "inplace_none_triton.py", "inplace_none_reference.py", "correct", launches=("relu_in_place",)),
+    "in place, returning None: an honest kernel, timed": Case(
+        "inplace_none_triton.py", "inplace_none_reference.py", "correct", options=TIMED),
+    "in place, returning None: half the input left as it was": Case(
+        "inplace_none_wrong_mask.py", "inplace_none_reference.py", "mismatch", "output['input 0 after forward']"),
+    "in place, returning None: a kernel that writes its input back unchanged": Case(
+        "inplace_none_identity.py", "inplace_none_reference.py", "mismatch", "output['input 0 after forward']"),
     "an MSE estimated from an eighth of the elements": Case(
         "attack_mse_from_a_sample.py", "mse_reference.py", "mismatch", "elements differ"),
 }

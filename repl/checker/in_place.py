@@ -1,9 +1,11 @@
 """Problems whose reference changes its inputs in place: the changed inputs are part of what a kernel must produce.
 
 A reference such as ``x.relu_()`` returning None computes nothing a comparison of outputs can see; an honest in-place
-kernel then looked like one that does nothing ("its Triton kernels did no work"). The judge learns once which inputs
-the reference changes (problem_facts.py); every trial then compares, beside the output, each of those inputs as the
-forward left it, on both sides: the reference's in the judge, the candidate's sent back with its output.
+kernel then looked like one that does nothing ("its Triton kernels did no work"). For a reference whose output holds
+no tensor, the judge learns once which inputs it changes (problem_facts.py); every trial then compares, beside the
+output, each of those inputs as the forward left it, on both sides: the reference's in the judge, the candidate's sent
+back with its output. A reference that returns its result is compared on that alone (KernelBench's way): a kernel
+computing it out of place is as right.
 """
 
 

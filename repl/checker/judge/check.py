@@ -188,12 +188,18 @@ class CheckRun:
         if ready is not None:
             problem.output_bytes = max(problem.output_bytes, tensor_bytes(ready.expected))
 
-        def reference():  # once the inputs are copied for the candidate: the reference may change them in place
-            expected.append(self.reference_alone(problem, inputs, label))
+        changed = problem.facts.changed_inputs if problem.facts is not None else []
 
+        def reference():  # once the inputs are copied for the candidate: the reference may change them in place
+            output = self.reference_alone(problem, inputs, label)
+            expected.append(problem.facts.expected(output, inputs) if problem.facts is not None else output)
+
+        request = {"op": "run", "inputs": tree, "skip_launches": skip_launches}
+        if changed:  # the inputs its forward changed in place come back beside its output (in_place.py)
+            request["inputs_back"] = changed
         # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
-        reply, data = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
-                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES,
+        expected_bytes = problem.output_bytes + tensor_bytes([inputs[index] for index in changed])
+        reply, data = self.exchange(request, blob, max_blob=expected_bytes * 2 + OUTPUT_SLACK_BYTES,
                                     before_sending=reference if ready is None else None)
         expected = expected[0]
         if tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs

@@ -3,7 +3,8 @@
 - ``work``: the reference's operations by kind and the data they touch (work.py), to tell who did a kernel's work;
 - ``sharpening`` / ``weak_note``: whether two input draws give outputs the comparison can tell apart, and what
   makes them (sharpen.py);
-- ``changed_inputs``: which inputs the reference changes in place, compared in every trial (in_place.py);
+- ``changed_inputs``: which inputs a reference that returns no tensor changes in place, compared in every trial
+  (in_place.py; a reference that returns its result is compared on it alone, as KernelBench does);
 - ``size``: bytes and FLOPs, for the roofline (roofline.py; on a GPU);
 - ``null_ms``: the timing harness's own cost per window size, measured in the judge with a kernel that does nothing
   (speed.py subtracts it from its clock).
@@ -35,6 +36,7 @@ def study_problem(judge, problem, atol: float, rtol: float) -> ProblemFacts:
     from repl.checker.in_place import changed_inputs
     from repl.checker.judge.compare import compare_outputs
     from repl.checker.loading import to_device
+    from repl.checker.timing import tensors_in
     from repl.checker.judge.roofline import measure_problem_size
     from repl.checker.judge.sharpen import study
     from repl.checker.work import reference_work
@@ -45,8 +47,8 @@ def study_problem(judge, problem, atol: float, rtol: float) -> ProblemFacts:
     facts = ProblemFacts(work={})
     inputs = judge.make_inputs(problem)
     before = to_device(inputs, judge.device, clone=True)
-    judge.run_reference(problem, inputs)
-    facts.changed_inputs = changed_inputs(before, inputs)
+    if not tensors_in(judge.run_reference(problem, inputs)):  # its output says nothing: what it changed is its work
+        facts.changed_inputs = changed_inputs(before, inputs)
     del before, inputs
     facts.sharpening, facts.weak_note = study(
         lambda: judge.make_inputs(problem), lambda inputs: facts.expected(judge.run_reference(problem, inputs), inputs),
