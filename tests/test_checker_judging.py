@@ -22,6 +22,14 @@ def test_each_judging_case_gets_its_verdict(judged, name):
         assert result.triton_kernels == list(case.launches)
 
 
+def test_a_verdict_says_its_tolerance_and_a_kernel_that_lowers_precision_is_told_so(judged):
+    plain = judged["views from get_inputs(), an Inductor kernel asserting their strides"]
+    assert "(atol=0.0001, rtol=0.0001: float32's, as KernelBench's eval)" in plain.message, plain.message
+    tf32 = judged["the reference's Linear kept as self.weight and self.bias"]  # tl.dot without input_precision
+    assert "(atol=0.01, rtol=0.01: half precision's: the kernel computes in lowered precision)" in tf32.message
+    assert any(note.startswith("lowered precision: linear_kernel (tf32 dot) on float32 data") for note in tf32.notes)
+
+
 def test_renamed_weights_are_mapped_by_unique_shape_and_the_mapping_is_said(judged):
     notes = " ".join(judged["the reference's Linear kept as self.weight and self.bias"].notes)
     assert ("candidate given 2 of 2 reference weights (0 by name, 2 by unique shape: bias <- linear.bias, "

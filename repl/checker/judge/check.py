@@ -56,6 +56,9 @@ class CheckRun:
         self.trial_launches: list[int] = []  # Triton launches per trial's forward
         self.work_profiles: list[dict] = []  # work.py's observation of each trial
         self.work: dict | None = None
+        self.lowered: dict[str, list[str]] = {}  # what lowers each kernel's precision (candidate/precision.py)
+        self.tolerance: tuple[float, float] = (1e-2, 1e-2)  # (atol, rtol) of the last comparison
+        self.tolerance_why = ""
         self.round_trip_ms = 0.0
         self.timing_wanted = judge.on_cuda or bool(request.get("interpreter_timing"))
         self.phases: dict[str, float] = {}
@@ -90,7 +93,9 @@ class CheckRun:
             self.deadline = time.monotonic() + float(self.request["timeout"])
             self.load_candidate(problem)
             self.run_trials(problem)
-            result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')}")
+            atol, rtol = self.tolerance
+            result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')} "
+                                                  f"(atol={atol:g}, rtol={rtol:g}: {self.tolerance_why})")
             if self.timing_wanted:
                 self.measure_speed(problem, result)
                 self.phase("timing")
@@ -125,6 +130,7 @@ class CheckRun:
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.notes += reply.get("notes", [])
         self.shape_specialised = bool(reply.get("shape_specialised"))
+        self.lowered = reply.get("lowered_precision", {})
         self.phase("load")
 
     def load_request(self, problem: Problem) -> dict:
@@ -214,10 +220,33 @@ class CheckRun:
             self.trial_launches.append(int(reply.get("launches", 0) or 0))
             if isinstance(reply.get("work"), dict):
                 self.work_profiles.append(reply["work"])
-        comparison = compare_outputs(got, expected, self.request["atol"], self.request["rtol"])
+        comparison = compare_outputs(got, expected, *self.tolerance_for(expected, reply.get("launched", [])))
         if not comparison.matches and not self.judge.on_cuda and _holds_bfloat16([inputs, expected]):
             comparison.notes.append(BFLOAT16_UNDER_THE_INTERPRETER)
         return comparison, reply.get("launched", [])
+
+    def tolerance_for(self, expected, launched: list[str]) -> tuple[float, float]:
+        """(atol, rtol): the user's, else by the precision of the reference's outputs, as KernelBench's eval; half
+        precision's for a float32 problem whose launched kernels lower the precision (TF32 dots, half casts), with a
+        note that says so."""
+        from repl.checker.defaults import tolerance_for
+        from repl.checker.timing import tensors_in
+
+        atol, rtol = self.request["atol"], self.request["rtol"]
+        dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors_in(expected) if t.is_floating_point()}
+        lowered = {name: self.lowered[name] for name in launched if name in self.lowered}
+        lowered_here = bool(lowered) and "float32" in dtypes
+        value, self.tolerance_why = tolerance_for(dtypes, lowered_here)
+        if atol is not None and rtol is not None:
+            self.tolerance_why = "as given"
+        self.tolerance = (value if atol is None else atol, value if rtol is None else rtol)
+        if lowered_here:
+            kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(lowered.items()))
+            note = (f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 unless "
+                    "asked for input_precision=\"ieee\" (PyTorch's eager matmul does not use TF32)")
+            if note not in self.notes:
+                self.notes.append(note)
+        return self.tolerance
 
     def reference_alone(self, problem: Problem, inputs: list, label: str):
         """The reference's output for these inputs, computed while the candidate's processes are stopped: a

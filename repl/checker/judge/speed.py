@@ -249,7 +249,7 @@ class SpeedCheck:
                 if note not in self.flags:
                     self.flags.append(note)
             expected = judge.run_reference(problem, inputs(index))
-            comparison = compare_outputs(got, expected, run.request["atol"], run.request["rtol"])
+            comparison = compare_outputs(got, expected, *run.tolerance)
             if not comparison.matches:
                 raise Ended(Verdict.MISMATCH, f"timed call {index + 1} of {calls} (fresh inputs): "
                                               f"{comparison.problem}")
