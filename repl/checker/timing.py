@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from repl.checker.layout import map_keeping_layout, moved_keeping_layout, rebuilt_like, storage_span
+from repl.checker.layout import (is_plain_layout, map_keeping_layout, moved_keeping_layout, rebuilt_like,
+                                 storage_span)
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 WARMUP_CALLS = 3
@@ -129,6 +130,9 @@ def _mix(a, b, generator):
             or a.dtype != b.dtype or a.device != b.device or not a.numel():
         # a copy: a kernel working in place must not change the base every later call is rebuilt from
         return moved_keeping_layout(a, a.device, clone=True) if isinstance(a, torch.Tensor) else a
+    if is_plain_layout(a) and is_plain_layout(b):  # the usual case, at no cost of its own
+        mask = torch.randint(0, 2, a.shape, generator=generator, device=a.device, dtype=torch.uint8).view(torch.bool)
+        return torch.where(mask, a, b)
     if (a.stride(), a.storage_offset()) != (b.stride(), b.storage_offset()):
         b = rebuilt_like(torch.empty_like(storage_span(a)), a).copy_(b)  # b's values in a's layout
     span_a, span_b = storage_span(a), storage_span(b)
