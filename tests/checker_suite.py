@@ -174,6 +174,8 @@ JUDGING = {
         options=TRITON_TOLERANCE),
     "the reference's Linear kept as self.weight and self.bias": Case(
         "linear_renamed_weights.py", "linear_reference.py", "correct"),
+    "a TF32 dot timed against eager allowed TF32 too": Case(
+        "linear_renamed_weights.py", "linear_reference.py", "correct", options=TIMED),
     "two renamed weights of one shape, which no mapping can tell apart": Case(
         "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ"),
     "an honest MSE of partial sums, on sharpened trials": Case("mse_triton.py", "mse_reference.py", "correct"),

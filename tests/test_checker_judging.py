@@ -30,6 +30,13 @@ def test_a_verdict_says_its_tolerance_and_a_kernel_that_lowers_precision_is_told
     assert any(note.startswith("lowered precision: linear_kernel (tf32 dot) on float32 data") for note in tf32.notes)
 
 
+def test_a_tf32_kernel_is_timed_against_eager_allowed_tf32_and_its_speedup_is_that_one(judged):
+    result = judged["a TF32 dot timed against eager allowed TF32 too"]  # under the interpreter: the path, not speed
+    fair = [note for note in result.notes if note.startswith("eager timed with TF32 allowed, as the kernel computes")]
+    assert fair and result.eager_ms and result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
+    assert f"{result.eager_ms:.4g} ms (without TF32" in fair[0], fair
+
+
 def test_renamed_weights_are_mapped_by_unique_shape_and_the_mapping_is_said(judged):
     notes = " ".join(judged["the reference's Linear kept as self.weight and self.bias"].notes)
     assert ("candidate given 2 of 2 reference weights (0 by name, 2 by unique shape: bias <- linear.bias, "

@@ -59,6 +59,7 @@ class CheckRun:
         self.lowered: dict[str, list[str]] = {}  # what lowers each kernel's precision (candidate/precision.py)
         self.tolerance: tuple[float, float] = (1e-2, 1e-2)  # (atol, rtol) of the last comparison
         self.tolerance_why = ""
+        self.computes_in_tf32 = False  # a launched kernel's tl.dot on float32 data (its fair baseline: speed.py)
         self.round_trip_ms = 0.0
         self.timing_wanted = judge.on_cuda or bool(request.get("interpreter_timing"))
         self.phases: dict[str, float] = {}
@@ -240,6 +241,7 @@ class CheckRun:
         if atol is not None and rtol is not None:
             self.tolerance_why = "as given"
         self.tolerance = (value if atol is None else atol, value if rtol is None else rtol)
+        self.computes_in_tf32 |= lowered_here and any("tf32 dot" in ways for ways in lowered.values())
         if lowered_here:
             kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(lowered.items()))
             note = (f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 unless "
@@ -367,6 +369,8 @@ class CheckRun:
             self.stage("candidate")
             self.phase("reference_timing")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
+        if self.computes_in_tf32 and problem.eager_ms:
+            self.fair_baseline(problem, result)
         result.notes += problem.timing_notes
         if result.kernel_ms and result.eager_ms and (problem.timed or not judge.on_cuda):  # no ratio to a reference
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms  # timed while the GPU was busy (see its note)
@@ -383,6 +387,20 @@ class CheckRun:
             result.notes.append("interpreter timings (Triton's CPU interpreter): they test the checker, not speed")
         result.flags = flags
         result.suspicious = "; ".join(flags) or None
+
+    def fair_baseline(self, problem: Problem, result: CheckResult) -> None:
+        """A kernel computing float32 in TF32 is compared with eager allowed the same (eager_ms, and so the speedup
+        that ranks it, is that one); the note gives both."""
+        from repl.checker.judge.speed import time_reference_in_tf32
+
+        self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
+        time_reference_in_tf32(self.judge, problem)
+        self.stage("candidate")
+        if problem.eager_tf32_ms:
+            result.eager_ms = problem.eager_tf32_ms
+            result.notes.append(f"eager timed with TF32 allowed, as the kernel computes: {problem.eager_tf32_ms:.4g} "
+                                f"ms (without TF32 {problem.eager_ms:.4g} ms); the speedup over eager is against it "
+                                "(torch.compile's is not: compiled without TF32)")
 
     # ---- the record ----------------------------------------------------------------------------------------------
 
