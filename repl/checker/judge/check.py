@@ -221,12 +221,12 @@ class CheckRun:
             self.trial_launches.append(int(reply.get("launches", 0) or 0))
             if isinstance(reply.get("work"), dict):
                 self.work_profiles.append(reply["work"])
-        comparison = compare_outputs(got, expected, *self.tolerance_for(expected, reply.get("launched", [])))
+        comparison = compare_outputs(got, expected, *self.trial_tolerance(expected, reply.get("launched", [])))
         if not comparison.matches and not self.judge.on_cuda and _holds_bfloat16([inputs, expected]):
             comparison.notes.append(BFLOAT16_UNDER_THE_INTERPRETER)
         return comparison, reply.get("launched", [])
 
-    def tolerance_for(self, expected, launched: list[str]) -> tuple[float, float]:
+    def trial_tolerance(self, expected, launched: list[str]) -> tuple[float, float]:
         """(atol, rtol): the user's, else by the precision of the reference's outputs, as KernelBench's eval; half
         precision's for a float32 problem whose launched kernels lower the precision (TF32 dots, half casts), with a
         note that says so."""
