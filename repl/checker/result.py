@@ -69,6 +69,8 @@ class CheckResult:
     work: dict | None = None  # who did the work: "summary", shares of GPU time, the PyTorch operations beside Triton
     # Issue 46: the shapes a correct kernel was also tried at, and what it is valid for (judge/valid_for.py).
     valid_for: dict | None = None
+    # The tolerance the comparisons used: {"atol", "rtol", "why"} ("float32's, as KernelBench's eval", "as given"...).
+    tolerance: dict | None = None
 
     def __post_init__(self):
         try:

@@ -91,7 +91,7 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
         ("exported", exported_at.strftime("%Y-%m-%d %H:%M UTC")),
         ("checked on", f"{check.device} ({valid_for.get('device_name') or 'device unknown'})"),
         ("verdict", f"{check.verdict.value}: {check.message}"),
-        ("tolerance", f"atol {atol:g}, rtol {rtol:g}"),
+        ("tolerance", tolerance_line(check, atol, rtol)),
         ("timings", timings_line(check)),
         ("valid for", valid_for.get("summary") or "the tested shapes"),
     ]
@@ -129,3 +129,13 @@ def source_literal(source: str) -> str:
 def python_literal(value) -> str:
     """JSON data (numbers, strings, lists, dicts, None, booleans) as a Python literal."""
     return repr(json.loads(json.dumps(value, allow_nan=False)))
+
+
+def tolerance_line(check: CheckResult, atol: float | None, rtol: float | None) -> str:
+    """The tolerance the check compared at (its own record), else the one it was asked for."""
+    used = check.tolerance or {}
+    atol, rtol = used.get("atol", atol), used.get("rtol", rtol)
+    if atol is None or rtol is None:
+        return "by the outputs' precision, as KernelBench's eval"
+    why = f" ({used['why']})" if used.get("why") else ""
+    return f"atol {atol:g}, rtol {rtol:g}{why}"

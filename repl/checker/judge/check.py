@@ -420,7 +420,15 @@ class CheckRun:
                            max_abs_error=self.max_abs, max_rel_error=self.max_rel, message=message,
                            triton_kernels=list(self.launched), traceback=traceback,
                            shape_specialised=self.shape_specialised, notes=notes, phases_s=dict(self.phases),
-                           work=self.work if verdict is Verdict.CORRECT else None)
+                           work=self.work if verdict is Verdict.CORRECT else None,
+                           tolerance=self.tolerance_said())
+
+    def tolerance_said(self) -> dict | None:
+        """The tolerance of the comparisons made, for the verdict and what is kept of it (None before any)."""
+        if not self.tolerance_why:
+            return None
+        atol, rtol = self.tolerance
+        return {"atol": atol, "rtol": rtol, "why": self.tolerance_why}
 
     def close(self) -> None:
         if self.candidate is not None:
