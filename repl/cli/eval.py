@@ -101,7 +101,8 @@ def _kernels_dir(args) -> Path | None:
 
 
 def run(args) -> int:
-    from repl.workflows.evaluate import ResultsFileError, find_problems, not_a_problem, read_results, select_problems
+    from repl.workflows.eval_problems import find_problems, not_a_problem, select_problems
+    from repl.workflows.eval_results import ResultsFileError, read_results
     from repl.log.session_log import SessionLog
     from repl.ui.console import report_console
 
@@ -141,7 +142,8 @@ def run(args) -> int:
 def _evaluate(args, problems, err, out, log) -> int:
     from repl.workflows.best_of import CheckOptions
     from repl.workflows.eval_archive import EvalArchive
-    from repl.workflows.evaluate import ResultsFileError, evaluate
+    from repl.workflows.eval_results import ResultsFileError
+    from repl.workflows.evaluate import evaluate
     from repl.engine.recorder import Recorder
 
     if args.candidates:

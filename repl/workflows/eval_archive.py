@@ -1,7 +1,7 @@
 """What `eval` keeps beside its results file: every sampled kernel and every check, KernelBench-style (a folder per
 problem, a file per sample), and every sampled reply with its check in the session log.
 
-    results.json                     the results (repl/workflows/evaluate.py)
+    results.json                     the results (repl/workflows/eval_results.py)
     results_kernels/19_ReLU/
         sample_1.py                  the kernel, with a header: model, sampling, verdict (as :save writes it)
         sample_1.check.json          the whole check: verdict, message, errors, traceback, timings...
@@ -76,7 +76,7 @@ class EvalArchive:
 
     def keep(self, problem, result, outputs: list[dict]) -> None:
         """Save a finished problem's kernels and checks and log its sampled replies; each candidate's line in
-        `result` (a repl.workflows.evaluate.ProblemResult) gets the paths of its files ("kernel_file", "check_file")."""
+        `result` (a repl.workflows.eval_results.ProblemResult) gets the paths of its files ("kernel_file", "check_file")."""
         if self.kernels_dir is not None:
             try:
                 self._keep_files(problem, result, outputs)

@@ -29,8 +29,9 @@ from typing import Callable
 
 from repl.workflows.best_of import CheckOptions
 from repl.core.errors import one_line
-from repl.workflows.evaluate import (EvalProgress, EvalReport, Problem, ProblemResult, _wait_uninterrupted, final_report,
-                           read_candidates, resumed_results, write_results)
+from repl.workflows.eval_problems import Problem, read_candidates
+from repl.workflows.eval_results import ProblemResult, resumed_results, write_results
+from repl.workflows.evaluate import EvalProgress, EvalReport, _wait_uninterrupted, final_report
 from repl.core.wording import counted
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # shipped to the workers: their hosts need Python's packages, not this

@@ -2,7 +2,7 @@
 client, each made once and kept warm for the run; problems arrive one call at a time and go back as the results
 file's records.
 
-A worker checks exactly as a local run does: the same per-problem step (repl.workflows.evaluate.start_problem), the same
+A worker checks exactly as a local run does: the same per-problem step (repl.workflows.eval_step.start_problem), the same
 CheckPool, hence the same judge process and the same confined candidates, on the worker's own host. It holds one
 device: a Ray GPU worker sees only the GPU Ray gave it (as cuda:0), where its model (if any) runs and its checks time.
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from repl.workflows.best_of import CheckOptions
 from repl.checker.caller.pool import CheckPool
 from repl.core.errors import one_line
-from repl.workflows.evaluate import Problem, ProblemRun, start_problem
+from repl.workflows.eval_problems import Problem
+from repl.workflows.eval_step import ProblemRun, start_problem
 
 
 class WorkerStartError(RuntimeError):
