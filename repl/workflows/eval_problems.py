@@ -10,7 +10,7 @@ from pathlib import Path
 
 from repl.core.kernel_file import unsafe_name
 from repl.core.module_source import inspect_module_source
-from repl.workflows.eval_archive import CHECK_FILE_SUFFIX
+from repl.workflows.eval_archive import CHECK_FILE_SUFFIX, TUNED_SUFFIX
 
 
 @dataclass
@@ -90,12 +90,14 @@ def _names(word: str, name: str) -> bool:
 
 def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int | None = None) -> list[Path]:
     """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name;
-    the checks an earlier eval saved there are not candidates, so its kernels folder can be checked again."""
+    the checks and tuned kernels an earlier eval saved there are not candidates, so its kernels folder can be
+    checked again."""
     folder = Path(candidates_dir) / problem
     if unsafe_name(problem) or not folder.is_dir():
         return []
+    kept_by_eval = (CHECK_FILE_SUFFIX, f"{TUNED_SUFFIX}.py")
     files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
-                    and not path.name.endswith(CHECK_FILE_SUFFIX)), key=lambda path: natural_key(path.name))
+                    and not path.name.endswith(kept_by_eval)), key=lambda path: natural_key(path.name))
     return files[:limit] if limit else files
 
 

@@ -24,6 +24,7 @@ class ProblemResult:
     pass_at: dict[str, float] | None  # None for a problem too large for the device: not measured
     best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager", "flagged"}
     candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "message", "kernel_ms", ...}]
+    tuned: dict | None = None  # with --tune, its best kernel tuned (repl/workflows/eval_tune.py); in the file if set
     note: str | None = field(default=None, compare=False)  # why the problem was too large ("too_large" in the file)
 
     @classmethod
@@ -55,15 +56,15 @@ class ProblemResult:
         return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
                 "pass_at": self.pass_at, "best": self.best,
                 "too_large": (self.note or "too large for this device") if self.too_large else None,
-                "candidates": self.candidates}
+                "candidates": self.candidates, **({"tuned": self.tuned} if self.tuned is not None else {})}
 
     @classmethod
     def from_json_dict(cls, data: dict) -> "ProblemResult":
-        """A problem of the file; files written before "too_large" was kept (and their 0.0 pass@k for a too-large
-        problem) read as well."""
+        """A problem of the file; files written before "too_large" or "tuned" was kept (and their 0.0 pass@k for a
+        too-large problem) read as well."""
         result = cls(**{key: data[key] for key in ("name", "n", "compiled", "correct", "pass_at", "best",
                                                    "candidates")})
-        result.note = data.get("too_large")
+        result.note, result.tuned = data.get("too_large"), data.get("tuned")
         if result.too_large:
             result.pass_at = None
         return result
@@ -82,6 +83,13 @@ class ProblemResult:
     @property
     def geomean_speedup(self) -> float | None:
         return geometric_mean(self.speedups)
+
+    @property
+    def tuned_speedup(self) -> float | None:
+        """Its best kernel's speedup vs eager after tuning: the untuned one's when it was not tuned (no GPU, a
+        results file from before --tune) or nothing beat it."""
+        tuned = self.tuned or {}
+        return tuned.get("speedup_vs_eager") or (self.best or {}).get("speedup_vs_eager")
 
     @property
     def too_large(self) -> bool:

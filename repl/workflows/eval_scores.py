@@ -48,10 +48,10 @@ def flagged_kernels(results: list) -> list[str]:
 
 
 def summarize(results: list) -> dict:
-    """The file's "summary": {"problems", "too_large", "pass_at", "fast_p"}. Problems too large for the device are
-    counted apart and left out of the rest; pass@k for k up to the smallest n among problems that have candidates (a
-    problem with none counts as unsolved); fast_p null without timings, fast_0 the share of problems with a correct
-    kernel (timed or not)."""
+    """The file's "summary": {"problems", "too_large", "pass_at", "fast_p", "flagged"}, and with --tune
+    "fast_p_tuned" and "tuned". Problems too large for the device are counted apart and left out of the rest; pass@k
+    for k up to the smallest n among problems that have candidates (a problem with none counts as unsolved); fast_p
+    null without timings, fast_0 the share of problems with a correct kernel (timed or not)."""
     counted = [result for result in results if not result.too_large]
     sizes = [result.n for result in counted if result.n > 0]
     top_k = min(sizes) if sizes else 0
@@ -59,17 +59,35 @@ def summarize(results: list) -> dict:
     for k in range(1, top_k + 1):
         pass_at[str(k)] = sum(result.pass_at.get(str(k), 0.0) for result in counted) / len(counted)
     timed = any(c.get("kernel_ms") for result in counted for c in result.candidates)
-    fast_p = None
-    if timed:
-        fast_p = {}
-        for key, threshold in FAST_P_THRESHOLDS.items():
-            fast = sum(1 for result in counted if result.best is not None
-                       and (threshold == 0.0 or (not result.best.get("flagged")
-                                                 and (result.best.get("speedup_vs_eager") or 0) > threshold)))
-            fast_p[key] = fast / len(counted)
     flagged = flagged_kernels(counted)
-    return {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at, "fast_p": fast_p,
-            "flagged": {"count": len(flagged), "candidates": flagged}}
+    summary = {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at,
+               "fast_p": fast_p(counted, lambda result: result.best.get("speedup_vs_eager")) if timed else None,
+               "flagged": {"count": len(flagged), "candidates": flagged}}
+    if any(result.tuned is not None for result in counted):
+        summary["fast_p_tuned"] = fast_p(counted, lambda result: result.tuned_speedup) if timed else None
+        summary["tuned"] = tuned_totals(counted)
+    return summary
+
+
+def fast_p(counted: list, speedup) -> dict[str, float]:
+    """The share of problems whose best kernel is correct and, for p > 0, unflagged and more than p times faster
+    than eager by `speedup(result)`."""
+    shares = {}
+    for key, threshold in FAST_P_THRESHOLDS.items():
+        fast = sum(1 for result in counted if result.best is not None
+                   and (threshold == 0.0 or (not result.best.get("flagged") and (speedup(result) or 0) > threshold)))
+        shares[key] = fast / len(counted)
+    return shares
+
+
+def tuned_totals(counted: list) -> dict:
+    """With --tune: how many best kernels were tuned (timed variants), how many a variant beat, the geomean of
+    their speedups over the untuned kernels, and the problems left untuned."""
+    tuned = [result.tuned for result in counted if result.tuned and result.tuned.get("speedup_vs_untuned")]
+    return {"tuned": len(tuned), "faster": sum(1 for record in tuned if record.get("kept")),
+            "geomean_vs_untuned": geometric_mean([record["speedup_vs_untuned"] for record in tuned]),
+            "not_tuned": sum(1 for result in counted if result.best is not None and not (
+                result.tuned and result.tuned.get("speedup_vs_untuned")))}
 
 
 def overall_totals(results: list) -> dict:

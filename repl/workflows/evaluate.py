@@ -39,6 +39,7 @@ from repl.workflows.eval_problems import Problem, natural_key, read_candidates
 from repl.workflows.eval_results import ProblemResult, resumed_results, write_results
 from repl.workflows.eval_scores import overall_totals, summarize
 from repl.workflows.eval_step import ProblemRun, start_problem
+from repl.workflows.eval_tune import NO_GPU_LINE, tune_finished, untuned_for_want_of_a_gpu
 
 
 @dataclass
@@ -78,13 +79,14 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
              on_progress: Callable[[EvalProgress], None] | None = None, checks: CheckPool | None = None,
-             archive: EvalArchive | None = None) -> EvalReport:
+             archive: EvalArchive | None = None, tune: bool = False) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
     DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the judges. Checks of different
     problems run at once up to check.jobs, on the engine's judges (`checks` without an engine: a pool of the
     caller's, else one of the run's own, closed at its end). `concurrency`: generation requests in flight at once
     (useful with a server); problems are sampled concurrency // samples at a time (default: one at a time).
-    `archive` keeps each finished problem's kernels and checks before the results file names them. Raises
+    `archive` keeps each finished problem's kernels and checks before the results file names them. `tune`: each
+    problem's best correct kernel tuned as :tune does (on a GPU; else one progress event says why not). Raises
     ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
     run."""
     if (engine is None) == (candidates_dir is None):
@@ -94,7 +96,8 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
     try:
         run = _LocalRun(problems, engine, candidates_dir=candidates_dir, samples=samples,
                         check=check or CheckOptions(), out_path=out_path, cancel=cancel or threading.Event(),
-                        concurrency=concurrency, on_progress=on_progress or (lambda progress: None), archive=archive)
+                        concurrency=concurrency, on_progress=on_progress or (lambda progress: None), archive=archive,
+                        tune=tune)
         return run.run()
     finally:
         if own_engine:
@@ -107,7 +110,7 @@ class _LocalRun:
 
     def __init__(self, problems: list[Problem], engine: Engine, *, candidates_dir, samples: int | None,
                  check: CheckOptions, out_path, cancel: threading.Event, concurrency: int | None,
-                 on_progress: Callable[[EvalProgress], None], archive: EvalArchive | None):
+                 on_progress: Callable[[EvalProgress], None], archive: EvalArchive | None, tune: bool = False):
         self.problems, self.engine, self.candidates_dir, self.samples = problems, engine, candidates_dir, samples
         self.check, self.out_path, self.cancel, self.report, self.archive = (check, out_path, cancel, on_progress,
                                                                              archive)
@@ -116,6 +119,7 @@ class _LocalRun:
         self.progress = EvalProgress(problems_total=len(problems), problems_done=len(self.skipped),
                                      resumed=len(self.skipped))
         self.in_flight: list[ProblemRun] = []
+        self.tune, self.said_no_gpu = tune, False
         self.problems_at_once = (max(1, (concurrency or 1) // max(samples or 1, 1)) if candidates_dir is None
                                  else 1)
 
@@ -174,8 +178,9 @@ class _LocalRun:
             result = job.result()  # raises the error that stopped it
             if result is None:
                 continue  # cancelled mid-problem: not recorded, a rerun does it again
+            outputs = job.outputs() + (self._tuned(job, result) if self.tune else [])
             if self.archive is not None:
-                self.archive.keep(job.problem, result, job.outputs())
+                self.archive.keep(job.problem, result, outputs)
             self.results[job.problem.name] = result
             if self.out_path:
                 write_results(self.out_path, list(self.results.values()))
@@ -183,6 +188,19 @@ class _LocalRun:
             self.progress.finished = result
             self.report(self.progress)
             self.progress.finished = None
+
+    def _tuned(self, job: ProblemRun, result: ProblemResult) -> list[dict]:
+        """The problem's best kernel tuned (result.tuned); the tuned kernel for the archive, when a variant won."""
+        outputs = tune_finished(job, result, self.engine.checks, self.check, self.cancel)
+        if untuned_for_want_of_a_gpu(result) and not self.said_no_gpu:
+            self.said_no_gpu = True
+            self._say(NO_GPU_LINE)
+        return outputs
+
+    def _say(self, line: str) -> None:
+        self.progress.event = line
+        self.report(self.progress)
+        self.progress.event = None
 
     def _generating(self) -> list[Future]:
         return [job.run.generated for job in self.in_flight if job.run is not None and not job.run.generated.done()]
