@@ -4,16 +4,21 @@ The GPU timings come from a test double of the checker (the CPU interpreter give
 checker through the command line."""
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from repl.checker import CheckResult
 from repl.cli import main as main_cli
+from repl.engine.engine import Engine
+from repl.workflows.best_of import CheckOptions
 from repl.workflows.eval_archive import EvalArchive
 from repl.workflows.eval_problems import candidate_files, find_problems
-from repl.workflows.eval_tune import NO_GPU_LINE
+from repl.workflows.eval_step import start_problem
+from repl.workflows.eval_tune import STOPPED, tune_best
 from repl.workflows.evaluate import evaluate
+from repl.workflows.ray.worker import EvalWorker
 
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
@@ -103,8 +108,6 @@ def test_on_the_cpu_eval_tune_says_why_once_and_the_run_goes_on(tmp_path, capsys
 def test_a_ray_worker_tunes_what_it_checked_and_sends_the_tuned_kernel_back(gpu_checks):
     """EvalWorker as plain Python: with "tune", its record carries the tuned figures and its outputs the tuned
     kernel, which the driver's archive keeps as a local run's does."""
-    from repl.workflows.ray.worker import EvalWorker
-
     worker = EvalWorker({"device": "cpu", "trials": 1}, checks=gpu_checks)
     code = (PROBLEMS / "1_ReLU.py").read_text()
     given = [("good.py", (CANDIDATES / "1_ReLU" / "good.py").read_text())]
@@ -115,3 +118,21 @@ def test_a_ray_worker_tunes_what_it_checked_and_sends_the_tuned_kernel_back(gpu_
     assert record["result"]["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128"
     tuned = [output for output in record["outputs"] if output.get("tuned")]
     assert len(tuned) == 1 and "BLOCK_SIZE=128" in tuned[0]["kernel"] and tuned[0]["file"] == "good.py"
+
+
+def test_a_tuning_stopped_by_the_run_claims_nothing(stand_in_checks):
+    """Variants cancelled mid-tune are not slower variants: the record says the tuning was stopped."""
+    cancel = threading.Event()
+
+    def check(reference_code, kernel, **options):
+        if "BLOCK_SIZE=64)" not in kernel:  # a variant: the run is stopped while it is checked
+            cancel.set()
+        return on_a_gpu(10.0)
+
+    engine = Engine(checks=stand_in_checks(check))
+    problem = find_problems(PROBLEMS)[0]
+    given = [("good.py", (CANDIDATES / "1_ReLU" / "good.py").read_text())]
+    job = start_problem(problem, engine, CheckOptions(), threading.Event(), given=given)
+    tuned = tune_best(problem.code, job.finished.result(), engine.checks, CheckOptions(), cancel)
+    engine.close()
+    assert tuned.record == {"candidate": "good.py", "not_tuned": STOPPED} and tuned.output is None

@@ -17,6 +17,7 @@ from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
 NO_GPU_LINE = ("--tune: nothing is tuned: tuning needs a GPU (Triton's CPU interpreter gives no timing to tune by); "
                "the run goes on untuned")
 NO_PARAMETERS = "its launches name no block size, num_warps or num_stages to vary"
+STOPPED = "the run was stopped before its tuning ended"
 
 
 @dataclass
@@ -51,7 +52,8 @@ def tune_best(reference_code: str, candidates: list[Candidate], checks: CheckPoo
         return None
     best = ranked[0]
     name = best.name or f"sample_{best.index}"
-    refusal = tune_refusal(best.check) or (None if variants(best.attempt.kernel) else NO_PARAMETERS)
+    refusal = (STOPPED if cancel.is_set() else tune_refusal(best.check)
+               or (None if variants(best.attempt.kernel) else NO_PARAMETERS))
     if refusal:
         return TunedBest({"candidate": name, "not_tuned": refusal})
 
@@ -61,6 +63,8 @@ def tune_best(reference_code: str, candidates: list[Candidate], checks: CheckPoo
         return checks.submit(reference_code, code, cancel=cancel, **asdict(check)).result()
 
     report = tune(best.attempt.kernel, best.check, check_variant)
+    if cancel.is_set():  # its variants were cancelled, not slower: nothing is known of them
+        return TunedBest({"candidate": name, "not_tuned": STOPPED})
     tried = [{"variant": tried.label, "verdict": str(tried.check.verdict) if tried.check else None,
               "kernel_ms": tried.check.kernel_ms if tried.check else None, "why": tried.why or None}
              for tried in report.tried]
