@@ -136,3 +136,14 @@ def test_a_tuning_stopped_by_the_run_claims_nothing(stand_in_checks):
     tuned = tune_best(problem.code, job.finished.result(), engine.checks, CheckOptions(), cancel)
     engine.close()
     assert tuned.record == {"candidate": "good.py", "not_tuned": STOPPED} and tuned.output is None
+
+
+def test_the_command_line_shows_the_tuned_kernel_and_fast_p_both_ways(gpu_checks, tmp_path, capsys):
+    status = main_cli.main(["eval", str(PROBLEMS), "--candidates", str(CANDIDATES), "--problems", "1-2", "--tune",
+                            "--samples", "1"], checks=gpu_checks)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "tuned 5 ms (2x vs untuned)" in captured.err and "no launch variant faster" in captured.err
+    assert "fast_p tuned  p=0 1.000  p=1.0 1.000  p=1.5 1.000  p=2.0 1.000" in captured.out
+    assert "fast_p  p=0 1.000  p=1.0 1.000  p=1.5 0.500  p=2.0 0.500" in captured.out
+    assert "tuned: 2 kernels, 1 faster (geomean 1.41x vs untuned), 0 not tuned" in captured.out
