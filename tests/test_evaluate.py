@@ -11,8 +11,10 @@ import pytest
 from repl.workflows.best_of import CheckOptions
 from repl.checker import CheckResult
 from repl.engine.engine import Engine, EngineOptions
-from repl.workflows.evaluate import (ProblemResult, ResultsFileError, candidate_files, compiled, evaluate, find_problems,
-                           overall_totals, pass_at_k, read_results, select_problems, summarize)
+from repl.workflows.eval_problems import candidate_files, find_problems, select_problems
+from repl.workflows.eval_results import ProblemResult, ResultsFileError, read_results
+from repl.workflows.eval_scores import compiled, overall_totals, pass_at_k, summarize
+from repl.workflows.evaluate import evaluate
 from repl.core.settings import SamplingSettings
 
 TESTS = Path(__file__).parent

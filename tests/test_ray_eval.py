@@ -26,7 +26,8 @@ from repl.checker import CheckResult  # noqa: E402
 from repl.checker.sandbox import namespace_prefix  # noqa: E402
 from repl.cli import main as main_cli  # noqa: E402
 from repl.workflows.ray.worker import EvalWorker, WorkerStartError  # noqa: E402
-from repl.workflows.evaluate import evaluate, find_problems  # noqa: E402
+from repl.workflows.eval_problems import find_problems  # noqa: E402
+from repl.workflows.evaluate import evaluate  # noqa: E402
 from repl.workflows.ray.driver import WorkerPlan, evaluate_on_ray, plan_workers  # noqa: E402
 
 TESTS = Path(__file__).parent

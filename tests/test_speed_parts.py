@@ -24,7 +24,8 @@ from repl.checker.judge.speed import judged_ms, timer_flag
 from repl.checker.timing import (MIN_WINDOWS, Clock, MixedInputs, digest, digests_agree, plan_calls, time_calls)
 from repl.checker.work import (negligible_on_device, op_kind, redone_by_pytorch, reference_work, work_split)
 from repl.engine.attempt import Attempt
-from repl.workflows.evaluate import ProblemResult, overall_totals, summarize
+from repl.workflows.eval_results import ProblemResult
+from repl.workflows.eval_scores import overall_totals, summarize
 from repl.ui.check_view import render_check_result, roofline_text
 
 CPU = torch.device("cpu")

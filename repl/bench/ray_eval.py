@@ -21,7 +21,10 @@ from pathlib import Path
 
 from repl.workflows.best_of import CheckOptions
 from repl.bench.checks import STREAM, sized
-from repl.workflows.evaluate import ProblemResult, evaluate, find_problems, pass_at_k, write_results
+from repl.workflows.eval_problems import find_problems
+from repl.workflows.eval_results import ProblemResult, write_results
+from repl.workflows.eval_scores import pass_at_k
+from repl.workflows.evaluate import evaluate
 
 # The check benchmark's right ReLU: its reference (4,096 elements on the interpreter) and its kernel.
 _, RELU_PROBLEM, RELU_KERNEL = STREAM[0]

@@ -66,6 +66,10 @@ def add_parser(subparsers) -> None:
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--tune", action="store_true",
+                        help="tune each problem's best correct kernel as :tune does (launch parameters, each variant "
+                             "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
+                             "tuning; needs a GPU (on the CPU one line says so and the run goes on untuned)")
     eval_ray.add_options(parser)
 
 
@@ -101,7 +105,8 @@ def _kernels_dir(args) -> Path | None:
 
 
 def run(args) -> int:
-    from repl.workflows.evaluate import ResultsFileError, find_problems, not_a_problem, read_results, select_problems
+    from repl.workflows.eval_problems import find_problems, not_a_problem, select_problems
+    from repl.workflows.eval_results import ResultsFileError, read_results
     from repl.log.session_log import SessionLog
     from repl.ui.console import report_console
 
@@ -141,14 +146,12 @@ def run(args) -> int:
 def _evaluate(args, problems, err, out, log) -> int:
     from repl.workflows.best_of import CheckOptions
     from repl.workflows.eval_archive import EvalArchive
-    from repl.workflows.evaluate import ResultsFileError, evaluate
+    from repl.workflows.eval_results import ResultsFileError
+    from repl.workflows.evaluate import evaluate
     from repl.engine.recorder import Recorder
 
     if args.candidates:
-        missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
-        if missing:
-            err.print(f"no candidates for {counted(len(missing), 'problem')}, counted as unsolved: "
-                      f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}", style="warn")
+        _say_missing_candidates(args.candidates, problems, err)
     fatal: tuple[type, ...] = ()  # errors that end the run with status 1 and one line
     if args.ray is not None:  # the workers load the model (or reach the server): nothing is loaded here
         try:
@@ -164,7 +167,7 @@ def _evaluate(args, problems, err, out, log) -> int:
         if engine is not None:  # the engine logs what it samples and checks, as in the session
             engine.record_to(log if log.enabled else None)
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
-                         concurrency=args.concurrency, checks=None if engine else args.checks)
+                         concurrency=args.concurrency, checks=None if engine else args.checks, tune=args.tune)
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     kernels = _kernels_dir(args)
@@ -220,6 +223,13 @@ def _evaluate(args, problems, err, out, log) -> int:
     return 1 if report.unfinished else 0
 
 
+def _say_missing_candidates(candidates, problems, err) -> None:
+    missing = [p.name for p in problems if not any((Path(candidates) / p.name).glob("*"))]
+    if missing:
+        err.print(f"no candidates for {counted(len(missing), 'problem')}, counted as unsolved: "
+                  f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}", style="warn")
+
+
 def _load_engine(args, err):
     try:
         engine = engine_from(args)
@@ -262,6 +272,12 @@ def _problem_line(result) -> Text:
                     f"({_format(result.best.get('speedup_vs_eager'), 3, 'x')} vs eager)")
         if result.best.get("flagged"):
             line.append(" flagged", style="warn")
+    tuned = result.tuned or {}
+    if tuned.get("kept"):
+        line.append(f", tuned {_format(tuned.get('kernel_ms'))} ms "
+                    f"({_format(tuned.get('speedup_vs_untuned'), 3, 'x')} vs untuned)", style="ok")
+    elif tuned.get("speedup_vs_untuned"):
+        line.append(", no launch variant faster", style="hint")
     return line
 
 
@@ -334,8 +350,20 @@ def summary_text(report) -> Text:
         text.append(untimed + "\n")
     else:
         text.append("fast_p  – (no kernel was timed: timing needs a GPU and a correct kernel)\n", style="hint")
+    if "tuned" in summary:
+        text.append(tuned_text(summary))
     text.append(f"geomean speedup of correct candidates  {_format(totals['geomean_speedup'], 3, 'x')}")
     return text
+
+
+def tuned_text(summary) -> str:
+    """With --tune: fast_p after tuning, under the untuned figures, and what tuning did."""
+    tuned, text = summary["tuned"], ""
+    if summary["fast_p_tuned"] is not None:
+        text += "fast_p tuned  " + "  ".join(f"p={p} {value:.3f}" for p, value in summary["fast_p_tuned"].items())
+        text += "\n"
+    return text + (f"tuned: {counted(tuned['tuned'], 'kernel')}, {tuned['faster']} faster (geomean "
+                   f"{_format(tuned['geomean_vs_untuned'], 3, 'x')} vs untuned), {tuned['not_tuned']} not tuned\n")
 
 
 if __name__ == "__main__":  # `python -m repl.cli.eval ARGS` is `python kernelllm.py eval ARGS`

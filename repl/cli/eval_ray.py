@@ -39,7 +39,8 @@ def cluster_runner(args):
 
     generation = None if args.candidates else generation_spec(args)
     return partial(evaluate_on_ray, address=args.ray or None, candidates_dir=args.candidates, samples=args.samples,
-                   generation=generation, workers=args.workers, concurrency=args.concurrency, debug=args.debug)
+                   generation=generation, workers=args.workers, concurrency=args.concurrency, debug=args.debug,
+                   tune=args.tune)
 
 
 def cluster_errors() -> tuple[type, ...]:

@@ -1,15 +1,17 @@
 """What `eval` keeps beside its results file: every sampled kernel and every check, KernelBench-style (a folder per
 problem, a file per sample), and every sampled reply with its check in the session log.
 
-    results.json                     the results (repl/workflows/evaluate.py)
+    results.json                     the results (repl/workflows/eval_results.py)
     results_kernels/19_ReLU/
         sample_1.py                  the kernel, with a header: model, sampling, verdict (as :save writes it)
         sample_1.check.json          the whole check: verdict, message, errors, traceback, timings...
         sample_2.reply.txt           a reply with no code in it, whole
         good.py.check.json           with --candidates: the check of DIR/19_ReLU/good.py (the kernel is there)
+        sample_1.tuned.py            with --tune: the best kernel tuned (when a variant beat it), with its check in
+        sample_1.tuned.check.json    the same way; the untuned kernel stays beside it
 
 The kernels folder is a candidates folder too: `eval PROBLEMS --candidates results_kernels` checks the same kernels
-again without a model (check files are not candidates).
+again without a model (check files and tuned kernels are not candidates).
 
 A Ray worker checks on another host: what is kept travels back as plain data (candidate_output), and the driver
 writes it, as a local run does.
@@ -27,6 +29,7 @@ from repl.core.kernel_file import kernel_header, real_folder, unsafe_name, write
 from repl.core.settings import SamplingSettings
 
 CHECK_FILE_SUFFIX = ".check.json"
+TUNED_SUFFIX = ".tuned"  # sample_1.tuned.py: the tuned kernel of sample_1, kept beside it
 
 
 def kernels_dir_for(results_path: str | os.PathLike) -> Path:
@@ -76,7 +79,7 @@ class EvalArchive:
 
     def keep(self, problem, result, outputs: list[dict]) -> None:
         """Save a finished problem's kernels and checks and log its sampled replies; each candidate's line in
-        `result` (a repl.workflows.evaluate.ProblemResult) gets the paths of its files ("kernel_file", "check_file")."""
+        `result` (a repl.workflows.eval_results.ProblemResult) gets the paths of its files ("kernel_file", "check_file")."""
         if self.kernels_dir is not None:
             try:
                 self._keep_files(problem, result, outputs)
@@ -94,6 +97,9 @@ class EvalArchive:
             self._remove_earlier_samples(folder)                    # candidates (--candidates into --kernels)
         for output in outputs:
             try:
+                if output.get("tuned"):
+                    self._save_tuned(folder, output, result.tuned)
+                    continue
                 self._save(folder, output, lines.get(output["file"]))
             except (OSError, ValueError) as error:
                 self.on_warning(f"{problem.name}/{output['file']}: not kept: {one_line(error)}")
@@ -119,6 +125,23 @@ class EvalArchive:
                                                         json.dumps(check, indent=2) + "\n", replace=True)
         if line is not None:
             line.update({key: self._relative(path) for key, path in saved.items()})
+
+    def _save_tuned(self, folder: Path, output: dict, record: dict | None) -> None:
+        """The tuned kernel (with its header) and its check, named after the candidate it was tuned from; their
+        paths go into the results file's "tuned" record."""
+        name, reply, check = output["file"], output["reply"], output["check"]
+        if unsafe_name(name):
+            raise ValueError(unsafe_name(name))
+        from repl.checker.result import CheckResult
+
+        model, settings = (reply["model"], SamplingSettings(**reply["settings"])) if reply else (f"file:{name}", None)
+        header = kernel_header(model, settings, CheckResult.from_json_dict(check))
+        saved = {"kernel_file": write_text_atomically(folder / f"{name}{TUNED_SUFFIX}.py", header + output["kernel"],
+                                                      replace=True),
+                 "check_file": write_text_atomically(folder / f"{name}{TUNED_SUFFIX}{CHECK_FILE_SUFFIX}",
+                                                     json.dumps(check, indent=2) + "\n", replace=True)}
+        if record is not None:
+            record.update({key: self._relative(path) for key, path in saved.items()})
 
     @staticmethod
     def _remove_earlier_samples(folder: Path) -> None:
@@ -146,7 +169,7 @@ class EvalArchive:
 
         module = inspect_module_source(problem.code)
         for output in outputs:
-            if output["reply"] is not None:
+            if output["reply"] is not None and not output.get("tuned"):  # a tuned kernel's reply is logged once
                 self.recorder.finished(Attempt(module=module, reply=reply_from_record(output["reply"]),
                                                source_name=problem.name, check=CheckResult.from_json_dict(
                                                    output["check"]) if output["check"] else None))

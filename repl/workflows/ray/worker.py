@@ -2,7 +2,7 @@
 client, each made once and kept warm for the run; problems arrive one call at a time and go back as the results
 file's records.
 
-A worker checks exactly as a local run does: the same per-problem step (repl.workflows.evaluate.start_problem), the same
+A worker checks exactly as a local run does: the same per-problem step (repl.workflows.eval_step.start_problem), the same
 CheckPool, hence the same judge process and the same confined candidates, on the worker's own host. It holds one
 device: a Ray GPU worker sees only the GPU Ray gave it (as cuda:0), where its model (if any) runs and its checks time.
 
@@ -20,7 +20,9 @@ from pathlib import Path
 from repl.workflows.best_of import CheckOptions
 from repl.checker.caller.pool import CheckPool
 from repl.core.errors import one_line
-from repl.workflows.evaluate import Problem, ProblemRun, start_problem
+from repl.workflows.eval_problems import Problem
+from repl.workflows.eval_step import ProblemRun, start_problem
+from repl.workflows.eval_tune import tune_finished
 
 
 class WorkerStartError(RuntimeError):
@@ -68,7 +70,7 @@ class EvalWorker:
         return {"node_id": _ray_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
 
     def run(self, problem: dict) -> dict | None:
-        """One problem, start to end: {"name", "code", "given": [(file, text)] or None, "samples"} ->
+        """One problem, start to end: {"name", "code", "given": [(file, text)] or None, "samples", "tune"} ->
         {"result": the results file's record, "note": why it was too large or None, "outputs": each candidate's
         reply and whole check, for the driver's EvalArchive}; None when cancel() stopped it mid-problem. Raises the
         error that stopped it (a generation or check that could not run)."""
@@ -87,7 +89,10 @@ class EvalWorker:
         result = job.result()
         if result is None:
             return None
-        return {"result": result.to_json_dict(), "note": result.note, "outputs": job.outputs()}
+        outputs = job.outputs()
+        if problem.get("tune"):  # eval --tune: as a local run tunes, on this worker's judges
+            outputs += tune_finished(job, result, self._engine.checks, self._check, self._cancel)
+        return {"result": result.to_json_dict(), "note": result.note, "outputs": outputs}
 
     def cancel(self) -> None:
         """Stop every problem in flight: generation at once, checks as the pool's cancel event stops them."""
