@@ -71,7 +71,7 @@ def trained_model(trained_model_dir):
 
 @pytest.fixture
 def stand_in_checks():
-    """stand_in_checks(decide) -> a CheckPool of stand-in checkers (no judge process), for Engine(checks=...) or
+    """stand_in_checks(decide) -> a CheckPool of stand-in judges (no judge process), for Engine(checks=...) or
     evaluate(checks=...); decide(reference, kernel, device=..., **options) gives each CheckResult. Closed after the
     test."""
     from stand_in_checker import stand_in_checks as make

@@ -1,36 +1,45 @@
-"""A test double for the checker: a Checker's contract (what a CheckPool asks of one) without a judge process, where
-`decide` gives each verdict; and the CheckPool of such stand-ins that tests give the engine (Engine(checks=...)) or
-an eval (evaluate(..., checks=...)). Used only inside unit tests."""
+"""A test double for a judge process: judge_process.JudgeProcess's contract (what a Checker asks of one) without a
+process, where `decide` gives each verdict; and the CheckPool of such stand-ins that tests give the engine
+(Engine(checks=...)) or an eval (evaluate(..., checks=...)). The real Checker holds them: its lanes, slots and
+cancels are the product's. Used only inside unit tests."""
 
 from repl.checker.caller.pool import CheckPool
 
 
-class StandInChecker:
-    def __init__(self, decide, device="auto", jobs=1):
-        self.decide, self.device, self.jobs = decide, device, jobs
-        self.judges_started = 0
+class StandInJudge:
+    def __init__(self, decide, lane="auto"):
+        self.decide, self.lane = decide, lane
+        self.living = True
+        self.preparing = None
+        self.stuck_on_another_reference = False
         self.prepared: list[str] = []  # the references it was asked to prepare
 
-    def check(self, reference_code, kernel_or_reply, **options):
-        return self.decide(reference_code, kernel_or_reply, device=self.device, **options)
+    def check(self, request, cancel):
+        return self.decide(request["reference_code"], request["kernel_code"], device=self.lane,
+                           trials=request["trials"], atol=request["atol"], rtol=request["rtol"],
+                           timeout=request["timeout"], cancel=cancel)
 
-    def prepare(self, reference_code, *, size=True, timeout=None):
+    def start_preparing(self, prepare_id, reference_code):
+        self.prepared.append(reference_code)
+        return True
+
+    def prepare(self, prepare_id, reference_code, timeout):
         self.prepared.append(reference_code)
         return None
 
-    def wait_until_prepared(self, timeout=None):
-        return []
+    def wait_until_prepared(self, timeout):
+        return None
 
-    def grow(self, jobs):
-        self.jobs = max(self.jobs, jobs)
+    def alive(self):
+        return self.living
 
-    def close(self):
-        pass
+    def close(self, grace_s=3.0):
+        self.living = False
 
 
 def stand_in_checks(decide) -> CheckPool:
-    """A CheckPool whose checkers are stand-ins deciding with decide(reference, kernel, device=lane, **options)."""
-    return CheckPool(make_checker=lambda device, jobs=1, **options: StandInChecker(decide, device, jobs))
+    """A CheckPool whose judges are stand-ins deciding with decide(reference, kernel, device=lane, **options)."""
+    return CheckPool(start_judge=lambda lane, jobs: StandInJudge(decide, lane))
 
 
 def no_judges() -> CheckPool:

@@ -240,7 +240,7 @@ def test_each_sequential_sample_gets_its_own_seed(checked_on):
 def test_greedy_decoding_is_refused_for_several_candidates_before_any_checker_starts():
     from repl.checker.caller.pool import CheckPool
 
-    no_checker = CheckPool(make_checker=lambda *arguments, **options: pytest.fail("a Checker started"))
+    no_checker = CheckPool(start_judge=lambda *arguments: pytest.fail("a judge started"))
     with pytest.raises(ValueError, match="greedy decoding"):
         best_of_module.best_of(engine_for(ReplayBackend(PREPARED_REPLY), SamplingSettings(temperature=0),
                                           checks=no_checker), RELU_MODULE, 2)

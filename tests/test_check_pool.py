@@ -16,19 +16,19 @@ from repl.ui.session import ReplSession
 from repl.bench.session_waits import JudgeCounter
 from processes import wait_until
 from replay_backend import ReplayBackend
-from stand_in_checker import StandInChecker
+from stand_in_checker import StandInJudge
 from tiny_models import PREPARED_KERNEL, PREPARED_REPLY, RELU_MODULE
 
 
 def counting_pool(decide=lambda *arguments, **options: CheckResult(verdict="correct")):
-    """A CheckPool of stand-in checkers; .made lists the lane of every checker it made."""
+    """A CheckPool of stand-in judges; .made lists the lane of every judge it started."""
     made = []
 
-    def make(device, jobs=1, **options):
-        made.append(device)
-        return StandInChecker(decide, device, jobs)
+    def start(lane, jobs):
+        made.append(lane)
+        return StandInJudge(decide, lane)
 
-    pool = CheckPool(make_checker=make)
+    pool = CheckPool(start_judge=start)
     pool.made = made
     return pool
 
@@ -40,8 +40,8 @@ def test_auto_and_cpu_share_the_cpu_judges_and_more_jobs_grow_them(monkeypatch):
     with counting_pool() as pool:
         assert pool.reserve("auto") == ["cpu"] and pool.reserve("cpu", jobs=2) == ["cpu"]
         assert pool.check(RELU_MODULE, PREPARED_KERNEL, device="auto").verdict == "correct"
-        assert pool.made == ["cpu"]  # one checker for the device, whatever the name it was asked by
-        assert pool._checkers["cpu"].jobs == 2
+        assert pool.made == ["cpu", "cpu"]  # one lane for the device, whatever the name; its second slot's judge
+        assert pool.checker.judges.jobs("cpu") == 2
 
 
 def test_cancelling_one_check_leaves_the_others_running():
@@ -62,7 +62,7 @@ def test_cancelling_one_check_leaves_the_others_running():
         release.set()
         assert first.result().verdict == "cancelled" and second.result().verdict == "correct"
         after = pool.submit(RELU_MODULE, PREPARED_KERNEL, device="cpu")  # the pool itself is not cancelled
-        assert after.result().verdict == "correct"
+        assert after.result().verdict == "correct", after.result().message
 
 
 def test_a_check_cancelled_before_a_slot_is_free_never_reaches_a_judge():
@@ -152,34 +152,52 @@ def test_an_eval_worker_closes_the_pool_it_started_and_leaves_one_it_was_given(m
         started[0].reserve("cpu")
 
 
-class _StandInJudge:
-    def __init__(self):
-        self.living = True
-
-    def alive(self):
-        return self.living
-
-    def close(self, grace_s=3.0):
-        self.living = False
-
-
-def test_a_lanes_judges_and_slots_are_one_structure_a_slot_grown_brings_its_judge():
+def test_lanes_judges_and_slots_are_one_structure_a_slot_grown_brings_its_judge():
     from repl.checker.caller.judges import Judges
 
     started = []
-    judges = Judges(lambda jobs: started.append(jobs) or _StandInJudge(), jobs=1)
-    first = judges.hold()
-    assert judges.hold(timeout=0.05) is None, "a second check got a slot of a one-slot lane"
+    judges = Judges(lambda lane, jobs: started.append((lane, jobs)) or StandInJudge(None, lane))
+    judges.reserve("cpu", 1)
+    first = judges.hold(["cpu"])
+    assert judges.hold(["cpu"], timeout=0.05) is None, "a second check got a slot of a one-slot lane"
     waiting = []
-    waiter = threading.Thread(target=lambda: waiting.append(judges.hold()))
+    waiter = threading.Thread(target=lambda: waiting.append(judges.hold(["cpu"])))
     waiter.start()
-    judges.grow(2)
+    judges.reserve("cpu", 2)
     waiter.join(timeout=30)
-    assert waiting and waiting[0] is not first and started == [1, 2], "the grown slot's judge was not the one taken"
-    first.close()  # a judge that died is replaced, not kept
+    assert waiting and waiting[0].judge is not first.judge, "the grown slot's judge was not the one taken"
+    assert started == [("cpu", 1), ("cpu", 2)]
+    first.judge.close()  # a judge that died is replaced, not kept
     judges.release(first)
     judges.release(waiting[0])
-    assert judges.idle == [waiting[0]] and judges.live == [waiting[0]]
-    with judges.hold_all() as idle:
-        assert idle == [waiting[0]] and judges.hold(timeout=0.05) is None
-    assert judges.hold(timeout=1) is waiting[0]
+    assert judges.idle == [waiting[0].judge] and judges.live == [waiting[0].judge]
+    with judges.hold_all(["cpu"]) as idle:
+        assert idle == [waiting[0].judge] and judges.hold(["cpu"], timeout=0.05) is None
+    assert judges.hold(["cpu"], timeout=1).judge is waiting[0].judge
+
+
+def test_a_check_takes_the_least_busy_lane_and_lanes_take_turns():
+    from repl.checker.caller.judges import Judges
+
+    judges = Judges(lambda lane, jobs: StandInJudge(None, lane))
+    for lane in ("cuda:0", "cuda:1"):
+        judges.reserve(lane, 2)
+    taken = [judges.hold(["cuda:0", "cuda:1"]) for _ in range(4)]
+    assert [held.lane for held in taken] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert judges.hold(["cuda:0", "cuda:1"], timeout=0.05) is None, "a check got a fifth slot of four"
+    judges.release(taken[1])
+    assert judges.hold(["cuda:0", "cuda:1"], timeout=1).lane == "cuda:1", "the lane with a free slot was passed over"
+
+
+def test_closing_cancels_the_checks_waiting_for_a_slot_and_leaves_the_running_one():
+    from repl.checker.caller.judges import Judges
+
+    judges = Judges(lambda lane, jobs: StandInJudge(None, lane))
+    judges.reserve("cpu", 1)
+    running = judges.hold(["cpu"])
+    waiting = []
+    waiter = threading.Thread(target=lambda: waiting.append(judges.hold(["cpu"])))
+    waiter.start()
+    judges.stop_admitting()
+    waiter.join(timeout=30)
+    assert waiting == [None] and running.judge.alive()

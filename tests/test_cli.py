@@ -137,7 +137,7 @@ def test_a_model_directory_without_a_model_fails_at_once_in_one_line(tmp_path):
 def test_a_missing_model_fails_before_the_module_is_sized_and_without_importing_torch():
     """Sizing starts a judge (it imports torch: seconds on a GPU host); a wrong --model is known without it."""
     code = (f"import io, sys\nfrom repl.checker.caller.pool import CheckPool\n"
-            f"no_judge = CheckPool(make_checker=lambda *arguments, **options: sys.exit('sized'))\n"
+            f"no_judge = CheckPool(start_judge=lambda *arguments: sys.exit('sized'))\n"
             f"sys.stdin = io.StringIO({RELU_MODULE!r})\n"
             f"from repl.cli.main import main\n"
             f"assert main(['--model', '/nowhere/at/all', '--no-log'], checks=no_judge) == 1")

@@ -360,7 +360,7 @@ def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(stand
         ("good.py", None, "correct"), ("identity.py", None, "mismatch")]
     answer = []
     runner = threading.Thread(target=lambda: answer.append(
-        worker.run({"name": "1_ReLU", "code": code, "given": [("slow.py", "# slow")], "samples": None})))
+        worker.run({"name": "1_ReLU", "code": code, "given": [("slow.py", "# slow ModelNew")], "samples": None})))
     runner.start()
     assert started.wait(30)
     worker.cancel()

@@ -1,12 +1,14 @@
 """The caller's Checker: judges for one session or run, one check each at a time, and the one-off check_kernel.
 
 What crosses to the judge is wire.py's plain data; the judge's own process is driven by judge_process.py, and a
-Checker's judges and check slots are held by judges.py's `Judges`.
+Checker's judges, by lane, and their check slots are held by judges.py's `Judges` (who waits for what). A session's
+CheckPool (pool.py) keeps one Checker for all of them, each device's checks spread over its lanes.
 """
 
 import itertools
 import threading
 import time
+from typing import Callable
 
 from repl.checker.caller.judges import Judges
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, default_spares
@@ -21,53 +23,64 @@ SIZING_WAIT_S = 20.0  # how long prepare() waits for a judge's too_large line
 
 
 class Checker:
-    """Checks kernels for one session or run. ``check`` is thread-safe; up to `jobs` checks run at once, each in its
-    own judge. ``close()`` (or ``with``) ends the judges and their candidate processes.
+    """Checks kernels for one session or run. ``check`` is thread-safe; up to `jobs` checks run at once on a lane,
+    each in its own judge. ``close()`` (or ``with``) ends the judges and their candidate processes.
 
-    device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu".
+    device: "auto" (CUDA when one is visible, else the CPU interpreter), "cuda", "cuda:N" or "cpu": the lane checks
+    run on unless they name theirs; None: no lane (and no judge) before reserve().
     memory_limit_bytes: the candidate's address-space cap on the CPU path (default: half the machine's RAM).
     spares: candidate processes each judge keeps starting ahead of need (default: default_spares(jobs)).
+    start_judge: start_judge(lane, jobs) starts one judge (default: a judge_process.JudgeProcess); tests pass a
+    stand-in.
     Raises ValueError for a device that cannot be used.
     """
 
-    def __init__(self, device: str = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
-                 spares: int | None = None):
+    def __init__(self, device: str | None = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
+                 spares: int | None = None, start_judge: Callable[[str, int], object] | None = None):
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         self.device = device
-        self._device, self._cuda_visible = placement(device)
         self._memory_limit, self._spares = memory_limit_bytes, spares
         self._closed = False
         self._ids = itertools.count(1)
-        self.judges = Judges(self._new_judge, jobs)  # the judges and their check slots: who waits for what
+        self.judges = Judges(start_judge or self._new_judge)  # the judges and their check slots: who waits for what
+        if device is not None:
+            self.reserve(device, jobs)
 
     @property
     def jobs(self) -> int:
-        return self.judges.jobs
+        return self.judges.jobs(self.device)
 
     @property
     def judges_started(self) -> int:
         return self.judges.started
 
-    def _new_judge(self, jobs: int):
+    def _new_judge(self, lane: str, jobs: int):
         from repl.checker.caller.judge_process import JudgeProcess
 
         spares = default_spares(jobs) if self._spares is None else self._spares
-        return JudgeProcess(self._device, self._cuda_visible, self._memory_limit, spares)
+        return JudgeProcess(*placement(lane), self._memory_limit, spares)
+
+    def reserve(self, lane: str, jobs: int = 1) -> None:
+        """Allow up to `jobs` checks at once on this lane from now on (never fewer than before), starting its judges
+        at once, so that they are warm when needed. ValueError for a device that cannot be used here."""
+        placement(lane)
+        self.judges.reserve(lane, jobs)
 
     def grow(self, jobs: int) -> None:
-        """Allow up to `jobs` checks at once from now on (never fewer than before); the judges for the new slots
-        start at once, so that they are warm when needed."""
-        self.judges.grow(jobs)
+        """reserve(): up to `jobs` checks at once on the Checker's device."""
+        self.reserve(self.device, jobs)
 
     def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
               atol: float | None = DEFAULT_ATOL, rtol: float | None = DEFAULT_RTOL, timeout: float | None = None,
-              cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
+              cancel: threading.Event | None = None, interpreter_timing: bool = False, lanes: list[str] | None = None,
+              on_start: Callable[[], None] = lambda: None) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
         against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
         it from another thread to stop the check promptly; the verdict is then "cancelled". interpreter_timing: on
         the CPU, time the kernel under Triton's interpreter with the GPU's protocol (fresh inputs, rechecks, the
-        judge's clock): figures that test the checker, not speed."""
+        judge's clock): figures that test the checker, not speed. lanes: where it may run, the first with a free slot
+        (default: the Checker's device); on_start() is called once it holds one."""
         if trials < 1:
             raise ValueError("trials must be at least 1")
         if self._closed:
@@ -85,24 +98,28 @@ class Checker:
         if interpreter_timing:
             request["interpreter_timing"] = True
         started = time.monotonic()
-        judge = self.judges.hold()
+        held = self.judges.hold(lanes or [self.device], cancel=cancel)
+        if held is None:
+            return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started")
         try:
-            result = judge.check(request, cancel)
-            if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
-                judge = self.judges.replace(judge)
-                result = judge.check(request, cancel)
+            on_start()
+            result = held.judge.check(request, cancel)
+            if not held.judge.alive() and held.judge.stuck_on_another_reference:  # a fresh judge takes the check
+                held = self.judges.replace(held)
+                result = held.judge.check(request, cancel)
         except BaseException:
             # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
             # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
             # new one); a check to keep the judge warm for passes `cancel` instead.
-            judge.close(grace_s=0)
+            held.judge.close(grace_s=0)
             raise
         finally:
-            self.judges.release(judge)
+            self.judges.release(held)
         result.elapsed_s = round(time.monotonic() - started, 3)
         return result
 
-    def prepare(self, reference_code: str, *, timeout: float = SIZING_WAIT_S, size: bool = True) -> str | None:
+    def prepare(self, reference_code: str, *, timeout: float = SIZING_WAIT_S, size: bool = True,
+                lanes: list[str] | None = None) -> str | None:
         """Have every judge prepare this reference for the checks to come (preparation.py: built, studied, the next
         check's trials made, on a GPU compiled and timed), while the caller does something else (the model streams).
         A later request stops a judge's preparation between its steps; what it finished is kept for the check.
@@ -113,22 +130,24 @@ class Checker:
         then: None, and it is left to start), then up to `timeout` for its answer (a module whose import hangs: None,
         and that judge is stopped), so up to three times `timeout` in all; no wait is shortened by the ones before,
         which would stop a healthy judge sizing a slow module. size=False returns at once (None), never waiting for
-        a judge busy with a check. Preparing is best effort: a judge that has died meanwhile is skipped."""
+        a judge busy with a check. Preparing is best effort: a judge that has died meanwhile is skipped. lanes: whose
+        judges prepare, the first free one answering (default: the Checker's device)."""
         if self._closed:
             raise RuntimeError("this Checker is closed")
+        lanes = lanes or [self.device]
         prepare_id = next(self._ids)
-        judges = self.judges.everyone()
-        answering = self.judges.hold(timeout) if size else None
-        if answering is None:
+        judges = self.judges.everyone(lanes)
+        held = self.judges.hold(lanes, timeout) if size else None
+        if held is None:
             self._start_preparing(judges, prepare_id, reference_code)
             return None
         try:
-            self._start_preparing([judge for judge in judges if judge is not answering], prepare_id, reference_code)
-            return answering.prepare(prepare_id, reference_code, timeout)
+            self._start_preparing([judge for judge in judges if judge is not held.judge], prepare_id, reference_code)
+            return held.judge.prepare(prepare_id, reference_code, timeout)
         finally:
-            if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
+            if not held.judge.alive():  # stopped: the module's import or sizing outlasted the wait
                 self._stop_idle_preparing(reference_code)
-            self.judges.release(answering)
+            self.judges.release(held)
 
     @staticmethod
     def _start_preparing(judges: list, prepare_id: int, reference_code: str) -> None:
@@ -149,11 +168,16 @@ class Checker:
             judge.close(grace_s=0)
             self.judges.forget(judge)
 
-    def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
+    def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S, lanes: list[str] | None = None) -> list[dict]:
         """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
-        it was stopped). For tests and benchmarks; a check never needs to wait for this."""
-        with self.judges.hold_all() as judges:  # no check meanwhile: it would start another judge
+        it was stopped), on these lanes (default: the Checker's device). For tests and benchmarks; a check never needs
+        to wait for this."""
+        with self.judges.hold_all(lanes or [self.device]) as judges:  # no check meanwhile: it would start another judge
             return [said for judge in judges if (said := judge.wait_until_prepared(timeout)) is not None]
+
+    def stop_admitting(self) -> None:
+        """Checks still waiting for a slot are cancelled; those running go on (close() ends them)."""
+        self.judges.stop_admitting()
 
     def close(self) -> None:
         self._closed = True

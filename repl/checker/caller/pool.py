@@ -10,14 +10,13 @@
                                                                 # on one kernel is that kernel's `crash`
     checks.close()
 
-A device's checks run on its lanes (devices.lanes: the CPU, or each visible GPU): one Checker per lane, with as many
-judges as the most check slots asked of it (`jobs`); a check waits for a free slot on any lane of its device
-(judges.py says who waits for what, from here to the judge). Checks are cancelled one by one (their own `cancel`
-event), never the pool's. Tests pass ``make_checker`` (a stand-in with
-Checker's jobs, judges_started, check, prepare, wait_until_prepared, grow and close) instead of patching this module.
+A device's checks run on its lanes (devices.lanes: the CPU, or each visible GPU), on the one Checker of the pool,
+whose judges.py holds every lane's judges and check slots (who waits for what, from here to the judge): a lane has as
+many slots as the most checks at once asked of it (`jobs`), and a check waits for a free slot on any lane of its
+device. Checks are cancelled one by one (their own `cancel` event), never the pool's. Tests pass ``start_judge`` (a
+stand-in for judge_process.JudgeProcess: tests/stand_in_checker.py) instead of patching this module.
 """
 
-import itertools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -31,16 +30,9 @@ MAX_WAITING_CHECKS = 64
 
 
 class CheckPool:
-    def __init__(self, *, make_checker: Callable[..., Checker] = Checker, spares: int | None = None,
+    def __init__(self, *, start_judge: Callable[[str, int], object] | None = None, spares: int | None = None,
                  memory_limit_bytes: int | None = None):
-        self._make_checker = make_checker
-        self._checker_options = {key: value for key, value in
-                                 (("spares", spares), ("memory_limit_bytes", memory_limit_bytes)) if value is not None}
-        self._checkers: dict[str, Checker] = {}  # by lane
-        self._busy: dict[str, int] = {}  # checks running on each lane
-        self._turns: dict[str, int] = {}  # when each lane last got a check
-        self._turn = itertools.count(1)
-        self._changed = threading.Condition()
+        self.checker = Checker(None, spares=spares, memory_limit_bytes=memory_limit_bytes, start_judge=start_judge)
         self._executor = ThreadPoolExecutor(max_workers=MAX_WAITING_CHECKS, thread_name_prefix="check")
         self._closed = False
 
@@ -51,18 +43,10 @@ class CheckPool:
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         wanted = lanes(device, jobs)
-        with self._changed:
-            if self._closed:
-                raise RuntimeError("the check pool is closed")
-            for lane in dict.fromkeys(wanted):
-                slots = wanted.count(lane)
-                checker = self._checkers.get(lane)
-                if checker is None:
-                    self._checkers[lane] = self._make_checker(lane, jobs=slots, **self._checker_options)
-                    self._busy[lane] = 0
-                elif checker.jobs < slots:
-                    checker.grow(slots)
-            self._changed.notify_all()
+        if self._closed:
+            raise RuntimeError("the check pool is closed")
+        for lane in dict.fromkeys(wanted):
+            self.checker.reserve(lane, wanted.count(lane))
         return list(dict.fromkeys(wanted))
 
     def warm(self, device: str = "auto") -> None:
@@ -76,8 +60,7 @@ class CheckPool:
     @property
     def judge_starts(self) -> int:
         """Judge processes started so far, replacements of dead ones included."""
-        with self._changed:
-            return sum(checker.judges_started for checker in self._checkers.values())
+        return self.checker.judges_started
 
     # -- preparing -----------------------------------------------------------------------------------------------
     def prepare(self, reference_code: str, device: str = "auto", *, size: bool = True) -> str | None:
@@ -88,17 +71,11 @@ class CheckPool:
             device_lanes = self.reserve(device)
         except ValueError:
             return None
-        with self._changed:
-            checkers = [self._checkers[lane] for lane in device_lanes]
-        for checker in checkers[1:]:
-            checker.prepare(reference_code, size=False)
-        return checkers[0].prepare(reference_code, size=size)
+        return self.checker.prepare(reference_code, size=size, lanes=device_lanes)
 
     def wait_until_prepared(self, device: str = "auto") -> list[dict]:
         """What each idle judge of the device said of its last preparation, once ended (tests and benchmarks)."""
-        with self._changed:
-            checkers = [self._checkers[lane] for lane in dict.fromkeys(lanes(device)) if lane in self._checkers]
-        return [said for checker in checkers for said in checker.wait_until_prepared()]
+        return self.checker.wait_until_prepared(lanes=lanes(device))
 
     # -- checking ------------------------------------------------------------------------------------------------
     def submit(self, reference_code: str, kernel_code_or_reply: str, *, device: str = "auto", jobs: int = 1,
@@ -109,56 +86,29 @@ class CheckPool:
         on_start() is called once it has a slot on one of the device's lanes. A check whose `cancel` is set before it
         starts is ``cancelled`` without a judge. ValueError at once for a device that cannot be used."""
         device_lanes = self.reserve(device, jobs)
-        cancel = cancel or threading.Event()
-        options = {"trials": trials, "atol": atol, "rtol": rtol, "timeout": timeout}
-        return self._executor.submit(self._check, device_lanes, reference_code, kernel_code_or_reply, options,
-                                     cancel, on_start)
+        options = {"trials": trials, "atol": atol, "rtol": rtol, "timeout": timeout,
+                   "cancel": cancel or threading.Event(), "lanes": device_lanes, "on_start": on_start}
+        return self._executor.submit(self._check, reference_code, kernel_code_or_reply, options)
 
     def check(self, reference_code: str, kernel_code_or_reply: str, **options) -> CheckResult:
         """submit(...).result(): one check, waited for."""
         return self.submit(reference_code, kernel_code_or_reply, **options).result()
 
-    def _check(self, device_lanes: list[str], reference_code: str, kernel: str, options: dict,
-               cancel: threading.Event, on_start) -> CheckResult:
-        lane = self._take_slot(device_lanes, cancel)
-        if lane is None:
-            return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started")
+    def _check(self, reference_code: str, kernel: str, options: dict) -> CheckResult:
         try:
-            on_start()
-            return self._checkers[lane].check(reference_code, kernel, cancel=cancel, **options)
+            return self.checker.check(reference_code, kernel, **options)
         except Exception as error:
             # One kernel's failure of the checking machinery is that kernel's `crash`: a run (eval, :best) goes on.
             return CheckResult(verdict=Verdict.CRASH,
                                message=f"the checker failed on this candidate: {type(error).__name__}: "
                                        f"{str(error)[:300]}")
-        finally:
-            with self._changed:
-                self._busy[lane] -= 1
-                self._changed.notify_all()
-
-    def _take_slot(self, device_lanes: list[str], cancel: threading.Event) -> str | None:
-        """A lane with a free slot, held until the check ends; None once `cancel` is set or the pool closes."""
-        with self._changed:
-            while True:
-                if cancel.is_set() or self._closed:
-                    return None
-                free = [lane for lane in device_lanes if self._busy[lane] < self._checkers[lane].jobs]
-                if free:  # the least busy, and of those the one whose turn came longest ago: round-robin
-                    lane = min(free, key=lambda name: (self._busy[name] / self._checkers[name].jobs,
-                                                       self._turns.get(name, 0)))
-                    self._busy[lane] += 1
-                    self._turns[lane] = next(self._turn)
-                    return lane
-                self._changed.wait(0.1)  # a cancel from another thread is seen within 0.1 s
 
     def close(self) -> None:
         """End every judge and its candidate processes; checks still waiting for a slot are cancelled."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
+        self._closed = True
+        self.checker.stop_admitting()
         self._executor.shutdown(wait=True)
-        for checker in self._checkers.values():
-            checker.close()
+        self.checker.close()
 
     def __enter__(self) -> "CheckPool":
         return self
