@@ -221,3 +221,22 @@ def test_a_model_that_cannot_load_is_explained_and_model_switches_to_one_that_ca
         terminal.child.expect(pexpect.EOF, timeout=60)
     finally:
         terminal.child.terminate(force=True)
+
+
+def test_a_module_too_long_for_the_model_changes_nothing_and_comes_back_to_the_input(repl):
+    """A refusal (28,834 tokens of 4,096) left "no kernel yet" for :show, and the refused text was gone."""
+    repl.send(PASTE_START + RELU_MODULE + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
+    long_module = RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long\n" for n in range(400))
+    repl.send(PASTE_START + long_module + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"the prompt is [\d,]+ tokens and the model's context holds 4,096")
+    repl.wait_for(r"Nothing changed[\s\S]*back in the input[\s\S]*# note 399")  # the text is in the input again
+    repl.send("\x03")  # Ctrl-C clears the input
+    repl.wait_for(r"(?m)^› *$")
+    repl.send(":show\r")
+    repl.wait_for(r":show[\s\S]*" + re.escape(PREPARED_KERNEL.splitlines()[-1].rstrip()))
+    assert "no kernel yet" not in repl.text()

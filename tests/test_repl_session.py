@@ -165,6 +165,25 @@ def test_a_new_module_whose_generation_fails_leaves_no_kernel_of_the_old_one_cur
     assert not list(tmp_path.glob("*_triton.py")) and "torch.relu" not in output(console).split("context")[-1]
 
 
+def test_a_module_the_model_refuses_changes_nothing_current_and_comes_back(tmp_path, monkeypatch):
+    from repl.generation import PromptTooLong
+
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    kept = session.attempt
+
+    def refuse(prompt, settings):
+        raise PromptTooLong("the prompt is 28,834 tokens and the model's context holds 4,096")
+
+    monkeypatch.setattr(backend, "stream", refuse)
+    longer = RELU.replace("torch.relu(x)", "torch.tanh(x)")
+    assert session.handle(longer) == longer  # back in the input, to shorten
+    assert session.attempt is kept and session.module.code == RELU
+    assert "Nothing changed" in output(console)
+    session.handle(":save")
+    assert (tmp_path / "relu_triton.py").exists()
+
+
 def test_regen_samples_again_for_the_same_module(tmp_path, monkeypatch):
     other = REPLY.replace("clamp(min=0)", "relu()")
     session, backend, _ = make_session(tmp_path, monkeypatch, REPLY, other)

@@ -18,7 +18,7 @@ from repl.engine.attempt import Attempt, attempt_from_log, given_reply, new_atte
 from repl.engine.engine import Engine
 from repl.core.errors import one_line
 from repl.core.extract import defines_model_new, extract_kernel_code
-from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, Reply
+from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, PromptTooLong, Reply
 from repl.core.kernel_file import kernel_header, write_kernel_file
 from repl.core.module_source import ModuleSource, inspect_module_source
 from repl.core.paths import history_file
@@ -151,13 +151,15 @@ class ReplSession:
         return f"model: {message}…"
 
     # -- modules and generation ---------------------------------------------------------------------------------
-    def submit_module(self, code: str, source_name: str | None = None) -> str | None:
+    def submit_module(self, code: str, source_name: str | None = None, file: Path | None = None) -> str | None:
         """Generate for a submitted module. Enter submits only complete modules, so anything else came by Esc-Enter
         ("submit anyway"): Python without an nn.Module is sent as it is, with a warning; text that is not Python
         goes back into the input for editing."""
         module = inspect_module_source(code)
+        back = (f"{file} is unchanged: edit it and :load it again." if file is not None
+                else "It is back in the input: edit it and submit again.")
         if not module.is_python:
-            self.console.print(f"{module.problem()} It is back in the input: edit it and submit again.", style="bad")
+            self.console.print(f"{module.problem()} {back}", style="bad")
             return code
         if not module.is_module:
             self.console.print("No nn.Module subclass with forward() in it: sent to the model as it is (the prompt "
@@ -169,10 +171,15 @@ class ReplSession:
         too_large = self._submit(module, source_name)
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
+        current = (self.module, self.source_name, self.attempt)
         if self.attempt is not None and self.attempt.module.code != module.code:
             self.attempt = None  # :show, :run and :save act on this module's kernel or on none, even if no reply comes
         self.module, self.source_name = module, source_name
-        self.generate()
+        if self.generate():  # the model cannot read it: what was current stays, the text comes back
+            self.module, self.source_name, self.attempt = current
+            self.console.print(f"Nothing changed (:show, :run and :regen act on what was current). {back}",
+                               style="hint")
+            return code
         return None
 
     def _submit(self, module, source_name: str | None) -> str | None:
@@ -184,11 +191,12 @@ class ReplSession:
         except KeyboardInterrupt:
             return None
 
-    def generate(self) -> None:
+    def generate(self) -> bool:
+        """Stream a kernel for the current module; True when the model refused its prompt (too long to read)."""
         if self.module is None:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self.wait_for_model():
-            return
+            return False
         self.report_model_failure()  # a switch that failed meanwhile: say which model generates
         # What libraries say from the prompt's encoding to the stream's end (a warning as generate() starts in its
         # thread, say) is held back, to be shown as notes after the stream: one span, so that none falls between.
@@ -198,7 +206,7 @@ class ReplSession:
                 try:
                     stream = self.engine.stream_kernel(self.module.code, source_name=self.source_name)
                 except GenerationError as error:
-                    stream, failure = None, str(error)
+                    stream, failure, refused = None, str(error), isinstance(error, PromptTooLong)
                 if stream is not None:
                     if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
                         self.console.print(f"note: {stream.reply.note}", style="hint")
@@ -207,15 +215,16 @@ class ReplSession:
             self._print_notes(messages)
         if stream is None:
             self.console.print(failure, style="bad")
-            return
+            return refused
         print_finished_reply(self.console, reply)
         # e.g. Ctrl-C in a :regen before any code (self.attempt is this module's: submit_module dropped any other)
         if extract_kernel_code(reply.text) is None and self.attempt is not None:
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
-            return
+            return False
         # A new module's reply is current even without a kernel: :run and :save never act on another module's.
         self.attempt = dataclasses.replace(stream.attempt, reply=reply)
+        return False
 
     def _print_notes(self, messages: LibraryMessages) -> None:
         for line in messages.lines:
@@ -288,7 +297,7 @@ class ReplSession:
             self.load_kernel(file, code)
             return
         self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
-        self.submit_module(code, source_name=file.stem)
+        self.submit_module(code, source_name=file.stem, file=file)
 
     def load_kernel(self, file: Path, text: str) -> None:
         """Make a kernel from a file the current kernel, for the current module: the module it is checked against
