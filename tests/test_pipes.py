@@ -96,3 +96,24 @@ def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly_and_is_logged(trained
     with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:  # logged whatever became of stdout
         assert [(entry.source_name, entry.kernel, entry.state) for entry in log.recent(None)] == [
             ("relu", PREPARED_KERNEL, "stop")]
+
+
+def test_output_into_a_file_with_a_terminal_on_stdin_reads_the_module_and_writes_only_the_kernel(trained_model_dir,
+                                                                                                   tmp_path):
+    """`kernelllm.py > kernel.py` at a terminal ran the full-screen session into the file (escapes, ^M, no screen)."""
+    import pexpect
+
+    command = (f"exec {sys.executable} {REPO / 'kernelllm.py'} --model {trained_model_dir} --temperature 0 "
+               "--max-new-tokens 600 --no-log > kernel.py")
+    child = pexpect.spawn("/bin/sh", ["-c", command], cwd=str(tmp_path), encoding="utf-8", dimensions=(40, 120),
+                          env={**os.environ, "KERNELLLM_HOME": str(tmp_path / "home")})
+    try:
+        child.expect("Output is not a terminal: paste a module, then press Ctrl-D", timeout=120)
+        child.send(RELU_MODULE)
+        child.sendeof()
+        child.expect(pexpect.EOF, timeout=300)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        assert (tmp_path / "kernel.py").read_text().strip() == PREPARED_KERNEL.strip()
+    finally:
+        child.terminate(force=True)

@@ -18,7 +18,8 @@ DESCRIPTION = """\
 Turn a PyTorch nn.Module into Triton kernels with Meta's KernelLLM, check them, keep the best.
 
 With no arguments on a terminal: an interactive session (paste a module, watch the kernel stream in, :run, :save).
-With input piped in (or --file): the kernel alone is written to stdout (or --out); messages go to stderr.
+With input piped in (or --file), or output into a file or a pipe: the kernel alone is written to stdout (or --out);
+messages go to stderr.
 """
 
 
@@ -109,7 +110,8 @@ def _main(argv: list[str] | None, prog: str, checks) -> int:
             engine = engine_from(args)
         except ValueError as error:
             parser.error(one_line(error))
-        if args.file or not sys.stdin.isatty():
+        # stdout into a file or a pipe gets the kernel alone, even with a terminal on stdin: never a full screen
+        if args.file or not sys.stdin.isatty() or not sys.stdout.isatty():
             from repl.cli.oneshot import run_oneshot
 
             return run_oneshot(engine, args)

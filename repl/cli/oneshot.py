@@ -58,6 +58,9 @@ def run_oneshot(engine, args) -> int:
 def read_module(args) -> str | None:
     """The module's text from --file or stdin; None, with a message, when it cannot be read."""
     if not args.file:
+        if sys.stdin.isatty():  # stdout is a file or a pipe: the module is typed or pasted here
+            say("Output is not a terminal: paste a module, then press Ctrl-D on an empty line; only the kernel is "
+                "written to the output.")
         return sys.stdin.read()
     try:
         return Path(args.file).expanduser().read_text(encoding="utf-8")
