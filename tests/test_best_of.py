@@ -5,6 +5,7 @@ orchestration tests use a stand-in checker (decided by a marker in the kernel) a
 import _thread
 import argparse
 import io
+import re
 import threading
 import time
 
@@ -395,6 +396,39 @@ def test_best_and_fix_with_the_tiny_random_model_find_no_correct_kernel(tmp_path
     assert "No candidate is correct" in console.export_text(clear=False)
     session.handle(":fix 2")
     assert [c.index for c in session.candidates] == [1, 2] and session.attempt is session.candidates[0].attempt
+
+
+def test_best_k_beyond_what_the_device_holds_is_refused_with_the_bound(tmp_path, monkeypatch, tiny_model_dir):
+    """:best 1000 started 1000 prefills (10.6 GB for the tiny model) and took 25-30 s to stop."""
+    from repl.generation import sample_memory
+
+    monkeypatch.setattr(sample_memory, "free_memory_bytes", lambda device: 64 * 2**20)
+    engine = engine_for(None, SamplingSettings(max_new_tokens=2048, seed=0),
+                        options=EngineOptions(model=str(tiny_model_dir), device="cpu"))
+    session, console = make_session(tmp_path, monkeypatch, engine)
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 50")
+    text = " ".join(console.export_text(clear=False).split())
+    bound = re.search(r"50 samples cannot be generated together here: each holds about \d+ MiB \(its cache and "
+                      r"logits\) and 0.1 GiB is free on cpu; at most (\d+) at once", text)
+    assert bound and 1 <= int(bound[1]) < 50, text
+    assert session.candidates == []
+
+
+def test_pick_refuses_a_candidate_of_another_module(tmp_path, monkeypatch, checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    current = session.attempt
+    session.module = inspect_module_source(RELU_MODULE.replace("torch.relu(x)", "torch.tanh(x)"))
+    session.attempt = None  # as after a paste of another module
+    session.handle(":pick 1")
+    assert session.attempt is None
+    assert "belongs to the module of the last :best or :fix" in " ".join(console.export_text(clear=False).split())
+    session.module = current.module
+    session.handle(":pick 1")
+    assert session.attempt is not None
 
 
 def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch, stand_in_checks):

@@ -240,3 +240,19 @@ def test_a_module_too_long_for_the_model_changes_nothing_and_comes_back_to_the_i
     repl.send(":show\r")
     repl.wait_for(r":show[\s\S]*" + re.escape(PREPARED_KERNEL.splitlines()[-1].rstrip()))
     assert "no kernel yet" not in repl.text()
+
+
+def test_best_k_beyond_what_the_device_holds_is_refused_with_the_bound(repl):
+    """:best 1000 started 1000 prefills (10.6 GB for the tiny model) and filled the log with empty entries."""
+    repl.send(PASTE_START + RELU_MODULE + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
+    repl.send(":set temperature 0.7\r")
+    repl.wait_for("temperature = 0.7")
+    repl.send(":best 100000\r")
+    repl.wait_for(r"100000 samples cannot be generated together here: each holds about [\d,]+ MiB[\s\S]*at most "
+                  r"[\d,]+ at once", unwrapped=True)
+    repl.send(":history\r")
+    repl.wait_for(r"this session[\s\S]*relu +\d+ +complete")
+    assert "interrupted" not in repl.text()

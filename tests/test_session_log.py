@@ -619,6 +619,38 @@ def test_history_shows_this_sessions_entries_first_and_all_with_all(home):
     current.close()
 
 
+def test_continue_restores_what_was_current_in_the_last_interactive_session(home):
+    """--continue resumed the last row of the log: an empty candidate of a :best, or a one-shot run from elsewhere."""
+    from repl.log.current import record_current
+
+    repl_session = SessionLog.open()
+    current = log_reply(repl_session)  # the kernel made current (a :pick, say)
+    log_reply(repl_session, code=SOFTMAX_MODULE)  # a later candidate of another module, not current
+    record_current(repl_session, repl_session.get(current).module_id, current)
+    repl_session.close()
+    oneshot = SessionLog.open(kind="oneshot")  # a one-shot run from another terminal, after it
+    log_reply(oneshot, code=SOFTMAX_MODULE)
+    oneshot.close()
+
+    session = FakeSession(SessionLog.open())
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [current]
+
+
+def test_continue_restores_a_module_that_had_no_kernel_yet(home):
+    from repl.log.current import record_current
+
+    repl_session = SessionLog.open()
+    log_reply(repl_session)
+    record_current(repl_session, repl_session.record_module(SOFTMAX_MODULE, source_name="23_Softmax"), None)
+    repl_session.close()
+    session = FakeSession(SessionLog.open())
+    session.module = session.source_name = None
+    continue_last(session)
+    assert session.opened == [] and session.module.code == SOFTMAX_MODULE and session.source_name == "23_Softmax"
+    assert "Continuing with 23_Softmax (no kernel yet" in session.console.file.getvalue()
+
+
 def test_continue_skips_a_session_still_running_elsewhere_but_not_one_that_died(home):
     finished = SessionLog.open()
     mine = log_reply(finished)

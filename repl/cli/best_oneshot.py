@@ -12,6 +12,7 @@ from repl.workflows.best_of import BestOfRun, CheckOptions
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.module_source import inspect_module_source
+from repl.core.wording import counted
 
 
 def run_best_oneshot(engine, code: str, args) -> int:
@@ -28,7 +29,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
     check = CheckOptions(device=args.check_device, trials=args.trials, jobs=args.jobs)
     if not wait_for_model(engine):
         return 1
-    say(f"sampling {k} candidates with {engine.model_state[1]}, checking each as it completes…")
+    too_many = engine.sample_bound_problem(code, k)
+    if too_many:
+        say(f"error: {too_many} (--samples)")
+        return 1
+    say(f"sampling {counted(k, 'candidate')} with {engine.model_state[1]}, checking each as it completes…")
 
     reported: set[int] = set()
 

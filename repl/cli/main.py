@@ -145,6 +145,8 @@ def run_interactive(engine, args) -> int:
     try:
         session.run()
     finally:
+        if session.module is not None:  # for the next --continue
+            engine.record_current(session.module.code, session.source_name, session.attempt)
         engine.close()
         log.close()
     return 0

@@ -264,6 +264,9 @@ class FastLocalBackend(Backend):
         streams = self._stream(prompt, settings, 1)
         return streams[0] if streams else self.plain.stream(prompt, settings)
 
+    def most_samples(self, prompt: str, settings: SamplingSettings):
+        return self.plain.most_samples(prompt, settings)  # the plain path serves any k the fast one does not
+
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list:
         """k samples of one prompt decoded as one batch (the prompt is prefilled once), as LocalBackend.stream_many."""
         check_many(settings, k)

@@ -123,6 +123,11 @@ class Backend(ABC):
         check_many(settings, k)
         return SequentialStreams(self, prompt, settings, k).streams
 
+    def most_samples(self, prompt: str, settings: SamplingSettings):
+        """How many replies to the prompt stream_many can hold at once (a sample_memory.SampleBound), or None where
+        that is unbounded or unknown (the default: replies one after another hold one at a time)."""
+        return None
+
     def wait_until_serving(self, timeout: float | None = None) -> bool:
         """Wait (up to timeout seconds; None: as long as it takes) until the backend serves at its full speed, for
         runs nobody reads token by token; True once it does. The default serves at full speed from the start; the

@@ -45,6 +45,9 @@ def pick_command(session, arguments):
     if len(arguments) != 1:
         raise CommandError("usage: :pick N")
     candidate = _candidate(session, arguments[0])
+    if session.module is not None and candidate.module.code != session.module.code:
+        raise CommandError(f"candidate {candidate.index} belongs to the module of the last :best or :fix, not to the "
+                           "current one (:run would check it against this one); :best K samples for this module")
     session.attempt = candidate.attempt
     session.console.print(Text.assemble(f"Candidate {candidate.index} is now the current kernel (",
                                         verdict_text(candidate) if candidate.check else "not checked",
@@ -105,6 +108,9 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
         raise CommandError("--jobs and --trials need a value of at least 1")
     if not session.wait_for_model():
         return
+    too_many = None if until_correct else session.engine.sample_bound_problem(session.module.code, k)
+    if too_many:  # :fix samples one try at a time
+        raise CommandError(too_many)
     check = CheckOptions(device=options.get("device") or session.check_device,
                          trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1))
     try:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.core.module_source import inspect_module_source
+from repl.log.current import current_of_last_session
 from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
 
@@ -57,9 +58,16 @@ def open_command(session, arguments):
 
 
 def continue_last(session) -> None:
-    """For --continue: make the last entry of your last finished session current (a session still running in another
-    terminal is skipped), or say there is none."""
-    entry = session.log.last_of_finished_sessions() if session.log.enabled else None
+    """For --continue: make what was current when your last interactive session ended current again, its module and
+    kernel (a session still running in another terminal is skipped; without one, the last entry of a finished
+    session), or say there is none."""
+    last = current_of_last_session(session.log) if session.log.enabled else None
+    entry = last[2] if last is not None else session.log.last_of_finished_sessions() if session.log.enabled else None
+    if last is not None and entry is None:  # a module without a kernel yet
+        session.module, session.source_name = inspect_module_source(last[0]), last[1]
+        label = session.source_name or session.module.main_operation or "the module"
+        session.console.print(f"Continuing with {label} (no kernel yet: :regen generates one).", style="hint")
+        return
     if entry is None:
         session.console.print("Nothing to continue: the session log is empty or off.", style="hint")
         return
