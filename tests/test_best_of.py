@@ -513,7 +513,7 @@ def test_the_live_view_stays_shorter_than_the_terminal():
 def samples_args(**given) -> argparse.Namespace:
     """The arguments `--samples K` gets from the main command line, with its defaults."""
     return argparse.Namespace(**{"out": None, "force": False, "file": None, "check_device": "auto", "trials": 5,
-                                 "jobs": 1, **given})
+                                 "jobs": 1, "generate_anyway": False, **given})
 
 
 def test_samples_on_the_command_line_writes_the_best_kernel_to_stdout(checked_on, capsys):

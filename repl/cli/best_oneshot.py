@@ -8,7 +8,8 @@ finished candidates is written); 2 for a module that cannot be checked.
 
 from pathlib import Path
 
-from repl.workflows.best_of import BestOfRun, CheckOptions
+from repl.checker import Verdict
+from repl.workflows.best_of import BestOfRun, CheckOptions, NotCheckableHere
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.module_source import inspect_module_source
@@ -44,7 +45,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
             say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
 
     source_name = Path(args.file).stem if args.file else None
-    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name)
+    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name,
+                    generate_anyway=args.generate_anyway)
     interrupted = False
     try:
         run.start()
@@ -60,6 +62,9 @@ def run_best_oneshot(engine, code: str, args) -> int:
                 break
             except KeyboardInterrupt:
                 continue
+    if isinstance(run.error, NotCheckableHere):
+        say(f"error: {one_line(run.error)}; --generate-anyway samples it all the same, unchecked")
+        return 2
     if run.error is not None:
         say(f"error: {one_line(run.error)}")
         return 1
@@ -68,7 +73,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
     ranked = run.ranked()
     with_code = [candidate for candidate in ranked if candidate.kernel is not None]
     correct = [candidate for candidate in ranked if candidate.correct]
-    say(f"{len(correct)} of {len(ranked)} candidates correct")
+    unchecked = [candidate for candidate in ranked if candidate.verdict == Verdict.TOO_LARGE]
+    if unchecked:
+        say(f"{counted(len(ranked), 'candidate')}, not checkable here: {unchecked[0].check.message}")
+    else:
+        say(f"{len(correct)} of {counted(len(ranked), 'candidate')} correct")
     if not with_code:
         say("error: no candidate holds any code")
         return 130 if interrupted else 1
@@ -83,7 +92,9 @@ def run_best_oneshot(engine, code: str, args) -> int:
             summary += f", {100 * check_result.roofline['bandwidth_share']:.0f}% of measured bandwidth"
         if check_result.flags:
             summary += f" (flagged: {check_result.flags[0]})"
-    if not best.correct:
+    if unchecked:
+        say(f"writing candidate {best.index}, unchecked")
+    elif not best.correct:
         say(f"warning: no candidate is correct; writing the best-ranked ({summary}: "
             f"{check_result.message if check_result else 'not checked'})")
     else:

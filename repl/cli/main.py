@@ -9,6 +9,7 @@ import sys
 from repl.cli.options import Parser, check_options, debug_option, engine_from, model_options, sampling_options
 from repl.ui.option_values import positive_int
 from repl.core.errors import one_line
+from repl.core.paths import use_user_cache_dir
 from repl.core.settings import greedy_samples_problem
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
@@ -36,6 +37,9 @@ def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=positive_int, metavar="K",
                         help="with --file or piped input: sample K kernels, check them all (--check-device, --trials, "
                              "--jobs), write the fastest correct one (exit status 1 when none is correct)")
+    parser.add_argument("--generate-anyway", action="store_true",
+                        help="with --samples: sample a module too large to check on this device all the same, its "
+                             "kernels unchecked (default: refused as not checkable here)")
     parser.add_argument("--continue", dest="continue_last", action="store_true",
                         help="start with your last session's last entry as the current module and kernel")
     parser.add_argument("--no-log", action="store_true",
@@ -94,6 +98,7 @@ def _silence_closed_pipes() -> None:
 
 
 def _main(argv: list[str] | None, prog: str, checks) -> int:
+    use_user_cache_dir()  # before torch is imported here or in a judge
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)

@@ -45,6 +45,9 @@ def run_oneshot(engine, args) -> int:
     try:
         # The session's judge sizes the module (and prepares its checks while the model streams).
         too_large = engine.submit_module(code, source_name, check_device=args.check_device)
+        if too_large and args.samples is not None and not args.generate_anyway:  # no generation spent unchecked
+            say(f"error: not checkable here: {too_large}; --generate-anyway samples it all the same, unchecked")
+            return 2
         if too_large:
             say(f"warning: {too_large}")
         if args.samples is not None:

@@ -8,7 +8,7 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 
 from rich.text import Text
 
-from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions
+from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions, NotCheckableHere
 from repl.checker import DEFAULT_TRIALS, Verdict
 from repl.core.errors import one_line
 from repl.ui.best_view import BestView, ranking_table, verdict_text
@@ -128,6 +128,10 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
                 interrupted = True
                 run.cancel()
             view.update()
+    if isinstance(run.error, NotCheckableHere):  # nothing sampled: :regen generates for it all the same
+        session.console.print(f"{one_line(run.error)}; :regen generates a kernel all the same (unchecked)",
+                              style="warn")
+        return
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
         session.console.print(one_line(run.error), style="bad")
     for note in run.notes():

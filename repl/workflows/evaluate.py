@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from repl.engine.attempt import Attempt, given_reply
-from repl.workflows.best_of import BestOfRun, Candidate, CheckOptions, rank, submit_candidate
+from repl.workflows.best_of import BestOfRun, Candidate, CheckOptions, NotCheckableHere, rank, submit_candidate
 from repl.checker import Verdict
 from repl.checker.caller.pool import CheckPool
 from repl.engine.engine import Engine
@@ -199,7 +199,8 @@ class ProblemResult:
 
     @classmethod
     def too_large_for_the_model(cls, name: str, n: int, why: str) -> "ProblemResult":
-        """A problem whose prompt does not fit the model's context: its n samples were never generated."""
+        """A problem whose prompt does not fit the model's context, or too large to check on the device: its n
+        samples were never generated."""
         record = {"file": None, "verdict": str(Verdict.TOO_LARGE), "message": why, "kernel_ms": None, "flagged": None}
         return cls(name=name, n=n, compiled=0, correct=0, pass_at=None, best=None, candidates=[record] * n, note=why)
 
@@ -398,7 +399,7 @@ class ProblemRun:
     def result(self) -> "ProblemResult | None":
         """Once `finished` is done: the problem's result, None when cancel stopped it mid-problem (a rerun does it
         again); raises the error that stopped it."""
-        if isinstance(self.error, PromptTooLong):  # the model cannot read this problem: too large, as for a device
+        if isinstance(self.error, (PromptTooLong, NotCheckableHere)):  # too large for the model or the device
             return ProblemResult.too_large_for_the_model(self.problem.name, self.run.k, str(self.error))
         if self.error is not None:
             raise self.error
@@ -413,13 +414,14 @@ class ProblemRun:
 
 def start_problem(problem: Problem, engine: Engine, check: CheckOptions, cancel: threading.Event, *,
                   given: list[tuple[str, str]] | None = None, samples: int | None = None,
-                  on_candidate: Callable[[Candidate], None] = lambda candidate: None) -> ProblemRun:
+                  on_candidate: Callable[[Candidate], None] = lambda candidate: None,
+                  generate_anyway: bool = False) -> ProblemRun:
     """Begin one problem: `samples` candidates generated with `engine`, each checked on its judges as it completes,
     or the `given` (file name, text) candidates sent straight to them. Returns at once. The one per-problem step,
     shared by the local loop (evaluate) and the Ray workers (repl/workflows/ray/worker.py)."""
     if given is None:
         run = BestOfRun(problem.code, samples or 1, engine=engine, check=check, on_progress=on_candidate,
-                        source_name=problem.name, cancel=cancel).start()
+                        source_name=problem.name, cancel=cancel, generate_anyway=generate_anyway).start()
         return ProblemRun(problem, run.finished, run)
     module = inspect_module_source(problem.code)
     candidates = [Candidate(index=number, name=name,
@@ -448,13 +450,14 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
              on_progress: Callable[[EvalProgress], None] | None = None, checks: CheckPool | None = None,
-             archive: EvalArchive | None = None) -> EvalReport:
+             archive: EvalArchive | None = None, generate_anyway: bool = False) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
     DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the judges. Checks of different
     problems run at once up to check.jobs, on the engine's judges (`checks` without an engine: a pool of the
     caller's, else one of the run's own, closed at its end). `concurrency`: generation requests in flight at once
     (useful with a server); problems are sampled concurrency // samples at a time (default: one at a time).
-    `archive` keeps each finished problem's kernels and checks before the results file names them. Raises
+    `archive` keeps each finished problem's kernels and checks before the results file names them. A problem too
+    large to check on the device is not sampled unless `generate_anyway`. Raises
     ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
     run."""
     if (engine is None) == (candidates_dir is None):
@@ -480,7 +483,8 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
 
     def start(problem: Problem) -> ProblemRun:
         given = read_candidates(candidates_dir, problem.name, samples) if candidates_dir is not None else None
-        return start_problem(problem, engine, check, cancel, given=given, samples=samples, on_candidate=on_candidate)
+        return start_problem(problem, engine, check, cancel, given=given, samples=samples, on_candidate=on_candidate,
+                             generate_anyway=generate_anyway)
 
     def harvest(block: bool) -> None:
         """Record the problems whose checks have all ended; block: wait for at least one."""
