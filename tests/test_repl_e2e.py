@@ -113,13 +113,16 @@ def test_paste_stream_save_run_and_quit(repl, tmp_path):
 def test_a_module_typed_without_bracketed_paste_is_the_module(repl):
     """Typed line by line (or pasted by a terminal without bracketed paste: the same keys), each line keeps the
     indentation it carries, and Enter waits for get_inputs() and get_init_inputs() (issue 24, item 4)."""
-    repl.send(RELU_MODULE.replace("\n", "\r"))
+    repl.send(RELU_MODULE.rstrip("\n").replace("\n", "\r"))  # to the end of its last line, KernelBench-style
     repl.wait_for("Enter: generate a Triton kernel for this module", timeout=60)  # a staircase never gets there
     screen = repl.text()
     prompt_at = screen.rindex("› " + RELU_MODULE.splitlines()[0])
     shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
     assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
     assert "tokens" not in screen  # nothing was submitted on the way
+    # A complete module submits on one Enter, though its last line is the indented `return` (needed two)
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
 
 
 def test_prompt_is_usable_while_the_model_loads_and_ctrl_d_exits(repl):

@@ -35,8 +35,16 @@ class Command:
 # -- the commands of the session itself ------------------------------------------------------------------------------
 
 def help_command(session, arguments):
-    """Show the commands."""
-    session.show_help()
+    """Show the commands; :help CMD shows one."""
+    if len(arguments) > 1:
+        raise CommandError("usage: :help [COMMAND]")
+    session.show_help(resolve(arguments[0].lstrip(":")) if arguments else None)
+
+
+def _no_arguments(arguments: list[str], name: str, instead: str) -> None:
+    """A command that takes no argument says so rather than ignoring one."""
+    if arguments:
+        raise CommandError(f":{name} takes no argument ({' '.join(arguments)}); {instead}")
 
 
 def run_command(session, arguments):
@@ -57,6 +65,7 @@ def save_command(session, arguments):
 
 def regen_command(session, arguments):
     """Sample another kernel for the same module."""
+    _no_arguments(arguments, "regen", ":best K samples K kernels")
     session.regenerate()
 
 
@@ -70,6 +79,7 @@ def show_command(session, arguments):
 
 def raw_command(session, arguments):
     """Show the model's whole reply, prose included."""
+    _no_arguments(arguments, "raw", ":show N shows candidate N of the last :best, its reply when it holds no code")
     session.show_raw()
 
 
@@ -104,6 +114,7 @@ def model_command(session, arguments):
 
 def quit_command(session, arguments):
     """Leave the session (Ctrl-D does the same)."""
+    _no_arguments(arguments, "quit", ":quit alone leaves")
     raise EOFError
 
 
@@ -112,7 +123,7 @@ def _table(*commands: Command) -> dict[str, Command]:
 
 
 COMMANDS: dict[str, Command] = _table(
-    Command(":help", help_command, aliases=("h", "?")),
+    Command(":help [COMMAND]", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
     Command(":save [PATH] [--force]", save_command, takes_path=True),
     Command(":regen", regen_command),

@@ -21,13 +21,14 @@ REPLY_STATES = {"stop": "complete", "length": "truncated", "interrupted": "inter
 
 def history_command(session, arguments):
     """List this session's last N entries (default 10, 0 for all), then earlier sessions' to fill up to N; --all lists
-    the last N of every session in order: time, module, tokens, verdict, speedup."""
+    every entry of every session in order (the last N with N): time, module, tokens, verdict, speedup."""
     every_session = "--all" in arguments
     words = [word for word in arguments if word != "--all"]
     if len(words) > 1 or (words and not words[0].isdigit()):
         raise CommandError("usage: :history [N] [--all]")
-    n = (int(words[0]) or None) if words else DEFAULT_HISTORY_LENGTH
+    n = (int(words[0]) or None) if words else None if every_session else DEFAULT_HISTORY_LENGTH
     log = _log(session)
+    hidden = n is not None and len(log.recent(n + 1)) > n  # older entries that this listing leaves out
     if every_session:
         sections = [("", log.recent(n))]
     else:
@@ -41,8 +42,9 @@ def history_command(session, arguments):
     for title, entries in sections:
         if entries:
             session.console.print(entries_table(entries, title=title or None))
-    session.console.print(":open ID makes an entry current again; :history --all lists every session in order.",
-                          style="hint")
+    older = "Older entries are hidden (:history 0 or --all shows them); " if hidden else ""
+    session.console.print(f"{older}:open ID makes an entry current again; :history --all lists every session in "
+                          "order.", style="hint")
 
 
 def open_command(session, arguments):

@@ -22,6 +22,7 @@ from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, PromptTooLo
 from repl.core.kernel_file import kernel_header, write_kernel_file
 from repl.core.module_source import ModuleSource, inspect_module_source
 from repl.core.paths import history_file
+from repl.core.wording import counted
 from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
@@ -138,7 +139,9 @@ class ReplSession:
             self._reported_failure = (self.engine.options.model, message)
             self.console.print(f"The model could not be loaded: {message}", style="bad")
             self.console.print(":model PATH|HUB_ID loads another; pasted modules are kept (:regen generates for the "
-                               "last one).", style="hint")
+                               "last one). To try the tool without the weights: `python tests/tiny_models.py trained "
+                               "/tmp/tiny` in the repository, then :model /tmp/tiny (README, Quick start).",
+                               style="hint")
 
     def toolbar_text(self) -> str:
         state, message = self.engine.model_state
@@ -296,7 +299,7 @@ class ReplSession:
         if is_kernel and "Model" not in inspect_module_source(code).module_classes:
             self.load_kernel(file, code)
             return
-        self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
+        self.console.print(f"Loaded {file} ({counted(len(code.splitlines()), 'line')}).", style="hint")
         self.submit_module(code, source_name=file.stem, file=file)
 
     def load_kernel(self, file: Path, text: str) -> None:
@@ -388,9 +391,9 @@ class ReplSession:
         except FileExistsError:
             raise commands.CommandError(f"{target} exists; :save {target} --force overwrites it") from None
         except OSError as error:
-            raise commands.CommandError(
-                f"could not write {target}: {error.strerror or one_line(error)}; the kernel is still here (:show)"
-            ) from None
+            folder = Path(target).expanduser().parent
+            why = f"the folder {folder} does not exist" if not folder.is_dir() else error.strerror or one_line(error)
+            raise commands.CommandError(f"could not write {target}: {why}; the kernel is still here (:show)") from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
         if syntax_error:
             self.console.print(f"It does not parse ({syntax_error}).", style="warn")
@@ -415,6 +418,9 @@ class ReplSession:
                                             "the server's to quantize")
             self.change_quantization(value.strip().lower())
             return
+        names = [setting for setting, _ in self.engine.settings.describe()]
+        if name not in names:
+            raise commands.CommandError(f"unknown setting {name!r}; settings: {', '.join(names)}, quantize")
         try:
             settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
@@ -426,7 +432,7 @@ class ReplSession:
                 f"max_new_tokens {settings.max_new_tokens:,} cannot fit: the model's context holds {context:,} tokens, "
                 "prompt and reply together")
         self.engine.settings = settings
-        self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
+        self.console.print(f"{name} = {dict(settings.describe())[name]}", style="hint")
 
     def change_quantization(self, mode: str) -> None:
         if mode not in ("none", "int8", "int4"):
@@ -461,9 +467,9 @@ class ReplSession:
         if reason:
             self.console.print(reason, style="hint")
 
-    def show_help(self) -> None:
+    def show_help(self, only: "commands.Command | None" = None) -> None:
         table = Table(show_header=False, box=None, padding=(0, 2))
-        for command in commands.COMMANDS.values():
+        for command in [only] if only is not None else commands.COMMANDS.values():
             table.add_row(Text(command.usage, style="accent"), command.help)
         self.console.print(table)
         self.console.print("Enter submits a complete module or a command; Esc-Enter always submits. "

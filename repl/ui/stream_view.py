@@ -23,6 +23,7 @@ from rich.segment import Segment, Segments
 from rich.syntax import Syntax
 from rich.text import Text
 
+from repl.core.wording import counted
 from repl.core.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, Reply
 from repl.ui.console import syntax_theme, terminal_safe
@@ -275,7 +276,8 @@ def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") 
         print_kernel(console, kernel, title, footer=status_line(reply))
         outside = _lines_outside_code(reply.text, kernel)
         if outside:
-            console.print(f"The reply has {outside} more line(s) of prose outside the code block; :raw shows them.",
+            console.print(f"The reply has {counted(outside, 'more line')} of prose outside the code block; :raw "
+                          "shows them.",
                           style="hint")
         if reply.finish_reason in (INTERRUPTED, TRUNCATED):
             console.print("The kernel may be incomplete (the reply was cut short); :regen samples a new one.",
