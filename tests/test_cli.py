@@ -195,7 +195,8 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
     log = SessionLog.open(enabled=True, kind="samples")
     engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"),
                     log=log, checks=stand_in_checks(check))
-    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1)
+    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1,
+                              generate_anyway=False)
     assert run_best_oneshot(engine, RELU_MODULE, args) == 0
     assert capsys.readouterr().out == PREPARED_KERNEL
     assert [(options["device"], options["trials"]) for options in checks] == [("cpu", 2), ("cpu", 2)]
