@@ -163,3 +163,24 @@ def test_a_kernel_the_parser_cannot_take_gets_a_verdict_in_both_report_modes(run
     assert result["verdict"] == "compile_error" and "cannot be parsed" in result["message"]
     report = runs["unparsable report"]
     assert report.returncode == 1 and "compile error" in report.stdout.lower() and "Traceback" not in report.stderr
+
+
+def test_swapped_files_stdin_and_a_syntax_error_name_what_the_user_gave(tmp_path):
+    """Swapped arguments said "no ModelNew found in the kernel"; `-` was refused; a syntax error named the sandbox's
+    copy (/tmp/kernelllm-judge-…/work/kernel.py) instead of the user's file."""
+    swapped = check_command(CASES_DIR / "relu_triton.py", CASES_DIR / "relu_reference.py")
+    assert swapped.returncode == 2 and "Traceback" not in swapped.stderr
+    assert "has no `Model` (it defines ModelNew, a kernel)" in swapped.stderr and "the order is REFERENCE KERNEL" \
+        in swapped.stderr
+    broken = tmp_path / "my_kernel.py"
+    broken.write_text("class ModelNew(nn.Module:\n    pass\n")
+    piped = subprocess.run([sys.executable, "-m", "repl.cli.check", str(CASES_DIR / "relu_reference.py"), "-",
+                            "--device", "cpu", "--trials", "1"], input=(CASES_DIR / "relu_triton.py").read_text(),
+                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    for arguments in [(), ("--json",)]:
+        result = check_command(CASES_DIR / "relu_reference.py", broken, "--device", "cpu", "--trials", "1",
+                               *arguments)
+        assert result.returncode == 1
+        assert f'File "{broken}", line 1' in (json.loads(result.stdout)["traceback"] if arguments else result.stdout)
+        assert "kernelllm-check-" not in result.stdout

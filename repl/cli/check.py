@@ -9,6 +9,7 @@ Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -48,7 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", metavar="REFERENCE",
                         help="the PyTorch module (Model, get_inputs, get_init_inputs)")
-    parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
+    parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply (- for "
+                                                         "stdin, for either file)")
     parser.add_argument("--atol", type=non_negative_float, default=DEFAULT_ATOL,
                         help=f"absolute tolerance (default: {DEFAULT_ATOL:g})")
     parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
@@ -64,8 +66,13 @@ def run(args) -> int:
     from repl.checker import CheckResult, Verdict
 
     try:
+        if args.reference == args.kernel == "-":
+            raise ValueError("only one of REFERENCE and KERNEL can be read from stdin (-)")
         reference = _read(args.reference, "REFERENCE")
         kernel = _read(args.kernel, "KERNEL")
+        swapped = _swapped(reference, kernel, args)
+        if swapped:
+            raise ValueError(swapped)
         result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
                               rtol=args.rtol, timeout=args.timeout)
     except ValueError as error:
@@ -75,13 +82,18 @@ def run(args) -> int:
         if getattr(args, "debug", False):
             raise
         result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
-    print_report(result, as_json=args.json, debug=getattr(args, "debug", False))
+    print_report(result, as_json=args.json, debug=getattr(args, "debug", False), kernel_name=args.kernel)
     return exit_status(result.verdict)
 
 
-def print_report(result, *, as_json: bool, debug: bool) -> None:
-    """The report, or at least the verdict and its message on one line should the report fail."""
+def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None = None) -> None:
+    """The report, or at least the verdict and its message on one line should the report fail; kernel_name: the
+    kernel's file as given, named instead of the sandbox's copy of it."""
+    from repl.ui.check_view import named_as_given, render_check_result
+
     if as_json:
+        result = dataclasses.replace(result, message=named_as_given(result.message, kernel_name),
+                                     traceback=named_as_given(result.traceback, kernel_name))
         try:
             text = json.dumps(result.to_json_dict())
         except (TypeError, ValueError):
@@ -89,11 +101,10 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
                                "message": str(result.message)})
         print(text)
         return
-    from repl.ui.check_view import render_check_result
     from repl.ui.console import report_console
 
     try:
-        report_console().print(render_check_result(result, full_traceback=debug))
+        report_console().print(render_check_result(result, full_traceback=debug, kernel_name=kernel_name))
     except BrokenPipeError:
         raise  # the reader has gone: nothing more to print
     except Exception:
@@ -113,7 +124,23 @@ def exit_status(verdict: str) -> int:
     return EXIT_NOT_CORRECT
 
 
+def _swapped(reference: str, kernel: str, args) -> str | None:
+    """Why the two files look given in the wrong order (one line), or None."""
+    from repl.core.extract import defines_model_new, extract_kernel_code
+    from repl.core.module_source import inspect_module_source
+
+    if "Model" in inspect_module_source(reference).module_classes:
+        return None
+    if defines_model_new(extract_kernel_code(reference) or reference) \
+            and "Model" in inspect_module_source(kernel).module_classes:
+        return (f"REFERENCE {args.reference} has no `Model` (it defines ModelNew, a kernel) and KERNEL {args.kernel} "
+                "defines Model: the order is REFERENCE KERNEL")
+    return None
+
+
 def _read(path: str, role: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
     try:
         return Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
