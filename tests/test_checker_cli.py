@@ -184,3 +184,20 @@ def test_swapped_files_stdin_and_a_syntax_error_name_what_the_user_gave(tmp_path
         assert result.returncode == 1
         assert f'File "{broken}", line 1' in (json.loads(result.stdout)["traceback"] if arguments else result.stdout)
         assert "kernelllm-check-" not in result.stdout
+
+
+def test_a_check_shows_a_live_status_line_on_a_terminal_and_nothing_in_a_pipe():
+    """`check` of a large problem was a blank terminal for 34-133 s."""
+    import pexpect
+
+    arguments = [str(CASES_DIR / "relu_reference.py"), str(CASES_DIR / "relu_triton.py"), "--device", "cpu",
+                 "--trials", "1", "--json"]
+    child = pexpect.spawn(sys.executable, ["-m", "repl.cli.check", *arguments], cwd=str(PROJECT_ROOT),
+                          encoding="utf-8", dimensions=(40, 120))
+    try:
+        child.expect(r"checking relu_triton.py against relu_reference.py · \d+ s \(Ctrl-C stops\)", timeout=120)
+        child.expect(pexpect.EOF, timeout=300)
+    finally:
+        child.terminate(force=True)
+    piped = check_command(*arguments)
+    assert piped.returncode == 0 and piped.stderr == ""

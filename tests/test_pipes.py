@@ -92,6 +92,7 @@ def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly_and_is_logged(trained
                               "--file", "relu.py", home=tmp_path)
     assert result.returncode == 141
     assert "tokens in" in result.stderr  # it generated, then found the reader gone
+    assert "\x1b" not in result.stderr and "(prefill)" not in result.stderr  # no live status line off a terminal
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr and "error" not in result.stderr
     with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:  # logged whatever became of stdout
         assert [(entry.source_name, entry.kernel, entry.state) for entry in log.recent(None)] == [
@@ -111,6 +112,9 @@ def test_output_into_a_file_with_a_terminal_on_stdin_reads_the_module_and_writes
         child.expect("Output is not a terminal: paste a module, then press Ctrl-D", timeout=120)
         child.send(RELU_MODULE)
         child.sendeof()
+        # stderr is the terminal: a live status line while the model reads the module and writes the kernel
+        child.expect(r"(reading the module \(prefill\)|generating: \d+ tokens[^·]*) · \d+ s \(Ctrl-C stops\)",
+                     timeout=300)
         child.expect(pexpect.EOF, timeout=300)
         child.close()
         assert child.exitstatus == 0, child.before

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
+from repl.cli.live_status import live_status
 from repl.cli.options import TIMEOUT_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
 
@@ -73,8 +74,9 @@ def run(args) -> int:
         swapped = _swapped(reference, kernel, args)
         if swapped:
             raise ValueError(swapped)
-        result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
-                              rtol=args.rtol, timeout=args.timeout)
+        with live_status(lambda: f"checking {Path(args.kernel).name} against {Path(args.reference).name}"):
+            result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
+                                  rtol=args.rtol, timeout=args.timeout)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from repl.cli.best_oneshot import run_best_oneshot
+from repl.cli.live_status import live_status
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.extract import extract_kernel_code
@@ -101,10 +102,11 @@ def _generate(engine, module, args, source_name: str | None) -> int:
         say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
         if stream.reply.note:
             say(f"note: {stream.reply.note}")
-        for _ in stream:
-            if time.monotonic() - last_report > 5:
-                say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
-                last_report = time.monotonic()
+        with live_status(lambda: _progress(stream.reply)) as live:
+            for _ in stream:
+                if not live and time.monotonic() - last_report > 5:  # off a terminal: a line now and then
+                    say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
+                    last_report = time.monotonic()
     except KeyboardInterrupt:
         stream.cancel()
         for _ in stream:  # to its end: the reply is final
@@ -129,3 +131,10 @@ def _generate(engine, module, args, source_name: str | None) -> int:
     return 0 if reply.finish_reason != INTERRUPTED else 130
 
 
+
+
+def _progress(reply) -> str:
+    if not reply.tokens:
+        return "reading the module (prefill)"
+    rate = f", {reply.tokens_per_second:.1f} tok/s" if reply.tokens_per_second else ""
+    return f"generating: {reply.tokens} tokens{rate}"
