@@ -431,6 +431,21 @@ def test_pick_refuses_a_candidate_of_another_module(tmp_path, monkeypatch, check
     assert session.attempt is not None
 
 
+def test_at_60_columns_the_ranking_keeps_number_marker_and_verdict_and_draws_no_cpu_empty_columns(tmp_path,
+                                                                                                    monkeypatch,
+                                                                                                    checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.console.width = 60
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    text = console.export_text(clear=False)
+    header = [line for line in text.splitlines() if "verdict" in line][-1]  # the ranking, after the live view
+    assert header.split()[:2] == ["#", "verdict"] and "vs eager" not in header and "kernel ms" not in header
+    assert re.search(r"(?m)^→ +2 +correct", text) and re.search(r"(?m)^ +1 +mismatch", text)
+    assert "…" not in "".join(line for line in text.splitlines() if "correct" in line or "mismatch" in line)
+
+
 def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch, stand_in_checks):
     first_checked = threading.Event()
 

@@ -36,9 +36,9 @@ class Terminal:
     """The program's pseudo-terminal output replayed into a terminal emulator: tests wait for what the screen shows
     (prompt_toolkit redraws only the characters that change, so the raw byte stream is no place to look)."""
 
-    def __init__(self, child: pexpect.spawn):
+    def __init__(self, child: pexpect.spawn, columns: int = COLUMNS):
         self.child = child
-        self.screen = _AnsweringScreen(child, COLUMNS, ROWS, history=5000)
+        self.screen = _AnsweringScreen(child, columns, ROWS, history=5000)
         self.stream = pyte.Stream(self.screen)
 
     def text(self) -> str:
@@ -176,11 +176,11 @@ def test_ctrl_c_stops_a_stream_keeps_the_partial_reply_and_returns_to_the_prompt
     assert entries and entries[-1]["interrupted"] is True and entries[-1]["tokens"] > 0
 
 
-def spawn(arguments: list[str], tmp_path: Path, program: list[str] | None = None) -> Terminal:
+def spawn(arguments: list[str], tmp_path: Path, program: list[str] | None = None, columns: int = COLUMNS) -> Terminal:
     environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
     child = pexpect.spawn(sys.executable, (program or [str(REPO / "kernelllm.py")]) + arguments, cwd=str(tmp_path),
-                          env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
-    return Terminal(child)
+                          env=environment, encoding="utf-8", dimensions=(ROWS, columns))
+    return Terminal(child, columns)
 
 
 def test_the_prompt_comes_before_any_heavy_import(tmp_path):
@@ -259,3 +259,28 @@ def test_best_k_beyond_what_the_device_holds_is_refused_with_the_bound(repl):
     repl.send(":history\r")
     repl.wait_for(r"this session[\s\S]*relu +\d+ +complete")
     assert "interrupted" not in repl.text()
+
+
+def test_at_60_columns_code_is_wrapped_not_cropped_and_tables_keep_what_matters(trained_model_dir, tmp_path):
+    """At 60 columns :show cropped code lines, and :history cut verdicts to `cor…` while GPU-only columns (always
+    – on a CPU) took the room."""
+    terminal = spawn(["--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600"], tmp_path,
+                     columns=60)
+    try:
+        terminal.wait_for(r"model: trained-kernel-model")
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for(r"\d+ tokens · [\d.]+ tok/s")
+        terminal.send(":run --trials 1\r")
+        terminal.wait_for(r"verdict +correct", timeout=240)
+        terminal.send(":show\r")
+        terminal.wait_for(r"checked: correct")
+        shown = "".join(terminal.text()[terminal.text().rindex(":show"):].split())
+        for line in PREPARED_KERNEL.splitlines():
+            assert "".join(line.split()) in shown, line  # every character of each line, however wrapped
+        terminal.send(":history\r")
+        terminal.wait_for(r"(?m)^ +\d+ .*relu .*complete +correct *$")
+        assert "cor…" not in terminal.text() and "vs eager" not in terminal.text()  # no timing on a CPU
+    finally:
+        terminal.child.terminate(force=True)

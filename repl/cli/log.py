@@ -111,7 +111,7 @@ def _show(entries, args, path) -> int:
 
     console = report_console()
     if entries:
-        console.print(entries_table(entries, with_session=True))
+        console.print(entries_table(entries, with_session=True, width=console.width))
     elif args.verdict or args.module or args.session:
         console.print("No entry of the session log matches.", style="hint")
     else:

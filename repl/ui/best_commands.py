@@ -148,7 +148,7 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
     session.candidates = ranked
     best = ranked[0]
     session.attempt = best.attempt
-    session.console.print(ranking_table(ranked, current=best))
+    session.console.print(ranking_table(ranked, current=best, width=session.console.width))
     correct = [c for c in ranked if c.correct]
     kept = f" (stopped: kept the {len(ranked)} finished)" if interrupted else ""
     if correct:

@@ -11,6 +11,7 @@ from repl.core.module_source import inspect_module_source
 from repl.log.current import current_of_last_session
 from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
+from repl.ui.fitted_table import Column, fitted_table
 
 DEFAULT_HISTORY_LENGTH = 10
 
@@ -41,7 +42,7 @@ def history_command(session, arguments):
         return
     for title, entries in sections:
         if entries:
-            session.console.print(entries_table(entries, title=title or None))
+            session.console.print(entries_table(entries, title=title or None, width=session.console.width))
     older = "Older entries are hidden (:history 0 or --all shows them); " if hidden else ""
     session.console.print(f"{older}:open ID makes an entry current again; :history --all lists every session in "
                           "order.", style="hint")
@@ -108,22 +109,24 @@ def local_time(iso_time: str) -> str:
     return datetime.fromisoformat(iso_time).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def entries_table(entries: list[LogEntry], title: str | None = None, with_session: bool = False) -> Table:
-    """with_session: a column with each entry's session id (`log` from the shell filters by it)."""
-    table = Table(box=None, padding=(0, 1), header_style="accent", title=title, title_justify="left",
-                  title_style="hint")
-    columns = [("id", "right"), ("time", "left"), ("module", "left"), ("tokens", "right"), ("reply", "left"),
-               ("verdict", "left"), ("vs eager", "right")]
-    if with_session:
-        columns.insert(1, ("session", "right"))
-    for heading, justify in columns:
-        table.add_column(heading, justify=justify, no_wrap=heading in {"time", "module"})
+# The entries' columns, the least important dropped first when the terminal is narrow (fitted_table).
+ENTRY_COLUMNS = [Column("id", "right", priority=9), Column("session", "right", priority=1),
+                 Column("time", priority=3), Column("module", priority=8), Column("tokens", "right", priority=2),
+                 Column("reply", priority=5), Column("verdict", priority=7), Column("vs eager", "right", priority=6)]
+
+
+def entries_table(entries: list[LogEntry], title: str | None = None, with_session: bool = False,
+                  width: int = 100_000) -> Table:
+    """with_session: a column with each entry's session id (`log` from the shell filters by it); `width`: the
+    console's, which the least important columns make way in."""
+    rows = []
     for entry in entries:
         verdict_style = "ok" if entry.verdict == "correct" else "bad" if entry.verdict else "hint"
-        session = [str(entry.session_id or "")] if with_session else []
-        table.add_row(
-            str(entry.id), *session, local_time(entry.time), module_label(entry), str(entry.tokens),
+        rows.append([
+            str(entry.id), str(entry.session_id or "") if with_session else "", local_time(entry.time),
+            module_label(entry), str(entry.tokens),
             Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
             Text(entry.verdict or "not checked", style=verdict_style),
-            f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else "")
-    return table
+            f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else ""])
+    return fitted_table(ENTRY_COLUMNS, rows, width - 2, padding=(0, 1), pad_edge=True, header_style="accent",
+                        title=title, title_justify="left", title_style="hint")

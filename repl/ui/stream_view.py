@@ -264,8 +264,9 @@ class _CollectingFile:
 def print_kernel(console: Console, code: str, title: str, footer: Text | None = None) -> None:
     """The kernel, highlighted, between two rules: no box and no gutter inside the code lines, so it copies cleanly."""
     console.print(Rule(Text(f" {title} ", style="accent"), style="hint"))
+    # Wrapped, never cropped: a narrow terminal must still show every character of the code.
     console.print(Syntax(terminal_safe(code).rstrip("\n"), "python", theme=syntax_theme(), line_numbers=False,
-                         word_wrap=False, background_color="default"))
+                         word_wrap=True, background_color="default"))
     console.print(Rule(footer or "", style="hint"))
 
 
