@@ -201,3 +201,18 @@ def test_a_check_shows_a_live_status_line_on_a_terminal_and_nothing_in_a_pipe():
         child.terminate(force=True)
     piped = check_command(*arguments)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_a_kernelbench_size_problem_is_checked_at_reduced_sizes_with_scale(tmp_path):
+    """1_Square at 4096x4096 timed out after 120 s of interpreter time with no hint; 19_ReLU was "too large"."""
+    problem = (PROJECT_ROOT / "tests" / "eval_problems" / "1_ReLU.py").read_text()
+    big = tmp_path / "19_ReLU.py"
+    big.write_text(problem.replace("batch_size = 4\n", "batch_size = 4096\n").replace("dim = 50\n", "dim = 393216\n"))
+    kernel = PROJECT_ROOT / "tests" / "eval_candidates" / "1_ReLU" / "good.py"
+    full = check_command(big, kernel, "--device", "cpu", "--trials", "1", "--json")
+    assert full.returncode == 2 and json.loads(full.stdout)["verdict"] == "too_large"
+    assert "--scale F checks it at reduced sizes on the CPU" in json.loads(full.stdout)["message"]
+    scaled = check_command(big, kernel, "--device", "cpu", "--trials", "1", "--scale", "0.001", "--json")
+    assert scaled.returncode == 0, scaled.stdout + scaled.stderr
+    assert json.loads(scaled.stdout)["message"].startswith(
+        "at reduced sizes (--scale 0.001: batch_size 4,096 → 4, dim 393,216 → 393): matches the reference")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
+from repl.core.module_scaling import scale_inputs
 from repl.cli.live_status import live_status
 from repl.cli.options import TIMEOUT_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
@@ -57,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
                         help=f"relative tolerance (default: {DEFAULT_RTOL:g})")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--scale", type=positive_float, metavar="F",
+                        help="check at reduced sizes: the sizes get_inputs() uses (the module's whole-number "
+                             "constants that get_init_inputs() does not use) times F, e.g. 0.01 for a KernelBench "
+                             "problem on a CPU; said in the verdict")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
 
@@ -66,6 +71,7 @@ def run(args) -> int:
 
     from repl.checker import CheckResult, Verdict
 
+    scaled = None
     try:
         if args.reference == args.kernel == "-":
             raise ValueError("only one of REFERENCE and KERNEL can be read from stdin (-)")
@@ -74,6 +80,8 @@ def run(args) -> int:
         swapped = _swapped(reference, kernel, args)
         if swapped:
             raise ValueError(swapped)
+        scaled = scale_inputs(reference, args.scale) if args.scale is not None else None
+        reference = scaled.code if scaled is not None else reference
         with live_status(lambda: f"checking {Path(args.kernel).name} against {Path(args.reference).name}"):
             result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
                                   rtol=args.rtol, timeout=args.timeout)
@@ -84,6 +92,12 @@ def run(args) -> int:
         if getattr(args, "debug", False):
             raise
         result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
+    if scaled is not None:  # said in the verdict: not the sizes the module gives
+        result = dataclasses.replace(result, message=f"at reduced sizes ({scaled.describe(args.scale)}): "
+                                                     f"{result.message}")
+    elif result.verdict in (Verdict.TIMEOUT, Verdict.TOO_LARGE) and result.device == "cpu-interpreter":
+        result = dataclasses.replace(result, message=f"{result.message}; --scale F checks it at reduced sizes on "
+                                                     "the CPU (e.g. --scale 0.01), --timeout SECONDS allows longer")
     print_report(result, as_json=args.json, debug=getattr(args, "debug", False), kernel_name=args.kernel)
     return exit_status(result.verdict)
 
