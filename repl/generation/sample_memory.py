@@ -8,6 +8,8 @@ and the checks.
 
 from dataclasses import dataclass
 
+from repl.core.memory import machine_memory_available
+
 SHARE_OF_FREE_MEMORY = 0.5
 
 
@@ -39,14 +41,7 @@ def free_memory_bytes(device: str) -> int | None:
         import torch
 
         return torch.cuda.mem_get_info(torch.device(device))[0]
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return machine_memory_available()
 
 
 def samples_that_fit(loaded, prompt_tokens: int, max_new_tokens: int) -> SampleBound | None:
