@@ -10,6 +10,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from rich.table import Table
+from rich.text import Text
+
 from repl.ui import best_commands, history_commands
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
@@ -38,7 +41,13 @@ def help_command(session, arguments):
     """Show the commands; :help CMD shows one."""
     if len(arguments) > 1:
         raise CommandError("usage: :help [COMMAND]")
-    session.show_help(resolve(arguments[0].lstrip(":")) if arguments else None)
+    shown = [resolve(arguments[0].lstrip(":"))] if arguments else COMMANDS.values()
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    for command in shown:
+        table.add_row(Text(command.usage, style="accent"), command.help)
+    session.console.print(table)
+    session.console.print("Enter submits a complete module or a command; Esc-Enter always submits. Commands may be "
+                          "shortened to a unique prefix (:sa for :save).", style="hint")
 
 
 def _no_arguments(arguments: list[str], name: str, instead: str) -> None:
@@ -94,8 +103,11 @@ def load_command(session, arguments):
 def set_command(session, arguments):
     """Show the settings, or change one: temperature, top_p, max_new_tokens, seed; quantize none|int8|int4
     reloads the model."""
+    names = [name for name, _ in session.engine.settings.describe()] + ["quantize"]
     if not arguments:
         session.show_settings()
+    elif len(arguments) == 2 and arguments[0] not in names:
+        raise CommandError(f"unknown setting {arguments[0]!r}; settings: {', '.join(names)}")
     elif len(arguments) == 2:
         session.change_setting(*arguments)
     else:

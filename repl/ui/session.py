@@ -418,9 +418,6 @@ class ReplSession:
                                             "the server's to quantize")
             self.change_quantization(value.strip().lower())
             return
-        names = [setting for setting, _ in self.engine.settings.describe()]
-        if name not in names:
-            raise commands.CommandError(f"unknown setting {name!r}; settings: {', '.join(names)}, quantize")
         try:
             settings = self.engine.settings.with_value(name, value)
         except ValueError as error:
@@ -466,14 +463,6 @@ class ReplSession:
         reason = backend.reason if backend is not None else None
         if reason:
             self.console.print(reason, style="hint")
-
-    def show_help(self, only: "commands.Command | None" = None) -> None:
-        table = Table(show_header=False, box=None, padding=(0, 2))
-        for command in [only] if only is not None else commands.COMMANDS.values():
-            table.add_row(Text(command.usage, style="accent"), command.help)
-        self.console.print(table)
-        self.console.print("Enter submits a complete module or a command; Esc-Enter always submits. "
-                           "Commands may be shortened to a unique prefix (:sa for :save).", style="hint")
 
 
 class _StreamReader:
