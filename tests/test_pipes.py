@@ -62,6 +62,17 @@ def test_log_to_a_pipe_shows_every_column_whole(home):
     assert "invalid_reference" in first and "…" not in result.stdout
 
 
+def test_reports_to_a_pipe_end_no_line_in_padding(home):
+    """Piped `check` and `log` padded every line with spaces up to the widest cell."""
+    listing = kernelllm("log", "-n", "3", home=home)
+    cases = REPO / "tests" / "checker_cases"
+    check = kernelllm("check", str(cases / "relu_reference.py"), str(cases / "relu_triton.py"), "--device", "cpu",
+                      "--trials", "1", home=home)
+    assert listing.returncode == 0 and check.returncode == 0, listing.stderr + check.stderr
+    for output in (listing.stdout, check.stdout):
+        assert output.strip() and not [line for line in output.splitlines() if line != line.rstrip()]
+
+
 @pytest.mark.parametrize("arguments", [["log", "--json"], ["log"]])
 def test_a_reader_that_goes_away_ends_the_command_quietly(home, arguments):
     result = into_closed_pipe(*arguments, home=home)
