@@ -158,7 +158,7 @@ def test_every_candidate_is_checked_and_the_correct_one_ranks_first_with_the_rea
     verdicts = {c.index: c.verdict for c in run.candidates}
     assert verdicts == {1: "mismatch", 2: "correct", 3: "compile_error"}
     best = run.ranked()[0]
-    assert best.index == 2 and best.kernel == PREPARED_KERNEL and best.check.device == "cpu-interpreter"
+    assert best.index == 2 and best.attempt.kernel == PREPARED_KERNEL and best.check.device == "cpu-interpreter"
 
 
 def test_a_candidate_is_checked_while_the_next_one_is_still_generating(checked_on):
@@ -173,7 +173,7 @@ def test_a_candidate_is_checked_while_the_next_one_is_still_generating(checked_o
     run = start_run(2, engine_for(backend, checks=checked_on), on_progress=on_progress)
     assert run.wait(20) and run.error is None
     assert [c.verdict for c in run.candidates] == ["mismatch", "correct"]
-    assert run.candidates[0].check_finished_at < run.candidates[1].reply.finished_at
+    assert run.candidates[0].check_finished_at < run.candidates[1].attempt.reply.finished_at
 
 
 def test_a_backend_with_stream_many_samples_all_candidates_in_one_batch(checked_on):

@@ -150,3 +150,36 @@ def test_an_eval_worker_closes_the_pool_it_started_and_leaves_one_it_was_given(m
     EvalWorker({"device": "cpu", "trials": 1}).close()
     with pytest.raises(RuntimeError, match="closed"):
         started[0].reserve("cpu")
+
+
+class _StandInJudge:
+    def __init__(self):
+        self.living = True
+
+    def alive(self):
+        return self.living
+
+    def close(self, grace_s=3.0):
+        self.living = False
+
+
+def test_a_lanes_judges_and_slots_are_one_structure_a_slot_grown_brings_its_judge():
+    from repl.checker.caller.judges import Judges
+
+    started = []
+    judges = Judges(lambda jobs: started.append(jobs) or _StandInJudge(), jobs=1)
+    first = judges.hold()
+    assert judges.hold(timeout=0.05) is None, "a second check got a slot of a one-slot lane"
+    waiting = []
+    waiter = threading.Thread(target=lambda: waiting.append(judges.hold()))
+    waiter.start()
+    judges.grow(2)
+    waiter.join(timeout=30)
+    assert waiting and waiting[0] is not first and started == [1, 2], "the grown slot's judge was not the one taken"
+    first.close()  # a judge that died is replaced, not kept
+    judges.release(first)
+    judges.release(waiting[0])
+    assert judges.idle == [waiting[0]] and judges.live == [waiting[0]]
+    with judges.hold_all() as idle:
+        assert idle == [waiting[0]] and judges.hold(timeout=0.05) is None
+    assert judges.hold(timeout=1) is waiting[0]

@@ -192,10 +192,10 @@ def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
     kernel = (CASES_DIR / "relu_triton.py").read_text()
     with Checker(device="cpu") as checker:
         first = checker.check(RELU_REFERENCE, kernel)
-        judge = checker._idle[0].process.pid
+        judge = checker.judges.idle[0].process.pid
         second = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_identity.py").read_text())
         third = checker.check(RELU_REFERENCE, kernel)
-        assert checker._idle[0].process.pid == judge
+        assert checker.judges.idle[0].process.pid == judge
     assert (first.verdict, second.verdict, third.verdict) == ("correct", "mismatch", "correct")
     with pytest.raises(RuntimeError):
         checker.check(RELU_REFERENCE, kernel)
@@ -208,7 +208,7 @@ def test_candidates_are_forked_from_the_judges_fork_server_unless_it_is_turned_o
         monkeypatch.setenv("KERNELLLM_FORK_SERVER", "0")
     with Checker(device="cpu") as checker:
         result = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())
-        judge = checker._idle[0].process.pid  # its spare candidate is started by now
+        judge = checker.judges.idle[0].process.pid  # its spare candidate is started by now
         servers = [pid for pid in _children(judge) if "repl.checker.candidate.fork_server" in _command_line(pid)]
         below = [pid for pid in _descendants(judge) if pid != judge]
         started_anew = [pid for pid in below if "repl.checker.candidate.main" in _command_line(pid)]
@@ -279,7 +279,7 @@ def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exis
     assert checker.prepare(RELU_REFERENCE) is None
     assert checker.prepare("import sys\nsys.exit(3)\n") is None  # a module that does not import: nothing to say
     # `checked` ran two checks at a time: both judges are started, so the hanging module reaches the other one too.
-    assert len(checker._idle) == 2, "the module's checker has fewer than two judges ready"
+    assert len(checker.judges.idle) == 2, "the module's checker has fewer than two judges ready"
     # A check would wait this long for a judge stuck preparing the module before replacing it: far longer than the
     # cold judge the check needs instead takes to start on a loaded machine (seconds to a minute).
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3600.0)

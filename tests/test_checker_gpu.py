@@ -71,9 +71,9 @@ def test_the_cpu_interpreter_is_still_available_on_a_gpu_machine():
 def test_a_warm_check_reuses_the_judge_and_a_ready_candidate():
     with Checker(device="cuda") as checker:
         cold = checker.check(RELU_REFERENCE, INDUCTOR_RELU)
-        judge = checker._idle[0].process.pid
+        judge = checker.judges.idle[0].process.pid
         warm = checker.check(RELU_REFERENCE, INDUCTOR_RELU)
-        assert checker._idle[0].process.pid == judge
+        assert checker.judges.idle[0].process.pid == judge
     print(f"\ncold {cold.elapsed_s} s, warm {warm.elapsed_s} s: {json.dumps(warm.to_json_dict())}")
     assert (cold.verdict, warm.verdict) == ("correct", "correct"), warm.message
     assert warm.kernel_ms > 0 and warm.eager_ms == cold.eager_ms  # the reference's timings are cached per problem

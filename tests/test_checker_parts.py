@@ -435,12 +435,12 @@ def test_outputs_all_below_atol_get_a_tolerance_that_tells_zeros_apart_and_a_not
 
 
 def test_a_py_file_is_checked_whole_and_a_reply_is_extracted():
-    from repl.checker import kernel_source
+    from repl.core.extract import extract_kernel_code
 
     file_text = '"""Example:\n```python\nclass ModelNew: pass\n```\n"""\nclass ModelNew:\n    x = 1\n'
-    assert kernel_source(file_text) == file_text
+    assert extract_kernel_code(file_text) == file_text
     reply = "Here it is:\n```python\nclass ModelNew:\n    pass\n```\nDone."
-    assert kernel_source(reply) == "class ModelNew:\n    pass\n"
+    assert extract_kernel_code(reply) == "class ModelNew:\n    pass\n"
 
 
 def test_too_large_and_invalid_reference_exit_2():
@@ -484,7 +484,8 @@ def test_the_sandbox_and_the_fork_server_import_nothing_that_imports_them_back()
                 pending.append(other)
         return seen
 
-    confinement = [name for name in graph if name.startswith("repl.checker.sandbox") or name.endswith(".fork_server")]
+    confinement = [name for name in graph
+                   if name.startswith("repl.checker.sandbox") or name.endswith((".fork_server", ".fork_server_main"))]
     assert len(confinement) >= 8
     circles = {name: sorted(other for other in reachable(name) if name in reachable(other)) for name in confinement}
     assert {name: circle for name, circle in circles.items() if circle} == {}

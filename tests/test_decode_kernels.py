@@ -9,7 +9,7 @@ from interpreter import run_under_interpreter
 CHECK_PREAMBLE = """
 import torch
 from repl.fastpath.kernels import decode_matvec
-from repl.fastpath import llama_math
+from repl.fastpath import llama_math, matvec_pieces
 from repl.fastpath.kernels.decode_matvec import matvec_residual
 torch.manual_seed(0)
 torch._dynamo.reset()  # fullgraph=True fails at a function's 9th shape in a process: other GPU tests compile these too
@@ -41,14 +41,14 @@ for hidden, inter in {shapes}:
     assert error < tolerance, ("down", hidden, inter, error)
 
     ref = llama_math.layer_output(*double(x, attention, o, norm, gate_up, down), 1e-5)
-    for layer_output in (decode_matvec.layer_output,
-                         torch.compile(decode_matvec.layer_output, fullgraph=True, dynamic=False, backend={backend!r})):
+    for layer_output in (matvec_pieces.layer_output,
+                         torch.compile(matvec_pieces.layer_output, fullgraph=True, dynamic=False, backend={backend!r})):
         error = relative_error(layer_output(x, attention, o, norm, gate_up, down, 1e-5), ref)
         assert error < tolerance, ("layer", hidden, inter, error)
 
     # More than one row: llama_math's layer (cuBLAS), same answer.
     rows = torch.randn(2, 1, hidden, device=device, dtype=dtype), torch.randn(2, 1, hidden, device=device, dtype=dtype)
-    out = decode_matvec.layer_output(*rows, o, norm, gate_up, down, 1e-5)
+    out = matvec_pieces.layer_output(*rows, o, norm, gate_up, down, 1e-5)
     assert torch.equal(out, llama_math.layer_output(*rows, o, norm, gate_up, down, 1e-5))
 
 try:
@@ -89,8 +89,8 @@ for hidden, heads, kv_heads, dim, length, position in {shapes}:
     expected_caches = [cache.double() for cache in caches]
     expected_q, _, _ = llama_math.attention_input(x.double(), norm.double(), qkv.double(), cos.double(), sin.double(),
                                                   *expected_caches, positions, heads, kv_heads, 1e-5)
-    for attention_input in (decode_matvec.attention_input, torch.compile(
-            decode_matvec.attention_input, fullgraph=True, dynamic=False, backend={backend!r})):
+    for attention_input in (matvec_pieces.attention_input, torch.compile(
+            matvec_pieces.attention_input, fullgraph=True, dynamic=False, backend={backend!r})):
         written = [cache.clone() for cache in caches]
         q, k, v = attention_input(x, norm, qkv, cos, sin, *written, positions, heads, kv_heads, 1e-5)
         assert q.shape == (1, heads, 1, dim) and q.dtype == dtype and k is None and v is None

@@ -3,28 +3,15 @@ gives no seed (and no failure) when absent or unreadable; the seed problems are 
 corpus record into a KernelBook reply and writes the file the loader reads. CPU, no model weights needed."""
 
 import gzip
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from repl.fastpath import drafting_seed
 from repl.fastpath.drafting_seed import END_OF_REPLY, format_seed, split_seed
-
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
-
-
-def load_tool(name: str):
-    """A tools/ script as a module (tools/ is not a package; its scripts import each other by name)."""
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tool_scripts import TOOLS, load_tool
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +218,17 @@ def test_the_tool_writes_one_kernelbook_reply_per_compiled_problem(tmp_path, tok
     assert tool.main() == 0
     assert split_seed(out.read_text()) == [reply]
     assert drafting_seed.drafting_seed(tokenizer, out) == [tokenizer.encode(reply, add_special_tokens=False)]
+
+
+def test_the_corpus_tool_that_feeds_the_seed_tool_runs_and_explains_itself():
+    """tools/inductor_corpus.py needs a GPU to compile; here it starts and prints its usage (the corpus that
+    ``drafting_seed.py`` reads)."""
+    import subprocess
+
+    shown = subprocess.run([sys.executable, str(TOOLS / "inductor_corpus.py"), "--help"], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "--out" in shown.stdout and "KernelBench" in shown.stdout and "--seconds" in shown.stdout
 
 
 # -- tools/drafting_acceptance.py --seed ------------------------------------------------------------------------------

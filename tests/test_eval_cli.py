@@ -101,6 +101,7 @@ def test_samples_takes_the_first_k_candidate_files(relu_only, checked, tmp_path)
     (["{problems}", "--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
     (["{problems}", "--candidates", "nowhere"], "--candidates nowhere is not a folder"),
     (["{problems}", "--json", "no/such/dir/out.json"], "does not exist"),
+    (["{problems}", "--candidates", "{candidates}", "--json", "{link}"], "is a symbolic link: not followed"),
     (["{problems}", "--samples", "4", "--temperature", "0"], "greedy decoding"),
     (["{problems}", "--candidates", "{candidates}", "--json", "{foreign}"], "not an eval results file"),
     (["{problems}", "--candidates", "{candidates}", "--problems", "99"], "--problems 99: no problem matches it"),
@@ -109,7 +110,9 @@ def test_bad_arguments_exit_2_with_one_line(relu_only, tmp_path, capsys, argumen
     problems, candidates = relu_only
     foreign = tmp_path / "foreign.json"
     foreign.write_text("[1, 2]")
-    argv = [a.format(problems=problems, candidates=candidates, foreign=foreign) for a in arguments]
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    argv = [a.format(problems=problems, candidates=candidates, foreign=foreign, link=link) for a in arguments]
     assert main_cli.main(["eval", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

@@ -51,3 +51,27 @@ def test_indented_code_inside_is_not_a_fence():
     code = 'class ModelNew:\n    doc = """\n    ```not a fence```\n    """\n'
     blocks = code_blocks(f"```python\n{code}```")
     assert blocks == [("python", code)]
+
+
+# A reply made so that two readings give two kernels: a whole Python file holding a different, fenced ModelNew.
+TWO_READINGS = ('"""Notes.\n```python\nclass ModelNew:\n    fenced = True\n```\n"""\n'
+                "class ModelNew:\n    fenced = False\n")
+NESTED_FENCE = "```python\nclass ModelNew:\n    a = 1\n```python\nclass ModelNew:\n    b = 2\n```\n"
+
+
+def test_a_reply_that_is_a_whole_file_has_one_kernel_the_file():
+    assert extract_kernel_code(TWO_READINGS) == TWO_READINGS
+
+
+def test_the_decision_applied_to_its_own_result_gives_the_same_text():
+    """The checker applies it again to the kernel it is sent: that must be the very text the surfaces show."""
+    replies = [TWO_READINGS, NESTED_FENCE, f"```python\n{KERNEL}```", KERNEL, "```python\nclass ModelNew(:\n```",
+               "x = '```'\nclass ModelNew:\n    pass\n", "````python\nclass ModelNew:\n```\n    pass\n````"]
+    for reply in replies:
+        kernel = extract_kernel_code(reply)
+        assert kernel is None or extract_kernel_code(kernel) == kernel, reply
+
+
+def test_text_made_to_exhaust_the_parser_is_read_as_a_reply():
+    assert extract_kernel_code("-" * 100_000 + "x\nModelNew") is None
+    assert extract_kernel_code("x" + "+x" * 300_000 + f"\n```python\n{KERNEL}```") == KERNEL

@@ -368,7 +368,7 @@ def test_a_profile_is_grouped_per_step_by_kind_of_kernel():
         event("_attend_and_combine", 100.0, 64)])
     grouped = _grouped(profiler, 0.010, 2)
     assert grouped["wall_ms_per_step"] == pytest.approx(5.0)
-    assert grouped["by_kind_ms"] == {"quantized products (quant_kernels)": pytest.approx(2.0),
+    assert grouped["by_kind_ms"] == {"quantized products (quant_*, int4_mma*)": pytest.approx(2.0),
                                      "attention (decode_attention)": pytest.approx(0.25)}
     assert grouped["gpu_ms_per_step"] == pytest.approx(2.25) and grouped["launches"] == 193
     assert [row["name"] for row in grouped["top_kernels"]] == ["_int4_mma_matvec", "_int4_qkv_rope_cache",

@@ -1,10 +1,14 @@
 """The tensor-core one-row int4 product (``int4_mma``) and its q/k/v form with RoPE and the cache writes
-(``int4_mma_rope``): compiled offline for an H100 (sm_90), their K loops keep the weights in registers (no shared
-memory, no shuffles) at under two instructions a weight, plus a few a value of the input where they make it (a norm,
-SwiGLU); stream-K's partition of the work (on the CPU); on CUDA, the product against the dequantized reference,
-split along K or not or in stream-K form, ragged rows, with a residual; the input made in the kernel against the
-input made first; q/k/v with RoPE against the fused CUDA-core kernel; gate/up storing SiLU(gate) * up (SWIGLU_OUT):
-the plain product's K loop offline, and on CUDA the bits of the product followed by SwiGLU."""
+(``int4_mma_rope``). On CUDA, their behaviour: the product against the dequantized reference, split along K or not,
+ragged rows, with a residual, replayed in a CUDA graph; the input made in the kernel against the input made first;
+q/k/v with RoPE against the fused CUDA-core kernel; gate/up storing SiLU(gate) * up, the bits of the product followed
+by SwiGLU.
+
+Offline (compiled for an H100, sm_90, on any machine), their K loops' machine code, where the count is the point:
+these kernels exist to be fast, and what makes them fast leaves no trace in their outputs. The weights kept in
+registers (no shared memory, no shuffles), one mma per group and k-block, under two instructions a weight plus a few
+a value of an input they make, a warp's loads 1 KB together, four programs an SM under the register cap: a change
+that breaks one of these gives the same bits, only slower, and the CPU-only CI would not see it otherwise."""
 
 import collections
 
@@ -13,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from repl.fastpath.kernels import int4_mma, int4_mma_rope
+from repl.fastpath.kernels.launch_options import pdl_on
+from sass import innermost_loops, main_loop, resource_usage
 
 needs_gluon = pytest.mark.skipif(not int4_mma.available(),
                                  reason=f"int4_mma does not compile here: {int4_mma.unavailable_reason()}")
@@ -27,16 +33,13 @@ INPUT_COST = {"plain": 0, "norm": 5, "swiglu": 16}
 
 @needs_gluon
 @pytest.mark.parametrize("form", list(INPUT_COST))
-@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
-                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2),
-                                    int4_mma.Config(4, 1, True, own_chains=True),
-                                    int4_mma.Config(4, 2, False, own_chains=True)])
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
 def test_the_k_loop_keeps_the_weights_in_registers(config, form):
-    """Whatever input it makes, the K loop (the one loop with mma; stream-K's inside its loop over row blocks) moves
+    """Whatever input it makes, the K loop (the one loop with mma) moves
     nothing through shared memory; a norm or SwiGLU adds one load a value of B (the norm's weight or the up half) to
     x's and a few instructions, the mma's unchanged."""
     compiled = int4_mma.compile_for_sm90(config, residual=True, norm=form == "norm", swiglu=form == "swiglu")
-    loops = [loop for loop in int4_mma.innermost_loops(compiled.asm["cubin"])
+    loops = [loop for loop in innermost_loops(compiled.asm["cubin"])
              if any(line.startswith("HMMA") for line in loop)]
     assert len(loops) == 1
     ops = collections.Counter(line.split()[0].split(".")[0] for line in loops[0])
@@ -59,7 +62,7 @@ def test_a_warp_loads_each_group_of_its_tile_from_one_kilobyte_of_words(n):
     import re
 
     compiled = int4_mma.compile_for_sm90(int4_mma.config_for(n), residual=True, pdl=True)
-    loop = int4_mma.main_loop(compiled.asm["cubin"])
+    loop = main_loop(compiled.asm["cubin"])
     offsets = [int(match.group(1) or "0", 16) for line in loop if line.startswith("LDG.E.EF.128")
                for match in [re.search(r"\.64(?:\+0x([0-9a-f]+))?\]", line)] if match]
     assert len(offsets) >= 8 and all(offset % 0x400 == 0 for offset in offsets), offsets
@@ -74,15 +77,13 @@ def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
     epilogue: its K loop has the plain product's mma and loads, nothing through shared memory, no shuffles, and
     about its length (offline, sm_90, triton 3.9: the same or up to two instructions fewer). Stream-K and a residual
     have no such form."""
-    loops = {swiglu_out: int4_mma.main_loop(int4_mma.compile_for_sm90(config, pdl=pdl, swiglu_out=swiglu_out)
+    loops = {swiglu_out: main_loop(int4_mma.compile_for_sm90(config, pdl=pdl, swiglu_out=swiglu_out)
                                             .asm["cubin"]) for swiglu_out in (False, True)}
     ops = {swiglu_out: collections.Counter(line.split()[0].split(".")[0] for line in loop)
            for swiglu_out, loop in loops.items()}
     assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops[True]), ops[True]
     assert all(ops[True][op] == ops[False][op] for op in ("HMMA", "LDG")), ops
     assert len(loops[True]) <= len(loops[False]) + 8, (len(loops[True]), len(loops[False]))
-    with pytest.raises(ValueError, match="SWIGLU_OUT"):
-        int4_mma.compile_for_sm90(config._replace(stream=2), pdl=pdl, swiglu_out=True)
     with pytest.raises(ValueError, match="SWIGLU_OUT"):
         int4_mma.compile_for_sm90(config, residual=True, pdl=pdl, swiglu_out=True)
 
@@ -92,22 +93,21 @@ def test_the_swiglu_out_form_keeps_the_plain_product_s_k_loop(config, pdl):
 def test_the_register_cap_fits_four_programs_an_sm_and_keeps_the_k_loop(n):
     """``config_for``'s capped configuration (``Config.maxnreg``): four programs of its warps fit an SM's 65536
     registers (uncapped, ptxas gave the prefetch 152-158 a thread: three), and the K loop does the same work (its
-    mma and global loads as uncapped). ptxas may keep a few values in local memory meanwhile: with each group's own
-    mma chain (``Config.own_chains``, the served form) it runs chains side by side and, capped, moves some values
-    through local memory (offline, sm_90, a step: 12 loads and 4 stores with triton 3.6, 12 and 5 with 3.9; with the
-    masked chain none and one), timed faster all the same (run 60, H200: gate/up 21.4 against 22.2 us). A step's
-    words spilled would take hundreds."""
+    mma and global loads as uncapped). ptxas may keep a few values in local memory meanwhile: it runs the groups'
+    mma chains side by side and, capped, moves some values through local memory (offline, sm_90, a step: 12 loads
+    and 4 stores with triton 3.6, 12 and 5 with 3.9), timed faster all the same. A step's words spilled would take
+    hundreds."""
     config = int4_mma.config_for(n)
     assert config.maxnreg and config.prefetch
     capped = int4_mma.compile_for_sm90(config, pdl=True)
     uncapped = int4_mma.compile_for_sm90(config._replace(maxnreg=None), pdl=True)
-    registers = int4_mma.resource_usage(capped.asm["cubin"])["registers"]
+    registers = resource_usage(capped.asm["cubin"])["registers"]
     assert 4 * config.warps * 32 * registers <= 65536, registers
-    assert 4 * config.warps * 32 * int4_mma.resource_usage(uncapped.asm["cubin"])["registers"] > 65536
-    ops = [collections.Counter(line.split()[0].split(".")[0] for line in int4_mma.main_loop(kernel.asm["cubin"]))
+    assert 4 * config.warps * 32 * resource_usage(uncapped.asm["cubin"])["registers"] > 65536
+    ops = [collections.Counter(line.split()[0].split(".")[0] for line in main_loop(kernel.asm["cubin"]))
            for kernel in (capped, uncapped)]
     assert all(ops[0][op] == ops[1][op] for op in ("HMMA", "LDG")), ops
-    assert ops[0]["LDL"] + ops[0]["STL"] <= (24 if config.own_chains else 2), ops[0]
+    assert ops[0]["LDL"] + ops[0]["STL"] <= 24, ops[0]
 
 
 @pytest.mark.skipif(not int4_mma_rope.available(),
@@ -119,7 +119,7 @@ def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim, norm):
     the normed input made in it or not; the RoPE epilogue (which may use shared memory to pair dim d with
     d + dim/2) and the norm's pass over x stay out of it."""
     config = int4_mma_rope.config_for(dim)
-    loop = int4_mma.main_loop(int4_mma_rope.compile_for_sm90(dim=dim, norm=norm).asm["cubin"])
+    loop = main_loop(int4_mma_rope.compile_for_sm90(dim=dim, norm=norm).asm["cubin"])
     ops = collections.Counter(line.split()[0].split(".")[0] for line in loop)
     assert not {"LDS", "STS", "LDSM", "STSM", "SHFL"} & set(ops), ops
     weights = 16 * config.tiles * 1024 // 32
@@ -130,44 +130,10 @@ def test_the_rope_kernel_s_k_loop_keeps_the_weights_in_registers(dim, norm):
     assert ops["LDG"] == 20 * config.tiles + 32 * (2 if norm else 1), ops
 
 
-# (row blocks, steps) of the 8B's products at the candidates' tiles (128 rows; the output layer's 64)
-EIGHT_B_BLOCKS_AND_STEPS = [(48, 4), (32, 4), (224, 4), (32, 14), (2004, 4)]
-
-
-@pytest.mark.parametrize("steps", [1, 2, 4, 5, 14])
-def test_stream_k_programs_take_every_unit_once_and_a_shared_block_is_added_in_program_order(steps):
-    """The partition of ``_int4_mma_matvec_stream`` (``stream_segments``, ``stream_holders``), for every grid of up
-    to 12 row blocks and every number of programs up to the units, and the 8B's products as an H100 launches them
-    (132 SMs, 2-4 programs an SM): every (block, step) unit computed by exactly one program, programs in unit order;
-    a block's holders are the programs whose segments touch it, as many as its segments (the arrivals its count
-    waits for), one exactly when a segment is the whole block; the partial slots program + block distinct and below
-    programs + blocks."""
-    grids = [(blocks, programs) for blocks in range(1, 13) for programs in range(1, blocks * steps + 1)]
-    grids += [(blocks, programs) for blocks, of in EIGHT_B_BLOCKS_AND_STEPS if of == steps
-              for programs in (264, 396, 528) if programs <= blocks * steps]
-    for blocks, programs in grids:
-        units = blocks * steps
-        done, holders, slots = [], collections.defaultdict(list), []
-        for program in range(programs):
-            for block, first, last in int4_mma.stream_segments(program, units, programs, steps):
-                assert 0 <= first < last <= steps
-                done += [block * steps + step for step in range(first, last)]
-                holders[block].append(program)
-                slots.append(program + block)
-                whole = first == 0 and last == steps
-                assert whole == (len(int4_mma.stream_holders(block, units, programs, steps)) == 1)
-            assert all(int4_mma.stream_holder(unit, units, programs) == program
-                       for unit in range(program * units // programs, (program + 1) * units // programs))
-        assert done == list(range(units)), (blocks, programs)
-        assert all(holders[block] == list(int4_mma.stream_holders(block, units, programs, steps))
-                   for block in range(blocks)), (blocks, programs)
-        assert len(set(slots)) == len(slots) and max(slots) < programs + blocks, (blocks, programs)
-
-
 def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
     """The tensor-core products make a norm's or SwiGLU's input themselves (not made first: accepted), and off CUDA
     they refuse, rather than fall back to another kernel than the one asked for."""
-    from repl.fastpath.kernels import quant_kernels
+    from repl.fastpath.kernels import quant_one_row, quant_qkv_rope
     from repl.generation.quantization import quantize
 
     words, scale, offset = quantize(torch.randn(64, 1024), "int4")
@@ -175,12 +141,12 @@ def test_tensor_cores_take_an_input_to_make_but_only_a_row_on_cuda():
     for fused in (dict(x=x[:1024], norm=norm), dict(x=x, swiglu=True), dict(x=x[:1024])):
         arguments = dict(dict(norm=None, residual=None, swiglu=False), **fused)
         with pytest.raises(ValueError, match="int4_matvec_mma"):
-            quant_kernels.quant_matvec_launch(words=words, scale=scale, offset=offset, eps=1e-5, input_first=False,
+            quant_one_row.quant_matvec_launch(words=words, scale=scale, offset=offset, eps=1e-5, input_first=False,
                                               tensor_cores=True, **arguments)
     cos, sin, caches = torch.ones(16), torch.zeros(16), torch.zeros(2, 1, 1, 4, 16)
     for first in (None, False):
         with pytest.raises(ValueError, match="tensor cores take int4 weights and a row on CUDA"):
-            quant_kernels.quant_qkv_rope_cache_launch(x[:1024], norm, words, scale, offset, cos, sin, caches[0],
+            quant_qkv_rope.quant_qkv_rope_cache_launch(x[:1024], norm, words, scale, offset, cos, sin, caches[0],
                                                       caches[1], torch.tensor([1]), 2, 1, 1e-5, tensor_cores=True,
                                                       input_first=first)
 
@@ -210,74 +176,12 @@ def test_cuda_product_matches_the_dequantized_reference(n, k, config):
             assert ((out.float() - expected).abs().max() / expected.abs().max()).item() < 1e-2
 
 
-@needs_gluon
-def test_each_group_s_own_chain_drops_the_masks_and_keeps_the_mma():
-    """``Config.own_chains``: the step's mma as many (8 a group a tile, and the input sums'), its loads the same,
-    and B's masks gone: an AND a register of B a group, 16 a thread a group (offline, sm_90: 128 LOP3 fewer a step
-    with one tile; the groups' columns are picked by a few selects instead)."""
-    loops = {own: int4_mma.main_loop(int4_mma.compile_for_sm90(int4_mma.Config(4, 1, False, own_chains=own), pdl=True,
-                                                               residual=True).asm["cubin"]) for own in (False, True)}
-    ops = {own: collections.Counter(line.split()[0].split(".")[0] for line in loop) for own, loop in loops.items()}
-    assert all(ops[True][op] == ops[False][op] for op in ("HMMA", "LDG")), ops
-    assert ops[False]["LOP3"] - ops[True]["LOP3"] >= 8 * 16, ops
-    assert len(loops[True]) <= len(loops[False]) - 8 * 16 + 32, (len(loops[True]), len(loops[False]))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 14336), (28672, 4096), (208, 3072)])
-def test_each_group_s_own_chain_gives_the_masked_chain_s_bits(n, k):
-    """The same sums, bit for bit, whichever way the groups' mma are chained (``Config.own_chains``): column c of a
-    group's own chain is the masked chain's (whose other groups add exact zeros there), for the split's
-    configurations and stream-K's, with a residual, an input made in the kernel (the norm, SwiGLU), SWIGLU_OUT and
-    PDL, and for q/k/v with RoPE (the 8B's heads)."""
-    from repl.fastpath.kernels import int4_mma_rope
-
-    quantized, x, residual, _ = _product(n, k, n + 3 * k)
-    norm = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
-    doubled = torch.cat([x, x.flip(0)])
-    pdl = torch.cuda.get_device_capability() >= (9, 0)
-    for config in (int4_mma.config_for(n)._replace(own_chains=False), int4_mma.Config(4, 1, False),
-                   int4_mma.Config(4, 2, False, stream=2)):
-        forms = [dict(), dict(residual=residual), dict(norm=norm, eps=1e-5), dict(swiglu=True, pdl=pdl)]
-        if not config.stream:
-            forms.append(dict(swiglu_out=True, pdl=pdl))
-        for form in forms:
-            row = doubled if form.get("swiglu") else x
-            masked = int4_mma.int4_matvec_mma(row, *quantized, config=config, **form)
-            own = int4_mma.int4_matvec_mma(row, *quantized, config=config._replace(own_chains=True), **form)
-            assert torch.equal(own, masked), (config, sorted(form))
-    if (n, k) == (6144, 4096):
-        words, scale, offset = quantized
-        cos, sin = _rope_tables(128, 7, "cuda")
-        outputs = {}
-        for own in (False, True):
-            caches = torch.zeros(2, 1, 8, 16, 128, dtype=torch.bfloat16, device="cuda")
-            config = int4_mma_rope.config_for(128)._replace(own_chains=own)
-            q = _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm)
-            outputs[own] = (q, caches)
-        assert outputs[True][1][:, :, :, 7].abs().amax(dim=-1).min() > 0  # every k and v head written
-        assert torch.equal(outputs[True][0], outputs[False][0])
-        assert torch.equal(outputs[True][1], outputs[False][1])
-
-
-def _rope_with_config(config, x, words, scale, offset, cos, sin, caches, norm):
-    """``int4_qkv_rope_cache_mma`` on the 8B's heads at position 7 with ``config`` in place of its own."""
-    from unittest import mock
-
-    from repl.fastpath.kernels import int4_mma_rope
-
-    with mock.patch.object(int4_mma_rope, "config_for", lambda dim: config):
-        return int4_mma_rope.int4_qkv_rope_cache_mma(x, words, scale, offset, cos, sin, caches[0], caches[1],
-                                                     torch.tensor([7], device="cuda"), 32, 8, norm=norm, eps=1e-5)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_rows_that_do_not_tile_are_left_to_the_cuda_cores():
     """A weight of 200 rows keeps its words in the rows' own order (``quantization.tiled``): the tensor cores do not
     take it (``serves``; a direct call refuses it) and the launcher's product, on CUDA cores, matches float32."""
-    from repl.fastpath.kernels import quant_kernels
+    from repl.fastpath.kernels import quant_one_row
     from repl.generation.quantization import dequantize, quantize, tiled
 
     n, k = 200, 2048
@@ -287,10 +191,17 @@ def test_rows_that_do_not_tile_are_left_to_the_cuda_cores():
     with pytest.raises(ValueError, match="int4_matvec_mma"):
         int4_mma.int4_matvec_mma(x, *quantized)
     reference = dequantize(quantized, torch.float32) @ x.float()
-    out = quant_kernels.quant_matvec_launch(x, *quantized, None, None, False, 0.0)
+    out = quant_one_row.quant_matvec_launch(x, *quantized, None, None, False, 0.0)
     assert _relative_error(out, reference) < 1e-2
 
 
+# Configurations the kernel takes: the tilings, with and without the prefetch, split along K as ``config_for`` splits
+# or in fixed parts, and one tile in 128 registers a thread (four programs of 4 warps an SM instead of three).
+CONFIGS = [int4_mma.Config(4, 1), int4_mma.Config(4, 1, False), int4_mma.Config(8, 1), int4_mma.Config(8, 1, False),
+           int4_mma.Config(2, 1), int4_mma.Config(2, 1, False), int4_mma.Config(4, 2, False),
+           int4_mma.Config(4, 1, True, 1), int4_mma.Config(4, 1, False, 1), int4_mma.Config(4, 1, True, maxnreg=128),
+           int4_mma.Config(2, 1, True, maxnreg=128), int4_mma.Config(8, 1, True, maxnreg=128),
+           int4_mma.Config(4, 1, True, 2, maxnreg=128), int4_mma.Config(4, 1, False, 2)]
 EIGHT_B_SHAPES = {"q/k/v": (6144, 4096), "o": (4096, 4096), "gate/up": (28672, 4096), "down": (4096, 14336),
                   "output": (128256, 4096)}
 
@@ -313,14 +224,12 @@ def _relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", list(EIGHT_B_SHAPES))
-def test_stream_k_matches_the_float32_reference_on_the_8b_shapes(name):
-    """Each stream-K candidate of the shape (2-4 programs an SM), with and without the residual, within the split's
-    tolerance of the float32 reference; a second call (the counts back at zero) the same bits."""
+def test_the_served_configuration_matches_the_float32_reference_on_the_8b_shapes(name):
+    """``config_for`` the shape, with and without the residual, within 1% of the float32 reference; a second call
+    (the split's counts back at zero) the same bits."""
     n, k = EIGHT_B_SHAPES[name]
     quantized, x, residual, reference = _product(n, k, n + k)
-    streams = int4_mma.stream_configs(n)
-    assert streams
-    for config in streams:
+    for config in [int4_mma.config_for(n)]:
         for add in (None, residual):
             out = int4_mma.int4_matvec_mma(x, *quantized, residual=add, config=config)
             expected = reference + (0 if add is None else add.float())
@@ -332,20 +241,13 @@ def test_stream_k_matches_the_float32_reference_on_the_8b_shapes(name):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("config", [int4_mma.Config(4, 2, False, stream=2), int4_mma.Config(4, 1, True, stream=3)])
-def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_replayed_graph(config):
-    """Ragged rows (10000: not a multiple of the block) and 7 steps, so the units are not a multiple of the
-    programs, blocks are shared by several programs and programs span several blocks: against the reference; in a
-    CUDA graph (PDL where the GPU has it) replayed 20 times, each replay the bits of the eager call (the counts
-    reset by each block's last holder)."""
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 2, False, 3), int4_mma.Config(4, 1, True, 4)])
+def test_a_split_product_gives_the_same_bits_in_a_replayed_graph(config):
+    """Ragged rows (10000: not a multiple of the block) and 7 steps split in parts that do not divide them: against
+    the reference; in a CUDA graph (PDL where the GPU has it) replayed 20 times, each replay the bits of the eager
+    call (the counts reset by each block's last part)."""
     n, k = 10000, 7168
     quantized, x, residual, reference = _product(n, k, 11)
-    block_m = 16 * config.warps * config.tiles
-    units, steps = -(-n // block_m) * (k // 1024), k // 1024
-    programs = min(config.stream * int4_mma.multiprocessors(x.device), units)
-    assert units % programs, "units a multiple of the programs: choose another shape"
-    assert max(len(int4_mma.stream_holders(block, units, programs, steps)) for block in range(units // steps)) > 2
-    assert max(len(int4_mma.stream_segments(program, units, programs, steps)) for program in range(programs)) > 1
     pdl = torch.cuda.get_device_capability() >= (9, 0)
     eager = int4_mma.int4_matvec_mma(x, *quantized, residual=residual, config=config, pdl=pdl)
     assert _relative_error(eager, reference + residual.float()) < 1e-2
@@ -364,24 +266,6 @@ def test_stream_k_blocks_shared_by_several_programs_give_the_same_bits_in_a_repl
         assert torch.equal(first, eager) and torch.equal(second, eager)
 
 
-@needs_gluon
-@pytest.mark.parametrize("pdl", [False, True])
-def test_the_normed_output_form_compiles_and_keeps_its_k_loop(pdl):
-    """The form whose last block's program also writes the next product's normed input (NORMED_OUT) compiles for
-    sm_90 with and without PDL; its K loop has the plain form's loads and mma, nothing through shared memory, and
-    within a few instructions of its length (the epilogue runs once, after it; ptxas moved a compare and a select)."""
-    def k_loop(**form):
-        compiled = int4_mma.compile_for_sm90(int4_mma.Config(4, 2, False), residual=True, pdl=pdl, **form)
-        return [loop for loop in int4_mma.innermost_loops(compiled.asm["cubin"])
-                if any(line.startswith("HMMA") for line in loop)]
-
-    normed, plain = k_loop(normed_out=True), k_loop()
-    opcodes = lambda loop: collections.Counter(line.split()[0].split(".")[0] for line in loop)
-    assert len(normed) == 1 and abs(len(normed[0]) - len(plain[0])) <= 8
-    for op in ("HMMA", "LDG", "LDS", "STS", "SHFL"):
-        assert opcodes(normed[0])[op] == opcodes(plain[0])[op], op
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("n,k", [EIGHT_B_SHAPES["gate/up"], (2 * 1000, 2048)])
@@ -389,92 +273,50 @@ def test_swiglu_out_gives_the_bits_of_the_product_then_its_swiglu(n, k):
     """gate/up storing SiLU(gate) * up (SWIGLU_OUT), on each of the split's configurations, with PDL and without: the
     very bits of the product (rounded to bfloat16) followed by ``prepared_input``'s SwiGLU, and again at a second
     call (the split's counts back at zero); the 8B's gate/up and a ragged one (1000 outputs: not a multiple of a
-    program's outputs). Stream-K, a residual and an odd number of rows are refused."""
-    from repl.fastpath.kernels import quant_kernels
+    program's outputs). A residual and an odd number of rows are refused."""
+    from repl.fastpath.kernels import quant_one_row
 
     quantized, x, residual, _ = _product(n, k, n + k)
     pdls = (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False, )
-    for config in [config for config in int4_mma.CONFIGS if not config.stream]:
+    for config in CONFIGS:
         for pdl in pdls:
             product = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl)
-            two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
+            two_kernels = quant_one_row.prepared_input(product, None, True, n // 2, 0.0)
             out = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, swiglu_out=True)
             assert out.dtype == torch.bfloat16 and out.shape == (n // 2, )
             assert torch.equal(out, two_kernels), (config, pdl)
             again = int4_mma.int4_matvec_mma(x, *quantized, config=config, pdl=pdl, swiglu_out=True)
             assert torch.equal(again, out), (config, pdl)
-    for wrong in (dict(config=int4_mma.Config(4, 2, False, stream=2)), dict(residual=residual)):
-        with pytest.raises(ValueError, match="int4_matvec_mma"):
-            int4_mma.int4_matvec_mma(x, *quantized, swiglu_out=True, **wrong)
+    with pytest.raises(ValueError, match="int4_matvec_mma"):
+        int4_mma.int4_matvec_mma(x, *quantized, swiglu_out=True, residual=residual)
     with pytest.raises(ValueError, match="int4_matvec_mma"):
         int4_mma.int4_matvec_mma(x, *(part[:n - 1] for part in quantized), swiglu_out=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,k", [(4096, 4096), (3008, 2048), (1008, 5120)])
-def test_the_product_makes_the_next_norm_s_input_as_the_kernel_after_it_did(n, k, monkeypatch):
-    """o's product with its residual also making gate/up's input (``next_norm``): the output the same bits as the
-    plain product's, the input within one bfloat16 step of ``prepared_input`` on that output (the RMS summed in
-    another order) and of torch's; in a CUDA graph replayed 20 times (PDL where the GPU has it), each replay the bits
-    of the eager call (the count of finished blocks reset by the last); ``quant_matvec_normed_launch`` serves it."""
-    from repl.fastpath.kernels import quant_kernels
-
-    quantized, x, residual, _ = _product(n, k, n + k + 1)
-    norm = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-    pdl = torch.cuda.get_device_capability() >= (9, 0)
-    plain = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl)
-    out, normed = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
-    assert torch.equal(out, plain)
-    made_first = quant_kernels.prepared_input(plain, norm, False, n, 1e-5)
-    step = 2.0 ** -7 * made_first.float().abs()  # one bfloat16 step of each value, at most
-    for against in (made_first, _made_in_torch(plain, norm, False, n, 1e-5)):
-        assert ((normed.float() - against.float()).abs() <= step + 1e-30).all()
-    monkeypatch.setattr(quant_kernels, "NORMED_OUT", True)  # off by default (slower in a step, run 48)
-    served = quant_kernels.quant_matvec_normed_launch(x, *quantized, residual, norm, 1e-5)
-    assert torch.equal(served[0], out) and torch.equal(served[1], normed)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
-    side.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        first = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
-        second = int4_mma.int4_matvec_mma(x, *quantized, residual, pdl=pdl, next_norm=norm, next_eps=1e-5)
-    for _ in range(20):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(first + second, (out, normed, out, normed)))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replaces(monkeypatch):
-    """``quant_kernels.quant_gate_up_swiglu`` on the 8B's gate/up after the norm, as a decode step calls it: the bits
+def test_the_served_gate_up_with_swiglu_gives_the_bits_of_the_kernels_it_replaces():
+    """``quant_one_row.quant_gate_up_swiglu`` on the 8B's gate/up after the norm, as a decode step calls it: the bits
     of the way it replaces (the normed input made first, the tensor-core product, then ``prepared_input``'s SwiGLU),
-    again at a second call, and with ``SWIGLU_OUT`` switched off (that way itself)."""
-    from repl.fastpath.kernels import quant_kernels
+    again at a second call."""
+    from repl.fastpath.kernels import quant_one_row
 
     n, k = EIGHT_B_SHAPES["gate/up"]
     quantized, x, _, _ = _product(n, k, 5)
     norm = (1 + 0.1 * torch.randn(k, generator=torch.Generator(device="cuda").manual_seed(6), device="cuda"))
     norm = norm.to(torch.bfloat16)
-    pdl = quant_kernels._pdl_on(x)
-    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", True)  # on by default; KERNELLLM_SWIGLU_OUT=0 turns it off
-    normed = quant_kernels.prepared_input(x, norm, False, k, 1e-5)
+    pdl = pdl_on(x)
+    normed = quant_one_row.prepared_input(x, norm, False, k, 1e-5)
     product = int4_mma.int4_matvec_mma(normed, *quantized, pdl=pdl)
-    two_kernels = quant_kernels.prepared_input(product, None, True, n // 2, 0.0)
-    served = quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5)
+    two_kernels = quant_one_row.prepared_input(product, None, True, n // 2, 0.0)
+    served = quant_one_row.quant_gate_up_swiglu(x, *quantized, norm, 1e-5)
     assert served.dtype == torch.bfloat16 and served.shape == (n // 2, )
     assert torch.equal(served, two_kernels)
-    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), served)
-    monkeypatch.setattr(quant_kernels, "SWIGLU_OUT", False)
-    assert torch.equal(quant_kernels.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), two_kernels)
+    assert torch.equal(quant_one_row.quant_gate_up_swiglu(x, *quantized, norm, 1e-5), served)
 
 
 def _made_in_torch(x: torch.Tensor, norm, swiglu: bool, k: int, eps: float) -> torch.Tensor:
-    """The input ``quant_kernels._input`` makes, in torch: float32 math rounded to bfloat16 at the same places."""
+    """The input ``quant_fields.product_input`` makes, in torch: float32 math rounded to bfloat16 at the same places."""
     if swiglu:
         return (F.silu(x[:k].float()).bfloat16().float() * x[k:].float()).bfloat16()
     inverse_rms = torch.rsqrt(x.float().pow(2).mean() + eps)
@@ -492,7 +334,7 @@ def test_tensor_cores_make_their_input_as_the_kernel_before_them_does(n, k, conf
     the input made first (``prepared_input``) and against float32 on torch's input: within 1e-2 of the largest
     output (the RMS sums in another order, so an input may round one bfloat16 step apart; bfloat16 rounds an output
     at 2^-8); a second call gives the same bits."""
-    from repl.fastpath.kernels import quant_kernels
+    from repl.fastpath.kernels import quant_one_row
     from repl.generation.quantization import dequantize, quantize
 
     generator = torch.Generator(device="cuda").manual_seed(n + k)
@@ -502,7 +344,7 @@ def test_tensor_cores_make_their_input_as_the_kernel_before_them_does(n, k, conf
     norm = None if swiglu else (1 + 0.1 * torch.randn(k, generator=generator, device="cuda")).to(torch.bfloat16)
     residual = torch.randn(n, generator=generator, device="cuda").to(torch.bfloat16) if swiglu else None
     made = dict(norm=norm, swiglu=swiglu, eps=1e-5)
-    first = int4_mma.int4_matvec_mma(quant_kernels.prepared_input(x, norm, swiglu, k, 1e-5), *quantized, residual,
+    first = int4_mma.int4_matvec_mma(quant_one_row.prepared_input(x, norm, swiglu, k, 1e-5), *quantized, residual,
                                      config)
     inside = int4_mma.int4_matvec_mma(x, *quantized, residual, config, **made)
     reference = dequantize(quantized, torch.float32) @ _made_in_torch(x, norm, swiglu, k, 1e-5).float()
@@ -519,7 +361,7 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
     """quant_matvec_launch's int4 products with a norm, SwiGLU or a residual, computed every way (the input made
     first or in the product's programs, tensor cores or CUDA cores) within 1e-2 of the largest output of each other;
     the way chosen by timing gives that way's output, bit for bit, and the same again at the next call."""
-    from repl.fastpath.kernels import quant_kernels
+    from repl.fastpath.kernels import quant_one_row
     from repl.generation.quantization import quantize
 
     n, k = 3008, 2048
@@ -534,18 +376,18 @@ def test_the_fast_path_s_products_on_tensor_cores_match_them_on_cuda_cores():
     for fused in products.values():
         arguments = dict(dict(norm=None, residual=None, swiglu=False, words=words, scale=scale, offset=offset,
                               eps=1e-5), **fused)
-        outputs = {(first, cores): quant_kernels.quant_matvec_launch(input_first=first, tensor_cores=cores,
+        outputs = {(first, cores): quant_one_row.quant_matvec_launch(input_first=first, tensor_cores=cores,
                                                                      **arguments)
                    for first in (True, False) for cores in (False, True)}
         cuda_cores = outputs[True, False].float()
         for way, out in outputs.items():
             assert ((out.float() - cuda_cores).abs().max() / cuda_cores.abs().max()).item() < 1e-2, (fused.keys(), way)
-        chosen = quant_kernels.quant_matvec_launch(**arguments)
-        assert torch.equal(quant_kernels.quant_matvec_launch(**arguments), chosen)
+        chosen = quant_one_row.quant_matvec_launch(**arguments)
+        assert torch.equal(quant_one_row.quant_matvec_launch(**arguments), chosen)
         key = (n, k, "norm" in fused, "swiglu" in fused, "residual" in fused)
-        way = next(way for at, way in quant_kernels._chosen_ways.items() if at[:5] == key)
+        way = next(way for at, way in quant_one_row._chosen_ways.items() if at[:5] == key)
         assert torch.equal(chosen, outputs[way]), way
-    chosen = {key[:5] for key in quant_kernels._chosen_ways if key[:2] == (n, k)}
+    chosen = {key[:5] for key in quant_one_row._chosen_ways if key[:2] == (n, k)}
     assert chosen == {(n, k) + key for key in products}, chosen  # a way timed and kept for each product
 
 
@@ -567,7 +409,7 @@ def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads,
     (and the RMS, summed in another order too, may round an input one bfloat16 step apart: far less over a head's
     sum); a rotation (cos^2 + sin^2 = 1) carries that to at most 2 * 2^-8 of the pair's largest output, and the
     output's own rounding adds 2^-9: within 2^-6 of the largest output of q, of k and of v."""
-    from repl.fastpath.kernels import quant_kernels
+    from repl.fastpath.kernels import quant_qkv_rope
     from repl.generation.quantization import quantize
 
     generator = torch.Generator(device="cuda").manual_seed(hidden + dim)
@@ -580,7 +422,7 @@ def test_q_k_v_with_rope_on_tensor_cores_match_them_on_cuda_cores(hidden, heads,
     caches = {way: torch.zeros(2, 1, kv_heads, 80, dim, dtype=torch.bfloat16, device="cuda") for way in ways}
 
     def launch(way, cos, sin, positions):
-        return quant_kernels.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, caches[way][0],
+        return quant_qkv_rope.quant_qkv_rope_cache_launch(x, norm, words, scale, offset, cos, sin, caches[way][0],
                                                          caches[way][1], positions, heads, kv_heads, 1e-5,
                                                          tensor_cores=way[1], input_first=way[0])
 

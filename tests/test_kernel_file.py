@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from repl.core.kernel_file import kernel_header, write_kernel_file
+from repl.core.kernel_file import kernel_header, write_kernel_file, write_text_atomically
 from repl.core.settings import SamplingSettings
 
 
@@ -49,15 +49,33 @@ def test_full_disk_leaves_the_existing_file_untouched(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["k.py"]
 
 
-def test_a_symbolic_link_is_written_through_and_kept(tmp_path):
+def test_a_symbolic_link_is_never_written_through(tmp_path):
     real = tmp_path / "shared" / "kernel.py"
     real.parent.mkdir()
     real.write_text("old")
     link = tmp_path / "kernel.py"
     link.symlink_to(real)
-    write_kernel_file(link, "new", force=True)
-    assert link.is_symlink() and real.read_text() == "new"
-    assert sorted(os.listdir(real.parent)) == ["kernel.py"]
+    with pytest.raises(FileExistsError):
+        write_kernel_file(link, "new")
+    with pytest.raises(OSError) as refused:
+        write_kernel_file(link, "new", force=True)
+    assert refused.value.errno == errno.ELOOP and "symbolic link" in str(refused.value)
+    assert link.is_symlink() and real.read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["kernel.py", "shared"] and os.listdir(real.parent) == ["kernel.py"]
+
+
+def test_a_dangling_link_creates_nothing_outside_the_folder(tmp_path):
+    outside = tmp_path / "outside" / "planted.py"
+    outside.parent.mkdir()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "kernel.py").symlink_to(outside)
+    for force in (False, True):
+        with pytest.raises(OSError):
+            write_kernel_file(folder / "kernel.py", "import os\n", force=force)
+        with pytest.raises(OSError):
+            write_text_atomically(folder / "kernel.py", "import os\n", replace=force)
+    assert not outside.exists() and os.listdir(folder) == ["kernel.py"]
 
 
 def test_an_existing_file_keeps_its_permissions(tmp_path):
@@ -95,3 +113,28 @@ def test_header_says_whether_the_kernel_was_checked():
         verdict, device, message = "correct", "cpu-interpreter", "5 trials"
 
     assert "# Checked: correct on cpu-interpreter (5 trials)" in kernel_header("m", settings, Check())
+
+
+LINE_ENDS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("line_end", LINE_ENDS)
+def test_nothing_a_check_message_holds_leaves_the_header_comment(line_end, tmp_path):
+    """A candidate controls its error text: a line end in it must not turn the rest into code that runs on import."""
+    import io
+    import tokenize
+
+    from types import SimpleNamespace
+
+    planted = tmp_path / "pwned"
+    check = SimpleNamespace(verdict="mismatch", device=f"cpu{line_end}import sys",
+                            message=f"boom{line_end}open({str(planted)!r}, 'w').write('x'){line_end}#")
+
+    header = kernel_header(f"model{line_end}import os", SamplingSettings(), check)
+    assert all(line.startswith("# ") for line in header.splitlines())
+    tokens = [token.type for token in tokenize.generate_tokens(io.StringIO(header).readline)]
+    assert set(tokens) <= {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER}
+    written = write_kernel_file(tmp_path / "k.py", header + "x = 1\n")
+    namespace = {}
+    exec(compile(written.read_text(), str(written), "exec"), namespace)
+    assert not planted.exists() and "os" not in namespace and "sys" not in namespace

@@ -1,17 +1,21 @@
-"""Programmatic dependent launch (``quant_kernels.PDL``): compiled offline for an H100 (sm_90), each kernel's PDL form
+"""Programmatic dependent launch (``launch_options``): compiled offline for an H100 (sm_90), each kernel's PDL form
 lets its dependents launch, asks for its first weights and nothing else before ``gdc_wait`` (decode attention: the
 position and its first block's older cache entries), and writes nothing before it; without PDL the kernels carry no
 grid dependency control. On CUDA, a step's products and attention give the same bits with PDL as without, in a CUDA
-graph replayed many times."""
+graph replayed many times.
 
-import os
-import re
+The offline checks read the SASS because there the count is the point: a PDL kernel that read a tensor the kernel
+before it writes, or wrote one, before its wait would race with that kernel, and a race shows up in a replayed graph
+only now and then; what comes before the wait in the machine code says it for every launch."""
+
 
 import pytest
 import torch
 import triton
 
-from repl.fastpath.kernels import decode_attention, int4_mma, int4_mma_rope, quant_kernels
+from repl.fastpath.kernels import decode_attention, int4_mma, int4_mma_rope, quant_one_row, quant_qkv_rope
+from repl.fastpath.kernels.launch_options import KernelOptions, pdl_flags
+from sass import sass
 
 P, W = "*bf16", "*i32"
 RESIDUAL_FLAGS = dict(NORM=False, SWIGLU=False, RESIDUAL=True)
@@ -20,20 +24,20 @@ ROPE = dict(cos_ptr=P, sin_ptr=P, position_ptr="*i64", q_ptr=P, k_cache_ptr=P, v
 ROPE_SHAPE = dict(HEADS=32, KV_HEADS=8, DIM=128, HALF=64)
 # kernel -> (signature, constexprs): the 8B's shapes and the tiles the tuning picks among
 KERNELS = {
-    "int4 matvec": (quant_kernels._int4_matvec,
+    "int4 matvec": (quant_one_row._int4_matvec,
                     dict(x_ptr=P, words_ptr=W, scale_ptr=P, offset_ptr=P, norm_ptr=P, residual_ptr=P, out_ptr=P,
                          n="i32", k="i32", eps="fp32"),
                     dict(RESIDUAL_FLAGS, BLOCK_N=16, BLOCK_G=16, RMS_BLOCK=4096, TILED=True)),
-    "int8 matvec": (quant_kernels._int8_matvec,
+    "int8 matvec": (quant_one_row._int8_matvec,
                     dict(x_ptr=P, words_ptr=W, scale_ptr=P, norm_ptr=P, residual_ptr=P, out_ptr=P, n="i32", k="i32",
                          eps="fp32"),
                     dict(RESIDUAL_FLAGS, BLOCK_N=8, BLOCK_W=512, EVEN=True, RMS_BLOCK=4096)),
-    "int4 q/k/v": (quant_kernels._int4_qkv_rope_cache,
+    "int4 q/k/v": (quant_qkv_rope._int4_qkv_rope_cache,
                    dict(x_ptr=P, words_ptr=W, scale_ptr=P, offset_ptr=P, norm_ptr=P, **ROPE),
                    dict(ROPE_SHAPE, BLOCK_N=16, BLOCK_G=16, RMS_BLOCK=4096, TILED=True)),
-    "int8 q/k/v": (quant_kernels._int8_qkv_rope_cache, dict(x_ptr=P, words_ptr=W, scale_ptr=P, norm_ptr=P, **ROPE),
+    "int8 q/k/v": (quant_qkv_rope._int8_qkv_rope_cache, dict(x_ptr=P, words_ptr=W, scale_ptr=P, norm_ptr=P, **ROPE),
                    dict(ROPE_SHAPE, BLOCK_N=8, BLOCK_W=512, EVEN=True, RMS_BLOCK=4096)),
-    "prepare input": (quant_kernels._prepare_input, dict(x_ptr=P, norm_ptr=P, out_ptr=P, k="i32", eps="fp32"),
+    "prepare input": (quant_one_row._prepare_input, dict(x_ptr=P, norm_ptr=P, out_ptr=P, k="i32", eps="fp32"),
                       dict(NORM=True, SWIGLU=False, BLOCK=1024, RMS_BLOCK=4096)),
 }
 # decode attention at the 8B's shapes (32 query heads, 8 key/value heads of 128): kernel -> (signature, constexprs)
@@ -81,13 +85,6 @@ def compile_for_sm90(kernel, signature: dict, constexprs: dict, aligned: list, *
                           options=dict(options, launch_pdl=constexprs["PDL"]))
 
 
-def sass(cubin: bytes) -> list[str]:
-    """The kernel's SASS instructions in order, predicates dropped (nvdisasm from Triton's wheel)."""
-    listing = int4_mma.cubin_tool("nvdisasm", "-c", cubin)
-    return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0].strip()
-            for line in listing.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
-
-
 def before_the_wait(instructions: list[str]) -> list[str]:
     """The instructions before the one grid dependency wait (ACQBULK: PTX's griddepcontrol.wait), which follows the
     launch of the dependents (PREEXIT: griddepcontrol.launch_dependents)."""
@@ -101,9 +98,9 @@ def writes(instructions: list[str]) -> list[str]:
     return [op for op in instructions if op.split(".")[0] in {"STG", "ST", "ATOM", "ATOMG", "RED", "REDG", "STS"}]
 
 
-def test_pdl_is_on_unless_turned_off():
-    assert quant_kernels.PDL == (os.environ.get("KERNELLLM_PDL", "1") != "0")
-    assert quant_kernels._pdl_flags(torch.zeros(1)) == {}  # never off CUDA, whatever the switch
+def test_pdl_is_asked_for_by_default_and_never_off_cuda():
+    assert KernelOptions().pdl
+    assert pdl_flags(torch.zeros(1)) == {} and pdl_flags(torch.zeros(1), KernelOptions(pdl=False)) == {}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -133,25 +130,20 @@ def assert_only_the_first_step_s_weights_before_the_wait(compiled, tiles: int) -
 
 @needs_gluon
 @pytest.mark.parametrize("form", [dict(), dict(norm=True), dict(swiglu=True)], ids=["plain", "norm", "swiglu"])
-@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False),
-                                    int4_mma.Config(4, 1, True, stream=2), int4_mma.Config(4, 2, False, stream=2)])
+@pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
 def test_the_tensor_core_kernel_reads_only_its_first_step_s_weights_before_the_wait(config, form):
-    """Before the wait: the first step's words, scales and offsets, nothing else, no store, no atomic. Stream-K: its
-    first segment's first step (a later segment passes the same wait again, already met). A kernel that makes its
-    input reads x (the norm's pass over it, the up half) and the norm's weights after it."""
+    """Before the wait: the first step's words, scales and offsets, nothing else, no store, no atomic. A kernel that
+    makes its input reads x (the norm's pass over it, the up half) and the norm's weights after it."""
     compiled = int4_mma.compile_for_sm90(config, residual=True, pdl=True, **form)
     assert_only_the_first_step_s_weights_before_the_wait(compiled, config.tiles)
 
 
 @needs_gluon
-@pytest.mark.parametrize("form", [dict(swiglu_out=True), dict(residual=True, normed_out=True)],
-                         ids=["swiglu_out", "normed_out"])
 @pytest.mark.parametrize("config", [int4_mma.Config(4, 1, True), int4_mma.Config(4, 2, False)])
-def test_the_output_forms_read_only_their_first_step_s_weights_before_the_wait(config, form):
-    """gate/up storing SiLU(gate) * up (SWIGLU_OUT) and o also making the next norm's input (NORMED_OUT), the split's
-    configurations, as the plain product: their rows' first step's words, scales and offsets, nothing else, no store,
-    no atomic (NORMED_OUT's count of finished blocks comes after the wait)."""
-    compiled = int4_mma.compile_for_sm90(config, pdl=True, **form)
+def test_the_swiglu_out_form_reads_only_its_first_step_s_weights_before_the_wait(config):
+    """gate/up storing SiLU(gate) * up (SWIGLU_OUT), the split's configurations, as the plain product: its rows'
+    first step's words, scales and offsets, nothing else, no store, no atomic."""
+    compiled = int4_mma.compile_for_sm90(config, pdl=True, swiglu_out=True)
     assert_only_the_first_step_s_weights_before_the_wait(compiled, config.tiles)
 
 
@@ -185,7 +177,7 @@ def test_the_attention_combine_kernel_reads_nothing_before_the_wait():
     assert not [op for op in early if op.startswith("LDG")] and not writes(early), early
 
 
-@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma stream", "int4 mma norm",
+@pytest.mark.parametrize("name", list(KERNELS) + ["int4 mma prefetch", "int4 mma", "int4 mma norm",
                                                   "int4 mma swiglu", "int4 mma rope", "int4 mma rope norm"]
                          + list(ATTENTION_KERNELS))
 def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
@@ -198,7 +190,7 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
     elif name.startswith("int4 mma"):
         if not int4_mma.available():
             pytest.skip(int4_mma.unavailable_reason())
-        config = int4_mma.Config(4, 1, name.endswith("prefetch"), stream=2 if name.endswith("stream") else 0)
+        config = int4_mma.Config(4, 1, name.endswith("prefetch"))
         compiled = int4_mma.compile_for_sm90(config, residual=True, norm=name.endswith("norm"),
                                              swiglu=name.endswith("swiglu"))
     else:
@@ -207,18 +199,18 @@ def test_without_pdl_the_kernels_have_no_grid_dependency_control(name):
     assert not compiled.metadata.launch_pdl
 
 
-def captured(run, pdl: bool, monkeypatch):
-    """``run`` with ``quant_kernels.PDL`` set to ``pdl``: once on a side stream (the tunings, made at the first call
-    and kept for both settings, and that stream's arrival counts), then captured there: (the graph, what it returns)."""
-    monkeypatch.setattr(quant_kernels, "PDL", pdl)
+def captured(run, pdl: bool):
+    """``run(options)`` with PDL asked for or not: once on a side stream (the tunings, made at the first call and kept
+    for both settings, and that stream's arrival counts), then captured there: (the graph, what it returns)."""
+    options = KernelOptions(pdl=pdl)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        run()
+        run(options)
     side.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
-        out = run()
+        out = run(options)
     return graph, out
 
 
@@ -226,12 +218,12 @@ def captured(run, pdl: bool, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
 @pytest.mark.parametrize("mode", ["int4", "int8", "int4 q/k/v on CUDA cores", "int4 inputs made on tensor cores"])
-def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monkeypatch, mode):
+def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(mode):
     """int8 and int4 weights: q/k/v with RoPE and the cache writes, o plus the residual, gate/up after the norm and
     down after SwiGLU plus the residual (each the way the launcher chooses: for int4 q/k/v on tensor cores,
     ``int4_mma_rope``, the others where faster; or q/k/v forced onto the fused CUDA-core kernel; or q/k/v, gate/up
-    and down on tensor cores that make their input, the norm's pass over x after the wait), chained as a step chains them, in a CUDA graph replayed 50 times with
-    PDL on: each replay gives the bits of the same chain with PDL off."""
+    and down on tensor cores that make their input, the norm's pass over x after the wait), chained as a step chains
+    them, in a CUDA graph replayed 50 times with PDL on: each replay gives the bits of the same chain with PDL off."""
     from repl.generation.quantization import quantize
 
     hidden, intermediate, heads, kv_heads, dim = 1024, 3072, 8, 2, 128
@@ -252,15 +244,15 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
     made = dict(input_first=False, tensor_cores=True) if "inputs made" in mode else {}  # gate/up's, down's way
     qkv_way = dict(dict(tensor_cores=False) if "on CUDA cores" in mode else {}, **made)
 
-    def chain():
-        q = quant_kernels.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
-                                                      kv_heads, 1e-5, **qkv_way)
-        x = quant_kernels.quant_matvec_launch(q.reshape(-1), *o, None, h, False, 1e-5)
-        up = quant_kernels.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5, **made)
-        return quant_kernels.quant_matvec_launch(up, *down, None, x, True, 1e-5, **made), q
+    def chain(options):
+        q = quant_qkv_rope.quant_qkv_rope_cache_launch(h, norm, *qkv, cos, sin, caches[0], caches[1], position, heads,
+                                                      kv_heads, 1e-5, **qkv_way, options=options)
+        x = quant_one_row.quant_matvec_launch(q.reshape(-1), *o, None, h, False, 1e-5, options=options)
+        up = quant_one_row.quant_matvec_launch(x, *gate_up, norm, None, False, 1e-5, **made, options=options)
+        return quant_one_row.quant_matvec_launch(up, *down, None, x, True, 1e-5, **made, options=options), q
 
     def replayed(pdl: bool, times: int) -> list:
-        graph, (out, q) = captured(chain, pdl, monkeypatch)
+        graph, (out, q) = captured(chain, pdl)
         results = []
         for _ in range(times):
             caches.zero_()
@@ -277,7 +269,7 @@ def test_a_step_s_products_give_the_same_bits_with_pdl_in_a_replayed_graph(monke
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a CUDA GPU of sm_90 or later")
 @pytest.mark.parametrize("one_kernel", [True, False], ids=["one kernel", "two kernels"])
-def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_position(monkeypatch, one_kernel):
+def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_position(one_kernel):
     """Four layers of int4 q/k/v with RoPE and the cache writes, decode attention up to the position and o plus the
     residual, then the position advanced, as a step runs them, in one CUDA graph replayed 40 times from position 0:
     each replay reads the cache entries the earlier ones wrote, and attention reads them and the position before
@@ -298,18 +290,18 @@ def test_attention_in_a_step_s_chain_gives_the_same_bits_with_pdl_at_each_positi
     position = torch.zeros(1, dtype=torch.long, device="cuda")
     h = torch.randn(hidden, generator=generator, device="cuda").to(torch.bfloat16)
 
-    def step():
+    def step(options):
         x = h
         for k_cache, v_cache in caches:
-            q = quant_kernels.quant_qkv_rope_cache_launch(x, norm, *qkv, cos, sin, k_cache, v_cache, position, heads,
-                                                          kv_heads, 1e-5)
-            attention = decode_attention(q, k_cache, v_cache, position, cache, one_kernel=one_kernel)
-            x = quant_kernels.quant_matvec_launch(attention.reshape(-1), *o, None, x, False, 1e-5)
+            q = quant_qkv_rope.quant_qkv_rope_cache_launch(x, norm, *qkv, cos, sin, k_cache, v_cache, position, heads,
+                                                          kv_heads, 1e-5, options=options)
+            attention = decode_attention(q, k_cache, v_cache, position, cache, one_kernel=one_kernel, options=options)
+            x = quant_one_row.quant_matvec_launch(attention.reshape(-1), *o, None, x, False, 1e-5, options=options)
         position.add_(1)
         return x
 
     def replayed(pdl: bool, times: int) -> list:
-        graph, out = captured(step, pdl, monkeypatch)
+        graph, out = captured(step, pdl)
         caches.zero_()
         position.zero_()
         results = []

@@ -143,7 +143,7 @@ def test_a_check_long_after_a_preparation_ended_takes_its_work_and_keeps_the_jud
     reference = Watched(tmp_path, "relu_later")
     with Checker(device="cpu", spares=1) as checker:
         assert checker.prepare(reference.code, timeout=120) is None  # sized: the judge goes on preparing
-        judge = checker._judges[0]
+        judge = checker.judges.live[0]
         # Ended: its "prepared" is waiting, unread (the judge sends nothing else while idle).
         assert wait_until(lambda: select.select([judge.channel.read_fd], [], [], 0)[0])
         assert wait_until(lambda: time.monotonic() > judge.preparing.deadline + 0.5)
@@ -198,9 +198,9 @@ def test_sizing_that_gives_up_on_a_judge_still_starting_leaves_it_to_start(tmp_p
     # The preparation waits in its pipe and is made once the judge has started: the check needs no reference forward.
     reference = Watched(tmp_path, "relu")
     with Checker(device="cpu", spares=1) as checker:
-        assert not checker._judges[0].ready
+        assert not checker.judges.live[0].ready
         assert checker.prepare(reference.code, timeout=0.01) is None
-        assert checker._judges[0].alive()
+        assert checker.judges.live[0].alive()
         said = checker.wait_until_prepared()
         assert said and said[-1]["steps"] == ["sized", "built", "studied", "trials"], said
         reference.forbid.touch()
@@ -222,7 +222,7 @@ def test_a_preparation_sent_during_a_long_check_gets_its_time_from_the_checks_en
         running.start()
         assert wait_until(lambda: slow.forwards == 1)  # the check is under way, held in its reference
         checker.prepare(module.code, size=False)  # sent now, behind the check
-        judge = checker._judges[0]
+        judge = checker.judges.live[0]
         assert wait_until(lambda: time.monotonic() > judge.preparing.deadline + 0.5, timeout_s=30)
         slow.release.touch()
         running.join()
@@ -236,7 +236,7 @@ def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path
     its caller's close without waiting for it, its spares and their directories first, instead of being killed."""
     held = Watched(tmp_path, "held_at_close", held=True)
     checker = Checker(device="cpu", spares=1)
-    judge = checker._judges[0]  # the caller's side of its one judge
+    judge = checker.judges.live[0]  # the caller's side of its one judge
     assert checker.prepare(held.code) is None
     assert wait_until(lambda: held.forwards == 1)
     checker.close()

@@ -141,6 +141,26 @@ def test_shapes_the_layout_cannot_hold_are_refused_and_kept_in_full_precision():
     assert "model.layers.0.self_attn.q_proj" in summary["kept"] and "lm_head" in summary["kept"]
 
 
+def test_a_quantized_layer_computes_with_the_product_it_is_given():
+    """``quantize_model``'s layers call the product passed in (the fast path's kernels, where the loader has them),
+    else the weights dequantized and multiplied."""
+    model = small_llama()
+    calls = []
+
+    def product(x, weight):
+        calls.append(tuple(weight.words.shape))
+        return quantized_model.dequantized_product(x, weight)
+
+    quantize_model(model, "int8", product=product)
+    ids = torch.randint(1, 300, (1, 8), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        model(ids)
+    assert len(calls) == 2 * 7 + 1  # every quantized layer of the two decoder layers, and the output layer
+    plain = small_llama()
+    quantize_model(plain, "int8")
+    assert plain.lm_head.product is quantized_model.dequantized_product
+
+
 # -- the transformers model: plain generate() --------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
@@ -188,7 +208,7 @@ KERNEL_CHECK = """
 import torch
 import torch.nn.functional as F
 from repl.fastpath import llama_math, quant_pieces
-from repl.fastpath.kernels import quant_kernels
+from repl.fastpath.kernels import quant_many_rows, quant_one_row
 from repl.generation.quantization import dequantize, quantizable, quantize
 torch.manual_seed(0)
 torch._dynamo.reset()
@@ -207,14 +227,14 @@ for mode in ("int8", "int4"):
         norm = (torch.rand(k, device=device) + 0.5).to(dtype)
         both = torch.randn(1, 1, 2 * k, device=device, dtype=dtype)
         gate, up = both.double().chunk(2, dim=-1)
-        close(quant_kernels.linear(x, q), x.double() @ w.T, (mode, n, k, "matvec"))
-        close(quant_kernels.matvec(x, q, residual=residual), residual.double() + x.double() @ w.T, (mode, "residual"))
-        close(quant_kernels.matvec(x, q, norm=norm, eps=1e-5),
+        close(quant_many_rows.linear(x, q), x.double() @ w.T, (mode, n, k, "matvec"))
+        close(quant_one_row.matvec(x, q, residual=residual), residual.double() + x.double() @ w.T, (mode, "residual"))
+        close(quant_one_row.matvec(x, q, norm=norm, eps=1e-5),
               llama_math.rms_norm(x.double(), norm.double(), 1e-5) @ w.T, (mode, "norm"))
-        close(quant_kernels.matvec(both, q, residual=residual, swiglu=True),
+        close(quant_one_row.matvec(both, q, residual=residual, swiglu=True),
               residual.double() + (F.silu(gate) * up) @ w.T, (mode, "swiglu"))
         # the norm or SwiGLU made by a kernel of its own before the product, and in each of its programs
-        launch = lambda first, *args: quant_kernels.quant_matvec_launch(*args, input_first=first)
+        launch = lambda first, *args: quant_one_row.quant_matvec_launch(*args, input_first=first)
         made = {{first: (launch(first, x, *q, norm, None, False, 1e-5),
                         launch(first, both, *q, None, residual, True, 0.0)) for first in (False, True)}}
         for first, (normed, swiglu) in made.items():
@@ -227,8 +247,8 @@ for mode in ("int8", "int4"):
             # precision here (3e-5); the one-row kernels' 1 + q / 128 costs up to 2.2e-5 on such inputs, so they keep
             # zero-mean ones against this tolerance
             xs = torch.randn(rows, 1, k, device=device, dtype=dtype) + 1.0
-            close(quant_kernels.linear(xs, q), xs.double() @ w.T, (mode, rows, "rows"))
-        close(quant_kernels.quant_dequantize(q.words, q.scale, q.offset, dtype), dequantize(q, dtype), "dequantize")
+            close(quant_many_rows.linear(xs, q), xs.double() @ w.T, (mode, rows, "rows"))
+        close(quant_many_rows.quant_dequantize(q.words, q.scale, q.offset, dtype), dequantize(q, dtype), "dequantize")
 
 # The decode step's fused pieces, compiled, against llama_math's on the dequantized weights.
 hidden, heads, kv_heads, dim, inter = {piece_shape}
@@ -250,17 +270,13 @@ for mode in ("int8", "int4"):
     close(caches[1], caches[3], (mode, "v cache"))
     close(compile(quant_pieces.layer_output)(x, attention, o, norm, gate_up, down, 1e-5),
           llama_math.layer_output(x, attention, plain[1], norm, plain[2], plain[3], 1e-5), (mode, "layer_output"))
-    if device == "cpu":  # the forms asked for by NORMED_OUT and SWIGLU_OUT (their ops' own ways here, off the GPU):
-        # the bits of the products with the norm and SwiGLU made in them, alone and together
-        h = quant_kernels.matvec(attention, o, residual=x)
-        fused = quant_kernels.matvec(quant_kernels.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
+    if device == "cpu":  # gate/up's op storing SiLU(gate) * up (its own way here, off the GPU): the bits of the
+        # products with SwiGLU made in down's
+        h = quant_one_row.matvec(attention, o, residual=x)
+        fused = quant_one_row.matvec(quant_one_row.matvec(h, gate_up, norm=norm, eps=1e-5), down, residual=h,
                                      swiglu=True)
-        defaults = quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT
-        for normed_out, swiglu_out in ((False, False), (True, False), (False, True), (True, True)):
-            quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT = normed_out, swiglu_out
-            assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5), fused), (
-                mode, "layer_output", normed_out, swiglu_out)
-        quant_kernels.NORMED_OUT, quant_kernels.SWIGLU_OUT = defaults
+        assert torch.equal(quant_pieces.layer_output(x, attention, o, norm, gate_up, down, 1e-5), fused), (
+            mode, "layer_output")
     close(compile(quant_pieces.final_logits)(x, norm, head, 1e-5), llama_math.final_logits(x, norm, plain[4], 1e-5),
           (mode, "final_logits"))
 print("ok")
@@ -280,14 +296,14 @@ def test_kernels_match_the_reference_in_the_interpreter():
 ROPE_FALLBACK_CHECK = """
 import torch
 from repl.fastpath import llama_math, quant_pieces
-from repl.fastpath.kernels import quant_kernels
+from repl.fastpath.kernels import quant_one_row, quant_qkv_rope
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
-assert quant_kernels.rope_fits(128) and quant_kernels.rope_fits(8) and not quant_kernels.rope_fits(24)
-assert not quant_kernels.rope_fits(4)  # int4 has no tile whose rows fit half a head of 2 dims
+assert quant_qkv_rope.rope_fits(128) and quant_qkv_rope.rope_fits(8) and not quant_qkv_rope.rope_fits(24)
+assert not quant_qkv_rope.rope_fits(4)  # int4 has no tile whose rows fit half a head of 2 dims
 for dim in (8, 16, 32, 64, 128):  # every format has a tile that fits
-    for configs in (quant_kernels.INT8_CONFIGS, quant_kernels.INT4_CONFIGS):
-        assert quant_kernels._tiles_within_a_head(configs, dict(HALF=dim // 2)), (dim, configs)
+    for configs in (quant_one_row.INT8_CONFIGS, quant_one_row.INT4_CONFIGS):
+        assert quant_qkv_rope._tiles_within_a_head(configs, dict(HALF=dim // 2)), (dim, configs)
 hidden, heads, kv_heads = 128, 4, 2
 for mode in ("int8", "int4"):
     for dim, fused in ((24, False), (32, True)):
@@ -314,23 +330,23 @@ def test_q_k_v_takes_the_rope_kernel_where_its_tiles_fit_a_head_and_the_product_
 
 SPLIT_CHECK = """
 import torch
-from repl.fastpath.kernels import quant_kernels
+from repl.fastpath.kernels import quant_many_rows
 from repl.fastpath.kernels.arrival_counts import arrival_counts
 from repl.generation.quantization import dequantize, quantize
 torch.manual_seed(0)
 counts = arrival_counts(torch.device("cpu"), 0, "test")  # the buffer the products on this device use
 for mode, n, k, parts in [("int8", 40, 832, 3), ("int8", 72, 1024, 2), ("int4", 40, 1408, 2), ("int4", 48, 1408, 2),
                           ("int4", 200, 1024, 1)]:  # int4's 48 rows: words tile by tile
-    block = quant_kernels.INTERPRETER_SMALL["BLOCK_N"]
-    assert quant_kernels._small_parts(n, k, mode == "int4", block, torch.device("cpu")) == parts, (mode, n, k)
+    block = quant_many_rows.INTERPRETER_SMALL["BLOCK_N"]
+    assert quant_many_rows._small_parts(n, k, mode == "int4", block, torch.device("cpu")) == parts, (mode, n, k)
     q = quantize(torch.randn(n, k) / k ** 0.5, mode)
     xs = torch.randn(5, k) + 1.0
     reference = xs.double() @ dequantize(q).double().T
-    first = quant_kernels.quant_matmul_small(xs, *q)
+    first = quant_many_rows.quant_matmul_small(xs, *q)
     error = ((first.double() - reference).norm() / reference.norm()).item()
     assert error < 2e-5, (mode, n, k, error)
     assert int(counts.abs().sum()) == 0, (mode, "counts left behind")
-    assert torch.equal(quant_kernels.quant_matmul_small(xs, *q), first), (mode, "a second call differs")
+    assert torch.equal(quant_many_rows.quant_matmul_small(xs, *q), first), (mode, "a second call differs")
 print("ok")
 """
 
@@ -355,8 +371,10 @@ def test_cuda_kernels_match_the_reference_compiled_and_tuned(dtype, tolerance):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_cuda_graphs_and_compiled_tier_give_the_greedy_tokens_of_generate(mode):
+    from repl.fastpath.quantized_linear import quantized_linear
+
     model = small_llama(device="cuda")
-    quantize_model(model, mode)
+    quantize_model(model, mode, product=quantized_linear)
     decoder = FastDecoder(model, 256)
     ids = torch.randint(1, 300, (1, 40), generator=torch.Generator().manual_seed(3)).cuda()
     expected = generate_ids(model, ids, 24)  # through the kernels too: prompt dequantized, steps one row each

@@ -367,7 +367,10 @@ def test_cuda_graph_verify_steps_give_the_greedy_tokens_of_generate(tiny_model_d
 
 
 def test_drive_emits_the_reply_once_keeps_plain_steps_ahead_and_checks_a_drafts_first_token_for_free():
-    from repl.fastpath.drafting import TeacherForcedSteps, drive
+    from repl.fastpath.drafting import drive
+    from tool_scripts import load_tool
+
+    TeacherForcedSteps = load_tool("teacher_forcing").TeacherForcedSteps
 
     prompt = [5, 1, 2, 3, 4, 9, 9]
     reply = [1, 2, 3, 4, 8, 1, 2, 3, 4, 8, 6, 1, 2, 7, 7]

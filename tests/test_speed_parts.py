@@ -345,7 +345,7 @@ def test_draws_a_comparison_cannot_tell_apart_are_sharpened_or_reported():
 
 
 def test_the_trial_without_launches_falls_anywhere_after_the_first(monkeypatch):
-    from repl.checker.judge.server import trial_without_launches_place
+    from repl.checker.judge.check import trial_without_launches_place
 
     places = set()
     for seed in range(40):

@@ -8,6 +8,7 @@ import pyte
 from repl.generation import FINISHED, INTERRUPTED, Reply
 from repl.core.settings import SamplingSettings
 from repl.ui.console import make_console
+from repl.engine.attempt import new_attempt
 from repl.ui.stream_view import StreamView, print_finished_reply, status_line
 
 WIDTH, HEIGHT = 100, 15
@@ -27,7 +28,7 @@ def stream_through_view(console, text, finish_reason=FINISHED):
             reply.tokens += 1
             view.update(force=True)
     reply.finish_reason = finish_reason
-    print_finished_reply(console, reply)
+    print_finished_reply(console, new_attempt("", reply))
     return reply, view
 
 

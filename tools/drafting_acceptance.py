@@ -33,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repl.fastpath.drafting import Drafter, DraftPlanner, NgramIndex, TeacherForcedSteps, drive, joined  # noqa: E402
+from repl.fastpath.drafting import Drafter, DraftPlanner, NgramIndex, drive, joined  # noqa: E402
+from teacher_forcing import TeacherForcedSteps  # noqa: E402
 from repl.fastpath.drafting_seed import split_seed  # noqa: E402
 from repl.core.prompt import build_prompt  # noqa: E402
 
@@ -227,7 +228,7 @@ def projected(sim: dict, plain_ms: float, verify_ms: float, overhead_ms: float) 
     return (sim["tokens"] - sim["replies"]) / seconds
 
 
-def main() -> int:
+def arguments():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus")
     parser.add_argument("kernelbench", help="the KernelBench checkout's KernelBench/ folder (level1/, level2/)")
@@ -237,15 +238,13 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=0, help="print this many converted replies")
     parser.add_argument("--seed", help="a drafting seed file (repl/fastpath/drafting_seed.txt): rows drafted from "
                                        "it too")
-    args = parser.parse_args()
-    encoder = llama3_tokenizer(args.tokenizer)
-    records = [json.loads(line) for line in gzip.open(args.corpus, "rt")]
-    seed, left_out = None, set()
-    if args.seed:
-        seed = joined([encoder.encode(reply) for reply in split_seed(Path(args.seed).read_text())])
-        left_out = {path.name for path in SEED_PROBLEMS.glob("*.py")}  # a reply must not draft from itself
+    return parser.parse_args()
+
+
+def corpus_items(args, encoder, left_out: set) -> tuple[list, list]:
+    """(prompt tokens, reply tokens) of each corpus record, and their names; records of a seed problem left out."""
     items, names = [], []
-    for record in records:
+    for record in [json.loads(line) for line in gzip.open(args.corpus, "rt")]:
         if "error" in record or not record["codes"]:
             continue
         if record["problem"] in left_out:
@@ -258,20 +257,22 @@ def main() -> int:
         prompt = [BOS] + encoder.encode(build_prompt(source))
         items.append((prompt, encoder.encode(reply) + [EOT]))
         names.append(f"{record['level']}/{record['problem']}:{record['variant']}")
-    timing = json.loads(Path(args.timing).read_text())
+    return items, names
+
+
+def step_costs(timing: dict) -> tuple[dict, dict, float]:
+    """(plain step ms, verify step of 8 ms, by greedy and sampled; a verify step's host overhead ms)."""
     plain = {mode: 1e3 / timing["plain"][mode]["tokens_per_s"] for mode in ("greedy", "sampled")}
     verify = {mode: timing["steps_ms"][mode]["8"] for mode in ("greedy", "sampled")}
     # Host overhead of a verify step, end to end: drafts rejected at every step (each step a verify step of 8).
     wrong = timing["speculative"]["greedy_all_wrong_every_step"]["tokens_per_s"]
-    overhead = 1e3 / wrong - verify["greedy"]
-    lengths = [len(reply) for _, reply in items]
-    out = {"replies": len(items), "problems": names, "reply_tokens": {"total": sum(lengths),
-           "median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)},
-           "prompt_tokens_median": statistics.median(len(prompt) for prompt, _ in items),
-           "costs_ms": {"plain": plain, "verify_8": verify, "verify_overhead": overhead}, "drafters": {}}
+    return plain, verify, 1e3 / wrong - verify["greedy"]
+
+
+def drafter_rows(items, seed) -> dict:
+    """Each row's (drafter for a reply, its planner)."""
     everyone = [reply for _, reply in items]
     earlier = lambda count: session_drafter(count, everyone)
-
     drafters = {
         "prompt + reply (first reply of a session)": (lambda i, p: Drafter(p), DraftPlanner),
         "reply only": (lambda i, p: Drafter([]), DraftPlanner),
@@ -284,9 +285,79 @@ def main() -> int:
         "+ all other replies, no pause": (earlier(len(items)), lambda d: DraftPlanner(d, max_pause=0)),
     }
     if seed is not None:
-        out["seed_tokens"] = len(seed.tokens)
         drafters["first reply + seed"] = (lambda i, p: Drafter(p, sources=[seed]), DraftPlanner)
         drafters["+ 4 earlier replies + seed"] = (session_drafter(4, everyone, seed), DraftPlanner)
+    return drafters
+
+
+def sampled_row(items, drafter_for, device_for, costs) -> dict:
+    """The simulated steps of ``items`` and their projected sampled tokens/s."""
+    plain, verify, overhead = costs
+    sim = simulate(items, drafter_for, DraftPlanner, device_for)
+    sim["replies"] = len(items)
+    sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
+    return sim
+
+
+def seed_rows(items, names, seed, costs) -> dict:
+    """Is the seed's gain its operations' overlap with the corpus's, or the text they share? By subset."""
+    rows = {}
+    for subset, chosen in seed_subsets(names).items():
+        chosen_items = [items[i] for i in chosen]
+        if not chosen_items:
+            continue
+        for row, drafter_for in (("first reply", lambda i, p: Drafter(p)),
+                                 ("first reply + seed", lambda i, p: Drafter(p, sources=[seed]))):
+            sim = rows[f"{subset}, {row}"] = sampled_row(chosen_items, drafter_for, TeacherForcedSteps, costs)
+            print(f"{subset} ({len(chosen_items)} replies), {row}: tokens/step {sim['tokens_per_step']:.2f}, "
+                  f"projected sampled {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
+    return rows
+
+
+def straying_rows(items, configurations: dict, costs) -> dict:
+    """Sampling rows where each agreeing draft token is rejected with probability eps."""
+    rows = {}
+    for label, drafter_for in configurations.items():
+        for eps in (0.05, 0.1, 0.2, 0.3):
+            straying = lambda reply: StrayingSamples(reply, eps, random.Random(0))
+            sim = rows[f"{label}, eps {eps}"] = sampled_row(items, drafter_for, straying, costs)
+            print(f"sampling, {label}, agreeing drafts rejected with p={eps}: tokens/step "
+                  f"{sim['tokens_per_step']:.2f}, projected {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
+    return rows
+
+
+def k8_rows(items, configurations: dict, k8: dict) -> dict:
+    """K = 8 (not implemented: rows would need positions of their own): every batch step a verify step of window w."""
+    rows = {"plain_tokens_per_s": 8e3 / k8["1"]}
+    for label, drafter_for in configurations.items():
+        for window in (2, 4, 8):
+            sim = simulate(items, drafter_for, lambda d: DraftPlanner(d, max_pause=0), TeacherForcedSteps, window - 1)
+            per_step = sim["tokens"] / (sim["plain_steps"] + sim["verify_steps"] + len(items))
+            rows[f"{label}, window {window}"] = {"tokens_per_row_step": per_step,
+                                                 "projected_tokens_per_s": 8e3 * per_step / k8[str(window)]}
+    print("K=8: " + ", ".join(f"{key}: {value if isinstance(value, float) else value['projected_tokens_per_s']:.0f}"
+                              for key, value in rows.items()))
+    return rows
+
+
+def main() -> int:
+    args = arguments()
+    encoder = llama3_tokenizer(args.tokenizer)
+    seed, left_out = None, set()
+    if args.seed:
+        seed = joined([encoder.encode(reply) for reply in split_seed(Path(args.seed).read_text())])
+        left_out = {path.name for path in SEED_PROBLEMS.glob("*.py")}  # a reply must not draft from itself
+    items, names = corpus_items(args, encoder, left_out)
+    timing = json.loads(Path(args.timing).read_text())
+    costs = plain, verify, overhead = step_costs(timing)
+    lengths = [len(reply) for _, reply in items]
+    out = {"replies": len(items), "problems": names, "reply_tokens": {"total": sum(lengths),
+           "median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)},
+           "prompt_tokens_median": statistics.median(len(prompt) for prompt, _ in items),
+           "costs_ms": {"plain": plain, "verify_8": verify, "verify_overhead": overhead}, "drafters": {}}
+    drafters = drafter_rows(items, seed)
+    if seed is not None:
+        out["seed_tokens"] = len(seed.tokens)
     for name, (drafter_for, planner_for) in drafters.items():
         sim = simulate(items, drafter_for, planner_for, TeacherForcedSteps)
         sim["replies"] = len(items)
@@ -297,46 +368,15 @@ def main() -> int:
               f"{sim['accepted_per_verify']:.2f}  verify {sim['verify_steps']} plain {sim['plain_steps']}  "
               f"projected greedy {sim['projected_tokens_per_s']['greedy']:.0f}, sampled "
               f"{sim['projected_tokens_per_s']['sampled']:.0f} tokens/s")
-    if seed is not None:  # is the seed's gain its operations' overlap with the corpus's, or the text they share?
-        out["seed_by_subset"] = {}
-        for subset, chosen in seed_subsets(names).items():
-            chosen_items = [items[i] for i in chosen]
-            if not chosen_items:
-                continue
-            for row, drafter_for in (("first reply", lambda i, p: Drafter(p)),
-                                     ("first reply + seed", lambda i, p: Drafter(p, sources=[seed]))):
-                sim = simulate(chosen_items, drafter_for, DraftPlanner, TeacherForcedSteps)
-                sim["replies"] = len(chosen_items)
-                sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
-                out["seed_by_subset"][f"{subset}, {row}"] = sim
-                print(f"{subset} ({len(chosen_items)} replies), {row}: tokens/step {sim['tokens_per_step']:.2f}, "
-                      f"projected sampled {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
-    configurations = {"first reply": lambda i, p: Drafter(p), "after 4 replies": earlier(4)}
+    if seed is not None:
+        out["seed_by_subset"] = seed_rows(items, names, seed, costs)
+    configurations = {"first reply": lambda i, p: Drafter(p),
+                      "after 4 replies": session_drafter(4, [reply for _, reply in items])}
     if seed is not None:
         configurations["first reply + seed"] = drafters["first reply + seed"][0]
-    out["straying"] = {}
-    for label, drafter_for in configurations.items():
-        for eps in (0.05, 0.1, 0.2, 0.3):
-            sim = simulate(items, drafter_for, DraftPlanner,
-                           lambda reply: StrayingSamples(reply, eps, random.Random(0)))
-            sim["replies"] = len(items)
-            sim["projected_sampled_tokens_per_s"] = projected(sim, plain["sampled"], verify["sampled"], overhead)
-            out["straying"][f"{label}, eps {eps}"] = sim
-            print(f"sampling, {label}, agreeing drafts rejected with p={eps}: tokens/step "
-                  f"{sim['tokens_per_step']:.2f}, projected {sim['projected_sampled_tokens_per_s']:.0f} tokens/s")
-    # K = 8 (not implemented: rows would need positions of their own): every batch step a verify step of window w.
-    k8 = timing["steps_ms"].get("k8_sampled")
-    if k8:
-        out["k8"] = {"plain_tokens_per_s": 8e3 / k8["1"]}
-        for label, drafter_for in configurations.items():
-            for window in (2, 4, 8):
-                sim = simulate(items, drafter_for, lambda d: DraftPlanner(d, max_pause=0), TeacherForcedSteps,
-                               window - 1)
-                per_step = sim["tokens"] / (sim["plain_steps"] + sim["verify_steps"] + len(items))
-                out["k8"][f"{label}, window {window}"] = {"tokens_per_row_step": per_step,
-                                                         "projected_tokens_per_s": 8e3 * per_step / k8[str(window)]}
-        print("K=8: " + ", ".join(f"{key}: {value if isinstance(value, float) else value['projected_tokens_per_s']:.0f}"
-                                  for key, value in out["k8"].items()))
+    out["straying"] = straying_rows(items, configurations, costs)
+    if timing["steps_ms"].get("k8_sampled"):
+        out["k8"] = k8_rows(items, configurations, timing["steps_ms"]["k8_sampled"])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -78,26 +78,17 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
     """Every figure in one dict; ``save`` gets the figures so far after each part (a run cut short keeps them).
     measure_render(tokens, rate, runs): the streaming view's render cost, measured by the UI (the command line passes
     repl.bench.render.measure_render); None: not measured."""
-    from repl.fastpath.backend import FastLocalBackend
-    from repl.generation.model_loading import LoadedModel, load_model, resolve_device, resolve_dtype
-    from repl.generation.random_weights import build_random_model, synthetic_prompt_ids
+    from repl.bench.quantized import model_bytes, prompt_logits
     from repl.core.settings import SamplingSettings
+    from repl.generation.model_loading import resolve_device, resolve_dtype
+    from repl.generation.random_weights import synthetic_prompt_ids
 
     device = resolve_device(options.device)
     dtype = resolve_dtype(options.dtype, device)
     results: dict = {"meta": _meta(options, device, dtype)}
     report(f"building the model ({options.arch or options.model}) on {device}")
-    started = time.perf_counter()
-    if options.arch:
-        model = build_random_model(options.arch, device, dtype)
-        loaded = LoadedModel(f"random:{options.arch}", model, None, device, str(dtype).removeprefix("torch."))
-    else:
-        loaded = load_model(options.model, device, options.dtype)
-        model = loaded.model
-    decode_timing.synchronize(device)
-    results["meta"]["model_build_s"] = time.perf_counter() - started
-    from repl.bench.quantized import model_bytes, prompt_logits
-
+    loaded = _built_model(options, device, dtype, results["meta"])
+    model = loaded.model
     results["meta"]["weights_gb"] = model_bytes(model) / 1e9
     prompt_ids = synthetic_prompt_ids(model.config, options.prompt_tokens).to(device)
     # The quantized settings' logits are compared with these (quant_bench), computed before anything is quantized.
@@ -109,24 +100,68 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
         results["meta"]["copy_bandwidth_gb_s"] = decode_timing.copy_bandwidth(device)
         results["meta"]["ceiling_tokens_per_s"] = decode_timing.ceiling(model, options,
                                                                         results["meta"]["copy_bandwidth_gb_s"])
-
     if options.plain:
-        report("plain generate(): single stream")
-        decode_timing.plain_generate(model, prompt_ids, sampling, 16, 1)  # warm-up, each shape once
-        decode_timing.plain_generate(model, prompt_ids, sampling, 16, options.samples)
-        single = [decode_timing.plain_generate(model, prompt_ids, sampling, options.new_tokens, 1)
-                  for _ in range(options.runs)]
-        report(f"plain generate(): {options.samples} samples at once")
-        many = [decode_timing.plain_generate(model, prompt_ids, sampling, options.new_tokens, options.samples)
-                for _ in range(options.runs)]
-        results["plain"] = decode_timing.summary(single, many)
-        report(decode_timing.brief("plain", results["plain"]))
+        _measure_plain(model, prompt_ids, sampling, options, results, report)
         save(results)
+    _measure_fast(loaded, prompt_ids, sampling, greedy, options, results, report, save)
+    if options.quantize:
+        from repl.bench.quantized import measure_settings
+
+        del loaded, model  # each setting builds its own
+        results["quantized"] = {}
+        measure_settings(options, list(options.quantize), reference_logits, prompt_ids, prompt_ids, sampling, greedy,
+                         report, lambda: save(results), results["quantized"])
+    if options.startup:
+        report("start-up to an interactive prompt")
+        results["startup"] = measure_startup(options.runs)
+        report("start-up: " + ", ".join(f"{seconds:.2f} s" for seconds in results["startup"]["runs"]))
+        save(results)
+    if options.render_tokens and measure_render is not None:
+        report("render overhead of the streaming view")
+        results["render"] = measure_render(options.render_tokens, options.render_rate, options.runs)
+    results["goals"] = check_goals(results)
+    save(results)
+    return results
+
+
+def _built_model(options: BenchOptions, device: str, dtype, meta: dict):
+    """The model the benchmark measures (random weights of ``options.arch``, or ``options.model`` loaded), its build
+    time in ``meta``."""
+    from repl.generation.model_loading import LoadedModel, load_model
+    from repl.generation.random_weights import build_random_model
+
+    started = time.perf_counter()
+    if options.arch:
+        model = build_random_model(options.arch, device, dtype)
+        loaded = LoadedModel(f"random:{options.arch}", model, None, device, str(dtype).removeprefix("torch."))
+    else:
+        loaded = load_model(options.model, device, options.dtype)
+    decode_timing.synchronize(device)
+    meta["model_build_s"] = time.perf_counter() - started
+    return loaded
+
+
+def _measure_plain(model, prompt_ids, sampling, options: BenchOptions, results: dict, report) -> None:
+    report("plain generate(): single stream")
+    decode_timing.plain_generate(model, prompt_ids, sampling, 16, 1)  # warm-up, each shape once
+    decode_timing.plain_generate(model, prompt_ids, sampling, 16, options.samples)
+    single = [decode_timing.plain_generate(model, prompt_ids, sampling, options.new_tokens, 1)
+              for _ in range(options.runs)]
+    report(f"plain generate(): {options.samples} samples at once")
+    many = [decode_timing.plain_generate(model, prompt_ids, sampling, options.new_tokens, options.samples)
+            for _ in range(options.runs)]
+    results["plain"] = decode_timing.summary(single, many)
+    report(decode_timing.brief("plain", results["plain"]))
+
+
+def _measure_fast(loaded, prompt_ids, sampling, greedy, options: BenchOptions, results: dict, report, save) -> None:
+    """The fast path's figures: warm-up, each tier, greedy agreement, drafting, a profile."""
+    from repl.fastpath.backend import FastLocalBackend
 
     # Warm-up starts only now, so that its compilation does not slow the plain path's figures. The tiers are
     # warmed up one after another here, each measured before the next replaces it (the backend runs them the same
     # way, in its background thread, while serving).
-    cuda = device.startswith("cuda")
+    cuda = loaded.device.startswith("cuda")
     batch_sizes = (1, options.samples) if options.samples > 1 else (1,)
     first_tier, later_tiers = ("graphs", ("compiled",)) if cuda else ("eager", ())
     report(f"fast path: warm-up of the {first_tier} tier")
@@ -142,77 +177,71 @@ def run_benchmark(options: BenchOptions, report: Callable[[str], None] = lambda 
 
         results["fast"]["traceback"] = "".join(traceback.format_exception(fast.warm_up_errors[0]))
         report(results["fast"]["traceback"])
-    if fast.state == "ready":
-        # (label, tier, matvec): with compare_matvec the compiled tier is measured first with Inductor's products,
-        # then with ours (decode_matvec), in this one process.
-        variants = [(first_tier, first_tier, None)]
-        if later_tiers and options.compare_matvec:
-            variants.append(("compiled-inductor-matvec", "compiled", "inductor"))
-        variants += [(tier, tier, fast.matvec) for tier in later_tiers]
-        for label, tier, matvec in variants:
-            if tier != first_tier:
-                report(f"fast path: warm-up of the {label} tier")
-                seconds = results["fast"]["warm_up_s"].setdefault(label, {})
-                for size in batch_sizes:
-                    seconds[size] = fast.warm_up_tier(tier, size, matvec)
-            report(f"fast path ({label}): single stream and {options.samples} samples at once")
-            decode_timing.fast_generate(fast, prompt_ids, sampling, 16, 1)  # warm-up, each batch once
-            decode_timing.fast_generate(fast, prompt_ids, sampling, 16, options.samples)
-            single = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, 1)
-                      for _ in range(options.runs)]
-            many = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
-                    for _ in range(options.runs)]
-            results["fast"]["tiers"][label] = decode_timing.summary(single, many)
-            report(decode_timing.brief(f"fast ({label})", results["fast"]["tiers"][label]) +
-                   f", warm-up {decode_timing.warm_up_text(results['fast']['warm_up_s'][label])}")
-            save(results)
-        results["fast"]["mode"] = tier
-        results["fast"]["matvec"] = fast.matvec if tier == "compiled" else None
-        if results["fast"]["matvec"] == "triton":
-            from repl.fastpath.kernels.decode_matvec import tuned_configs
-
-            results["fast"]["matvec_configs"] = tuned_configs()
-            report("matvec block sizes: " + "; ".join(f"{key} {config}" for key, config in
-                                                       results["fast"]["matvec_configs"].items()))
-        results["fast"].update({key: value for key, value in results["fast"]["tiers"][label].items() if key != "runs"})
-        if options.plain:
-            report("greedy: plain and fast tokens compared")
-            results["greedy"] = decode_timing.greedy_agreement(model, fast, prompt_ids, greedy)
-            report(f"greedy: {decode_timing.greedy_text(results['greedy'])}")
-        if options.drafting:
-            from repl.bench.drafting import measure_drafting
-
-            report("drafting: verify steps, their cost, and the single stream with drafts")
-            results["drafting"] = measure_drafting(fast, loaded, prompt_ids, sampling, options, report,
-                                                   results["fast"]["tokens_per_s"])
-            save(results)
-        if options.profile_steps and cuda:
-            report("profiling the fast decode step")
-            results["profile"] = decode_timing.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
-            results["profile"].update(decode_timing.profile_first_token(fast, prompt_ids, sampling))
-            for line in decode_timing.profile_lines(results["profile"]):
-                report(line)
-            save(results)
-    del fast
-    if options.quantize:
-        from repl.bench.quantized import measure_settings
-
-        del loaded, model  # each setting builds its own
-        results["quantized"] = {}
-        measure_settings(options, list(options.quantize), reference_logits, prompt_ids, prompt_ids, sampling, greedy,
-                         report, lambda: save(results), results["quantized"])
-
-    if options.startup:
-        report("start-up to an interactive prompt")
-        results["startup"] = measure_startup(options.runs)
-        report("start-up: " + ", ".join(f"{seconds:.2f} s" for seconds in results["startup"]["runs"]))
+    if fast.state != "ready":
+        return
+    # (label, tier, matvec): with compare_matvec the compiled tier is measured first with Inductor's products,
+    # then with ours (decode_matvec), in this one process.
+    variants = [(first_tier, first_tier, None)]
+    if later_tiers and options.compare_matvec:
+        variants.append(("compiled-inductor-matvec", "compiled", "inductor"))
+    variants += [(tier, tier, fast.matvec) for tier in later_tiers]
+    for label, tier, matvec in variants:
+        _measure_tier(fast, label, tier, matvec, tier != first_tier, batch_sizes, prompt_ids, sampling, options,
+                      results, report)
         save(results)
-    if options.render_tokens and measure_render is not None:
-        report("render overhead of the streaming view")
-        results["render"] = measure_render(options.render_tokens, options.render_rate, options.runs)
-    results["goals"] = check_goals(results)
-    save(results)
-    return results
+    results["fast"]["mode"] = tier
+    results["fast"]["matvec"] = fast.matvec if tier == "compiled" else None
+    if results["fast"]["matvec"] == "triton":
+        from repl.fastpath.kernels.decode_matvec import tuned_configs
+
+        results["fast"]["matvec_configs"] = tuned_configs()
+        report("matvec block sizes: " + "; ".join(f"{key} {config}" for key, config in
+                                                   results["fast"]["matvec_configs"].items()))
+    results["fast"].update({key: value for key, value in results["fast"]["tiers"][label].items() if key != "runs"})
+    _measure_fast_extras(fast, loaded, prompt_ids, sampling, greedy, options, results, report, save)
+
+
+def _measure_tier(fast, label: str, tier: str, matvec, warm_up: bool, batch_sizes, prompt_ids, sampling,
+                  options: BenchOptions, results: dict, report) -> None:
+    """One tier's single stream and samples at once, after its warm-up where ``warm_up``."""
+    if warm_up:
+        report(f"fast path: warm-up of the {label} tier")
+        seconds = results["fast"]["warm_up_s"].setdefault(label, {})
+        for size in batch_sizes:
+            seconds[size] = fast.warm_up_tier(tier, size, matvec)
+    report(f"fast path ({label}): single stream and {options.samples} samples at once")
+    decode_timing.fast_generate(fast, prompt_ids, sampling, 16, 1)  # warm-up, each batch once
+    decode_timing.fast_generate(fast, prompt_ids, sampling, 16, options.samples)
+    single = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, 1)
+              for _ in range(options.runs)]
+    many = [decode_timing.fast_generate(fast, prompt_ids, sampling, options.new_tokens, options.samples)
+            for _ in range(options.runs)]
+    results["fast"]["tiers"][label] = decode_timing.summary(single, many)
+    report(decode_timing.brief(f"fast ({label})", results["fast"]["tiers"][label]) +
+           f", warm-up {decode_timing.warm_up_text(results['fast']['warm_up_s'][label])}")
+
+
+def _measure_fast_extras(fast, loaded, prompt_ids, sampling, greedy, options: BenchOptions, results: dict, report,
+                         save) -> None:
+    """Greedy agreement with the plain path, drafting, and a profile of the decode step, as asked."""
+    if options.plain:
+        report("greedy: plain and fast tokens compared")
+        results["greedy"] = decode_timing.greedy_agreement(loaded.model, fast, prompt_ids, greedy)
+        report(f"greedy: {decode_timing.greedy_text(results['greedy'])}")
+    if options.drafting:
+        from repl.bench.drafting import measure_drafting
+
+        report("drafting: verify steps, their cost, and the single stream with drafts")
+        results["drafting"] = measure_drafting(fast, loaded, prompt_ids, sampling, options, report,
+                                               results["fast"]["tokens_per_s"])
+        save(results)
+    if options.profile_steps and loaded.device.startswith("cuda"):
+        report("profiling the fast decode step")
+        results["profile"] = decode_timing.profile_decode(fast, prompt_ids, sampling, options.profile_steps)
+        results["profile"].update(decode_timing.profile_first_token(fast, prompt_ids, sampling))
+        for line in decode_timing.profile_lines(results["profile"]):
+            report(line)
+        save(results)
 
 
 # -- start-up -------------------------------------------------------------------------------------------------------

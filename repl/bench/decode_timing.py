@@ -344,7 +344,7 @@ def _kernel_kind(name: str) -> str:
         return "q/k/v, o, down products (decode_matvec)"
     if lowered.startswith(("_int8_matvec", "_int4_matvec", "_int4_mma_matvec", "_int4_mma_qkv_rope", "_int8_qkv_rope",
                            "_int4_qkv_rope", "_prepare_input", "_matmul_small", "_dequantize")):
-        return "quantized products (quant_kernels)"
+        return "quantized products (quant_*, int4_mma*)"
     if lowered.startswith(("_attend_and_combine", "_attend_slices", "_combine_slices")):
         return "attention (decode_attention)"
     if any(word in lowered for word in ("gemm", "gemv", "xmma", "cutlass", "sm90", "splitk", "cublas")):

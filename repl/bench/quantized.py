@@ -77,30 +77,38 @@ def measure_settings(options, modes: list[str], reference_logits, quality_ids, p
     return settings
 
 
+def _quantized_model(options, mode: str, device: str):
+    """(the model quantized to ``mode``, what ``quantize_model`` changed: None for a loaded one), its products the
+    fast path's kernels."""
+    from repl.fastpath.quantized_linear import quantized_linear
+    from repl.generation.model_loading import LoadedModel, load_model, resolve_dtype
+    from repl.generation.quantized_model import quantize_model
+    from repl.generation.random_weights import build_random_model
+
+    if not options.arch:
+        return load_model(options.model, device, options.dtype, quantize=mode, quantized_product=quantized_linear), None
+    dtype = resolve_dtype(options.dtype, device)
+    model = build_random_model(options.arch, device, dtype)
+    summary = quantize_model(model, mode, product=quantized_linear)
+    return LoadedModel(f"random:{options.arch}", model, None, device, str(dtype).removeprefix("torch."),
+                       quantization=mode), summary
+
+
 def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_ids, sampling, greedy,
                      report: Callable[[str], None]) -> dict:
     import torch
 
     from repl.bench import decode_timing
     from repl.fastpath.backend import FastLocalBackend
-    from repl.generation.model_loading import LoadedModel, load_model, resolve_device, resolve_dtype
-    from repl.generation.quantized_model import quantize_model
-    from repl.generation.random_weights import build_random_model
+    from repl.generation.model_loading import resolve_device
 
     device = resolve_device(options.device)
     cuda = device.startswith("cuda")
-    dtype = resolve_dtype(options.dtype, device)
     _release_memory(device)
     allocated_before = torch.cuda.memory_allocated(device) / 1e9 if cuda else None
     started = time.perf_counter()
-    if options.arch:
-        model = build_random_model(options.arch, device, dtype)
-        summary = quantize_model(model, mode)
-        loaded = LoadedModel(f"random:{options.arch}", model, None, device, str(dtype).removeprefix("torch."),
-                             quantization=mode)
-    else:
-        loaded = load_model(options.model, device, options.dtype, quantize=mode)
-        model, summary = loaded.model, None
+    loaded, summary = _quantized_model(options, mode, device)
+    model = loaded.model
     decode_timing.synchronize(device)
     figures: dict = {"build_and_quantize_s": time.perf_counter() - started,
                      "weights_gb": model_bytes(model) / 1e9, "read_per_token_gb": read_per_token_bytes(model) / 1e9,
@@ -144,9 +152,10 @@ def _measure_setting(options, mode: str, reference_logits, quality_ids, prompt_i
     if cuda:
         figures["allocated_after_warm_up_gb"] = torch.cuda.memory_allocated(device) / 1e9
         figures["peak_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
-        from repl.fastpath.kernels.quant_kernels import tuned_configs
+        from repl.fastpath.kernels import quant_many_rows, quant_one_row, quant_qkv_rope
 
-        figures["kernel_configs"] = tuned_configs()
+        figures["kernel_configs"] = (quant_one_row.tuned_configs() | quant_qkv_rope.tuned_configs()
+                                     | quant_many_rows.tuned_configs())
     # Always (seconds): the fast path's fused kernels against plain generate(), both on the quantized weights.
     report(f"quantized ({mode}): greedy tokens of plain generate() and the fast path compared")
     figures["greedy"] = decode_timing.greedy_agreement(model, fast, prompt_ids, greedy)

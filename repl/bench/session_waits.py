@@ -184,12 +184,12 @@ def run(options) -> dict:
         if options.best:
             session.handle(small_module(options.modules))
             session.handle(f":best {options.best} --trials {options.trials}")
-            candidates = [c for c in session.candidates if c.reply is not None]
+            candidates = [c for c in session.candidates if c.attempt is not None]
             verdicts = sorted(c.check_finished_at for c in candidates if c.check_finished_at is not None)
             if not verdicts:
                 raise SystemExit(f":best {options.best} checked no candidate: "
                                  f"{console.file.getvalue().strip()[-300:]}")
-            first_finished = min(c.reply.finished_at for c in candidates)
+            first_finished = min(c.attempt.reply.finished_at for c in candidates)
             report["best"] = {"k": options.best, "candidates": len(candidates),
                               "first_verdict_after_first_candidate_s": round(verdicts[0] - first_finished, 3),
                               "last_verdict_after_first_candidate_s": round(verdicts[-1] - first_finished, 3),
@@ -215,7 +215,7 @@ def _timeline(candidate, origin: float) -> dict:
         return None if moment is None else round(moment - origin, 3)
 
     check = candidate.check
-    return {"reply_ended_s": since(candidate.reply.finished_at), "check_started_s": since(candidate.check_started_at),
+    return {"reply_ended_s": since(candidate.attempt.reply.finished_at), "check_started_s": since(candidate.check_started_at),
             "check_ended_s": since(candidate.check_finished_at), "verdict": str(candidate.verdict),
             "phases_s": check.phases_s if check is not None else None}
 

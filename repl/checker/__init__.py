@@ -13,9 +13,8 @@ The modules beside these folders are what more than one process uses: the wire f
 (result.py), defaults, devices, loading user code, the timing harness, the work observer and the CPU stand-ins.
 """
 
-from repl.checker.caller.checker import Checker, check_kernel, kernel_source
+from repl.checker.caller.checker import Checker, check_kernel
 from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 
-__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
-           "kernel_source"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS"]

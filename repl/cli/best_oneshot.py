@@ -41,7 +41,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
     def on_progress(candidate) -> None:
         if candidate.state == "done" and candidate.index not in reported:
             reported.add(candidate.index)
-            verdict = candidate.verdict or (candidate.reply.finish_reason if candidate.reply else "not started")
+            verdict = candidate.verdict or (candidate.attempt.reply.finish_reason if candidate.attempt else "not started")
             say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
 
     source_name = Path(args.file).stem if args.file else None
@@ -71,7 +71,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
     for note in run.notes():
         say(f"note: {note}")
     ranked = run.ranked()
-    with_code = [candidate for candidate in ranked if candidate.kernel is not None]
+    with_code = [candidate for candidate in ranked if candidate.attempt is not None and candidate.attempt.kernel]
     correct = [candidate for candidate in ranked if candidate.correct]
     unchecked = [candidate for candidate in ranked if candidate.verdict == Verdict.TOO_LARGE]
     if unchecked:
@@ -99,7 +99,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
             f"{check_result.message if check_result else 'not checked'})")
     else:
         say(f"best: {summary}")
-    if not write_kernel_output(best.kernel, args):
+    if not write_kernel_output(best.attempt.kernel, args):
         return 1
     if interrupted:
         return 130

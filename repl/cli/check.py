@@ -126,7 +126,9 @@ def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None 
     except Exception:
         if debug:
             raise
-        print(f"{result.verdict}: {result.message}")
+        from repl.ui.console import inert
+
+        print(inert(f"{result.verdict}: {result.message}"))
 
 
 def exit_status(verdict: str) -> int:

@@ -32,6 +32,10 @@ and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator
 geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
 finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
 sampled replies and their checks also go into the session log.
+
+Every problem is run unconfined, with your rights, in the checker's judge process (it is the trusted reference;
+only the kernels are confined): evaluate only a problems folder you have read, or run inside a container
+(docs/trust.md).
 """
 
 def add_parser(subparsers) -> None:
@@ -80,6 +84,8 @@ def _argument_problem(args) -> str | None:
         parent = Path(args.json_out).expanduser().parent
         if not parent.is_dir():
             return f"--json {args.json_out}: the folder {parent} does not exist"
+        if Path(args.json_out).expanduser().is_symlink():  # refused before any work, as every write refuses it
+            return f"--json {args.json_out} is a symbolic link: not followed (give the file it points to)"
     kernels = _kernels_dir(args)
     if kernels is not None and kernels.exists() and not kernels.is_dir():
         return f"{kernels} is a file; the kernels are kept in a folder (--kernels DIR chooses another)"
@@ -201,7 +207,8 @@ def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
     kernels = _kernels_dir(args)
     # On a cluster the replies were sampled on the workers: the driver logs them as they come back.
     archive = EvalArchive(kernels, Recorder(log) if log.enabled and args.ray is not None else None,
-                          results_dir=Path(args.json_out).expanduser().parent if args.json_out else None)
+                          results_dir=Path(args.json_out).expanduser().parent if args.json_out else None,
+                          on_warning=lambda line: err.print(f"warning: {line}", style="warn"))
     cancel = threading.Event()
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("[hint]{task.fields[checked]} candidates checked"), TimeElapsedColumn()]

@@ -5,10 +5,12 @@ import sys
 
 from repl.core.errors import one_line
 from repl.core.kernel_file import write_kernel_file
+from repl.ui.console import inert, write_untrusted
 
 
 def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """A message on stderr; inert wherever it goes (a reply's error or a check's note may carry escapes)."""
+    print(inert(message), file=sys.stderr, flush=True)
 
 
 def wait_for_model(engine) -> bool:
@@ -26,8 +28,7 @@ def write_kernel_output(kernel: str, args) -> bool:
     """The kernel to --out (never over an existing file without --force) or to stdout; False, with a message, when
     it could not be written."""
     if not args.out:
-        sys.stdout.write(kernel)
-        sys.stdout.flush()
+        write_untrusted(kernel)
         return True
     try:
         written = write_kernel_file(args.out, kernel, force=args.force)

@@ -104,7 +104,9 @@ def _labelled(entry, name: str) -> bool:
 
 def _show(entries, args, path) -> int:
     if args.json:
-        print(json.dumps([entry.to_json_dict() for entry in entries], indent=2, ensure_ascii=False))
+        from repl.ui.console import write_untrusted
+
+        write_untrusted(json.dumps([entry.to_json_dict() for entry in entries], indent=2, ensure_ascii=False) + "\n")
         return 0
     from repl.ui.console import report_console
     from repl.ui.history_commands import entries_table
@@ -130,8 +132,9 @@ def _write_kernel(entry, args) -> int:
               file=sys.stderr)
         return 1
     if not args.out:
-        sys.stdout.write(kernel)
-        sys.stdout.flush()
+        from repl.ui.console import write_untrusted
+
+        write_untrusted(kernel)
         return 0
     from repl.checker.result import CheckResult
     from repl.core.kernel_file import kernel_header, write_kernel_file

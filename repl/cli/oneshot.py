@@ -13,7 +13,6 @@ from repl.cli.best_oneshot import run_best_oneshot
 from repl.cli.live_status import live_status
 from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
-from repl.core.extract import extract_kernel_code
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.core.module_source import inspect_module_source
 from repl.log.session_log import SessionLog
@@ -45,7 +44,7 @@ def run_oneshot(engine, args) -> int:
     source_name = Path(args.file).stem if args.file else None
     try:
         # The session's judge sizes the module (and prepares its checks while the model streams).
-        too_large = engine.submit_module(code, source_name, check_device=args.check_device)
+        too_large = engine.submit_module(module, source_name, check_device=args.check_device)
         if too_large and args.samples is not None and not args.generate_anyway:  # no generation spent unchecked
             say(f"error: not checkable here: {too_large}; --generate-anyway samples it all the same, unchecked")
             return 2
@@ -93,7 +92,7 @@ def _generate(engine, module, args, source_name: str | None) -> int:
     if not wait_for_model(engine):
         return 1
     try:
-        stream = engine.stream_kernel(module.code, source_name=source_name)
+        stream = engine.stream_kernel(module, source_name=source_name)
     except GenerationError as error:
         say(f"error: {one_line(error)}")
         return 1
@@ -117,7 +116,7 @@ def _generate(engine, module, args, source_name: str | None) -> int:
     if reply.finish_reason == FAILED:
         say(f"error: {reply.error}")
         return 1
-    kernel = extract_kernel_code(reply.text)
+    kernel = stream.attempt.kernel
     if kernel is None and reply.finish_reason == INTERRUPTED:
         say("interrupted before the reply held any code; nothing written")
         return 130

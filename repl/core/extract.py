@@ -11,6 +11,7 @@ _FENCE_OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+.-]*)[^\n`]*$", re.MULTILINE
 
 _MODEL_NEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
 _PYTHON_LANGS = {"", "python", "py", "python3"}
+MAX_PARSED_CHARS = 2_000_000  # a longer text is never parsed here: its syntax tree could take gigabytes
 
 
 def code_blocks(reply: str) -> list[tuple[str, str]]:
@@ -32,19 +33,26 @@ def code_blocks(reply: str) -> list[tuple[str, str]]:
 
 
 def extract_kernel_code(reply: str) -> str | None:
-    """The kernel code in a reply, or None when it holds none.
+    """The kernel of a reply, or None when it holds none: the one decision every surface and the checker use.
 
-    Preference: the last Python block defining ``ModelNew``; else the last Python block; a reply with no fence at all
-    that itself defines ``ModelNew`` (a plain .py file) is taken whole.
+    Text that parses as Python and mentions ModelNew is a file, taken whole: its own ModelNew, however bound (a
+    class, ``ModelNew = _Impl``), never a fenced example in its docstring. Anything else is a reply: its last Python
+    block defining ``ModelNew``, else its last Python block; a block holding a fence line of its own is not taken (it
+    would be cut differently a second time). A text with no fence that defines ``ModelNew`` is taken whole.
+    Idempotent for a kernel defining ModelNew: the checker applying it again to this result checks this exact text.
     """
-    python_blocks = [code for language, code in code_blocks(reply) if language in _PYTHON_LANGS and code.strip()]
+    if "ModelNew" in reply and _is_python(reply):
+        return _tidy(reply)
+    blocks = code_blocks(reply)
+    if not blocks:
+        return _tidy(reply) if _MODEL_NEW.search(reply) else None
+    python_blocks = [code for language, code in blocks
+                     if language in _PYTHON_LANGS and code.strip() and not _FENCE_OPEN.search(code)]
     with_model_new = [code for code in python_blocks if _MODEL_NEW.search(code)]
     if with_model_new:
         return _tidy(with_model_new[-1])
     if python_blocks:
         return _tidy(python_blocks[-1])
-    if "```" not in reply and _MODEL_NEW.search(reply):
-        return _tidy(reply)
     return None
 
 
@@ -53,20 +61,17 @@ def defines_model_new(code: str) -> bool:
     return bool(_MODEL_NEW.search(code))
 
 
-def kernel_source(kernel_code_or_reply: str) -> str | None:
-    """The code to check. Text that parses as Python is a file, checked whole: its own ModelNew is the one checked,
-    however it is bound (a class, `ModelNew = _Impl`, an import), never a fenced example in its docstring, and ```
-    in a comment changes nothing. Anything else is a reply, whose last Python block defining ModelNew is taken.
-
-    Parsing untrusted text can take the parser's memory and recursion far (one line of 100,000 `-`): the checker
-    calls this in the confined candidate process, never in the process that asked for the check."""
+def _is_python(text: str) -> bool:
+    """Whether the text parses; text made to exhaust the parser (deep nesting, a huge file) counts as not Python."""
     from repl.core.module_source import parse_python
 
+    if len(text) > MAX_PARSED_CHARS:
+        return False
     try:
-        parse_python(kernel_code_or_reply)
-    except (SyntaxError, ValueError):
-        return extract_kernel_code(kernel_code_or_reply)
-    return kernel_code_or_reply
+        parse_python(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _tidy(code: str) -> str:

@@ -1,15 +1,18 @@
-"""Writing a kernel to disk: atomically, never over an existing file unless asked, with a header saying where it
-came from and whether it was checked."""
+"""Writing a kernel to disk: atomically, never over an existing file unless asked, never through a symbolic link,
+with a header saying where it came from and whether it was checked."""
 
+import errno
 import os
+import secrets
 import stat
-import tempfile
+import unicodedata
 from pathlib import Path
 
 
 def kernel_header(model: str, settings, check=None, cut_short: str | None = None) -> str:
     """model: the model's name, or "file:NAME" for a kernel loaded from a file (nothing was sampled); ``cut_short``:
-    how the reply ended early ("interrupted", "stopped at max_new_tokens"), said in the file."""
+    how the reply ended early ("interrupted", "stopped at max_new_tokens"), said in the file. Every field is made
+    comment-safe: a model name, a file name or a check's message (which a candidate controls) stays after its `#`."""
     if model.startswith("file:"):
         lines = [f"# Triton kernel loaded from {model.removeprefix('file:')}."]
     else:
@@ -23,16 +26,44 @@ def kernel_header(model: str, settings, check=None, cut_short: str | None = None
         lines.append("# Not checked: `python kernelllm.py check MODULE.py THIS_FILE` checks it.")
     else:
         lines.append(f"# Checked: {check.verdict} on {check.device} ({check.message})".rstrip())
-    return "\n".join(lines) + "\n"
+    return "\n".join(comment_safe(line) for line in lines) + "\n"
+
+
+def comment_safe(text: str) -> str:
+    """One line that stays one comment line: every character that Python's tokenizer or str.splitlines ends a line
+    at (\\n, \\r, \\v, \\f, \\x1c-\\x1e, \\x85, \\u2028, \\u2029), and every other control character, becomes a space."""
+    return "".join(" " if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char for char in text)
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why a name taken from untrusted text (a problem file's stem, a candidate's file name) cannot name a file or a
+    folder inside the one the user named (one line), or None: it must be one plain component."""
+    if name in ("", ".", ".."):
+        return f"the name {name!r} would leave its folder"
+    if any(separator and separator in name for separator in (os.sep, os.altsep, "/", "\\")):
+        return f"the name {name!r} holds a path separator"
+    if any(unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") for char in name):
+        return f"the name {name!r} holds a control character"
+    return None
+
+
+def real_folder(path: Path) -> Path:
+    """The folder at path, made where missing, refused (OSError ELOOP) where a symbolic link stands at its name:
+    what is written inside stays inside the folder the user named."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link or not a folder: not written into")
+    return path
 
 
 def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -> Path:
-    """Write text to path atomically. FileExistsError when the file exists and force is false; other OSErrors
-    (a full disk, no permission) leave any existing file untouched."""
+    """Write text to path atomically. FileExistsError when the name exists (a dangling link too) and force is
+    false; OSError for a symbolic link (never followed) and other failures (a full disk, no permission), which leave
+    any existing file untouched."""
     target = Path(path).expanduser()
-    if target.is_dir():
+    if target.is_dir() and not target.is_symlink():
         raise IsADirectoryError(f"{target} is a directory")
-    if target.exists() and not force:
+    if os.path.lexists(target) and not force:
         raise FileExistsError(f"{target} exists; add --force to overwrite it")
     return write_text_atomically(target, text, replace=force)
 
@@ -40,36 +71,49 @@ def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -
 def write_text_atomically(path: str | os.PathLike, text: str, *, replace: bool) -> Path:
     """The one atomic writer: a temporary file beside the target, flushed to disk, then renamed over it (replace)
     or linked to its name (not replace: FileExistsError if the name appeared meanwhile). Any failure leaves an
-    existing file untouched and no temporary file behind. A symbolic link is written through (its target is
-    replaced, the link kept); an existing file keeps its permissions; what is not a regular file (a device, a FIFO)
-    is written to in place, as a shell's redirection would (renaming over /dev/full replaced the device)."""
+    existing file untouched and no temporary file behind. Everything happens relative to the folder, opened once,
+    so that no step follows a link: a symbolic link at the name is refused (OSError ELOOP), never written through;
+    an existing file keeps its permissions; what is not a regular file (a device, a FIFO) is written to in place, as
+    a shell's redirection would (renaming over /dev/full replaced the device)."""
     target = Path(path).expanduser()
-    if target.is_symlink():
-        target = Path(os.path.realpath(target))
+    folder = os.open(target.parent if str(target.parent) else ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        existing = target.stat()
+        _write_in(folder, target, text, replace)
+    finally:
+        os.close(folder)
+    return target
+
+
+def _write_in(folder: int, target: Path, text: str, replace: bool) -> None:
+    name = target.name
+    try:
+        existing = os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:
         existing = None
+    if existing is not None and stat.S_ISLNK(existing.st_mode):
+        raise OSError(errno.ELOOP, f"{target} is a symbolic link: not followed (write to the file it points to)")
     if existing is not None and replace and not stat.S_ISREG(existing.st_mode):
-        with open(target, "w", encoding="utf-8") as handle:
+        with open(os.open(name, os.O_WRONLY | os.O_NOFOLLOW, dir_fd=folder), "w", encoding="utf-8") as handle:
             handle.write(text)
-        return target
-    directory = target.parent if str(target.parent) else Path(".")
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        return
+    temporary = f".{name}.{secrets.token_hex(6)}.tmp"
+    mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o644
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, stat.S_IMODE(existing.st_mode) if existing is not None else 0o644)
+            os.fchmod(handle.fileno(), mode)
         if replace:
-            os.replace(temporary, target)
+            os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
         else:
-            # link() fails if the target appeared meanwhile: no silent overwrite even in a race.
-            os.link(temporary, target)
-            os.unlink(temporary)
+            # link() fails if the name appeared meanwhile (a dangling link too): no silent overwrite even in a race.
+            os.link(temporary, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+            os.unlink(temporary, dir_fd=folder)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        try:
+            os.unlink(temporary, dir_fd=folder)
+        except FileNotFoundError:
+            pass
         raise
-    return target

@@ -90,6 +90,11 @@ class ModuleSource:
         return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}_triton.py"
 
 
+def as_module_source(module: "ModuleSource | str") -> "ModuleSource":
+    """A module as parsed: one already parsed is taken as it is, a source is parsed once here."""
+    return module if isinstance(module, ModuleSource) else inspect_module_source(module)
+
+
 def inspect_module_source(code: str) -> ModuleSource:
     source = ModuleSource(code=code)
     try:

@@ -1,12 +1,12 @@
 """An Attempt: a module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict;
 what :save, :run and :raw work on, whether it came from a stream, a best-of candidate or the session log."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repl.checker.result import CheckResult
 from repl.core.extract import extract_kernel_code
 from repl.generation import FINISHED, Reply
-from repl.core.module_source import ModuleSource, inspect_module_source
+from repl.core.module_source import ModuleSource, as_module_source, inspect_module_source
 from repl.core.settings import SamplingSettings
 
 
@@ -18,9 +18,19 @@ class Attempt:
     check: CheckResult | None = None  # once checked
     log_id: int | None = None  # row in the session log, when logging is on
 
+    _kernel: str | None = field(default=None, init=False, repr=False, compare=False)
+    _kernel_decided: bool = field(default=False, init=False, repr=False, compare=False)
+
     @property
     def kernel(self) -> str | None:
-        return extract_kernel_code(self.reply.text)
+        """The kernel of this reply (extract_kernel_code), decided once the reply is done and kept: the exact text
+        the checker is sent and that :show, :save, the one-shot output, the log and eval's archive give."""
+        if self._kernel_decided:
+            return self._kernel
+        kernel = extract_kernel_code(self.reply.text)
+        if self.reply.done:
+            self._kernel, self._kernel_decided = kernel, True
+        return kernel
 
 
 def given_reply(name: str, text: str, settings: SamplingSettings | None = None) -> Reply:
@@ -30,8 +40,8 @@ def given_reply(name: str, text: str, settings: SamplingSettings | None = None) 
     return reply
 
 
-def new_attempt(module_code: str, reply: Reply, source_name: str | None = None) -> Attempt:
-    return Attempt(module=inspect_module_source(module_code), reply=reply, source_name=source_name)
+def new_attempt(module: ModuleSource | str, reply: Reply, source_name: str | None = None) -> Attempt:
+    return Attempt(module=as_module_source(module), reply=reply, source_name=source_name)
 
 
 def attempt_from_log(entry) -> Attempt:

@@ -15,7 +15,7 @@ from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
 from repl.generation import Backend, GenerationError, ReplyStream
 from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
-from repl.core.module_source import inspect_module_source
+from repl.core.module_source import ModuleSource, as_module_source
 from repl.core.prompt import build_prompt
 from repl.engine.recorder import Recorder, RecordedStream
 from repl.log.session_log import SessionLog
@@ -160,10 +160,11 @@ class Engine:
         if problem:
             raise ModelLoadError(problem)
         from repl.fastpath.backend import FastLocalBackend
+        from repl.fastpath.quantized_linear import quantized_linear
 
         loaded = load_model(options.model, options.device, options.dtype, on_progress=report,
                             quantize=options.quantize, device_map=options.device_map,
-                            before_weights=before_weights)
+                            before_weights=before_weights, quantized_product=quantized_linear)
         # Fast decoding compiles and captures in the background; until it is ready (and wherever it cannot run,
         # e.g. on the CPU) it hands generation to the plain generate() path.
         return FastLocalBackend(loaded)
@@ -227,20 +228,21 @@ class Engine:
         """Stream the model's reply to a raw prompt, used verbatim."""
         return self.backend().stream(prompt, self.next_settings(settings))
 
-    def stream_kernel(self, module_code: str, settings: SamplingSettings | None = None, *,
+    def stream_kernel(self, module: ModuleSource | str, settings: SamplingSettings | None = None, *,
                       source_name: str | None = None) -> RecordedStream:
-        """Stream a Triton rewrite of a PyTorch module, prompted exactly as the model was trained; recorded in the
-        session log as it streams. The stream's ``attempt`` holds the module, this reply and, once checked, its
-        verdict."""
-        stream = self.stream_reply(build_prompt(module_code), settings)
-        return self._recorder.stream(stream, Attempt(inspect_module_source(module_code), stream.reply, source_name))
+        """Stream a Triton rewrite of a PyTorch module (parsed, or its source), prompted exactly as the model was
+        trained; recorded in the session log as it streams. The stream's ``attempt`` holds the module, this reply
+        and, once checked, its verdict."""
+        module = as_module_source(module)
+        stream = self.stream_reply(build_prompt(module.code), settings)
+        return self._recorder.stream(stream, Attempt(module, stream.reply, source_name))
 
-    def stream_kernels(self, module_code: str, k: int, settings: SamplingSettings | None = None, *,
+    def stream_kernels(self, module: ModuleSource | str, k: int, settings: SamplingSettings | None = None, *,
                        source_name: str | None = None) -> list[RecordedStream]:
         """k Triton rewrites of one module sampled together (the backend's stream_many: one batched generation, one
         request for k, or one after another), prompted and recorded as stream_kernel."""
-        streams = self.backend().stream_many(build_prompt(module_code), self.next_settings(settings), k)
-        module = inspect_module_source(module_code)
+        module = as_module_source(module)
+        streams = self.backend().stream_many(build_prompt(module.code), self.next_settings(settings), k)
         return [self._recorder.stream(stream, Attempt(module, stream.reply, source_name)) for stream in streams]
 
     def sample_bound_problem(self, module_code: str, k: int, settings: SamplingSettings | None = None) -> str | None:
@@ -250,17 +252,17 @@ class Engine:
         return bound.refusal(k) if bound is not None and k > bound.most else None
 
     # -- modules and checks ------------------------------------------------------------------------------------
-    def submit_module(self, module_code: str, source_name: str | None = None, *, check_device: str = "auto",
-                      wait_for_size: bool = True) -> str | None:
+    def submit_module(self, module: ModuleSource | str, source_name: str | None = None, *,
+                      check_device: str = "auto", wait_for_size: bool = True) -> str | None:
         """A module the session now works on: recorded in the log, and sent to the judges, which prepare its checks
         while the model streams (docs/checker.md). Returns why its problem is too large to check on check_device
         (one line, said before generating), or None when it fits, cannot be sized, or the device cannot be used;
         wait_for_size=False returns None at once."""
-        module = inspect_module_source(module_code)
-        self._recorder.module(module_code, source_name, module.model_class)
+        module = as_module_source(module)
+        self._recorder.module(module.code, source_name, module.model_class)
         if not module.runnable:
             return None
-        return self.checks.prepare(module_code, check_device, size=wait_for_size)
+        return self.checks.prepare(module.code, check_device, size=wait_for_size)
 
     def record_current(self, module_code: str, source_name: str | None, attempt: Attempt | None) -> None:
         """Note in the log what is current as an interactive session ends (the module, its kernel): --continue."""
@@ -278,7 +280,7 @@ class Engine:
         """Queue a check of the attempt's kernel (CheckPool.submit: jobs, trials, atol, rtol, timeout); the future
         ends once its result is stored in the attempt and recorded. ValueError at once for a device that cannot be
         used."""
-        pending = self.checks.submit(attempt.module.code, attempt.reply.text, device=device, jobs=jobs,
+        pending = self.checks.submit(attempt.module.code, attempt.kernel or "", device=device, jobs=jobs,
                                      cancel=cancel, on_start=on_start, **options)
         done: Future = Future()
 

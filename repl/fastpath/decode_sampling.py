@@ -1,6 +1,6 @@
 """The decode step's sampling (``static_decoder.sample`` and ``greedy``) as Triton kernels, on CUDA tensors.
 
-torch's softmax and argmax of one long row are single-block kernels: profiled on the H100 (run 26) at Llama 3's
+torch's softmax and argmax of one long row are single-block kernels: profiled on an H100 at Llama 3's
 vocabulary (128256 float32 logits, one row), the softmax took 34 us and the argmax 28 us of a ~3.7 ms step, plus ~3 us
 for each elementwise op around them. Here every row is split over programs of ``BLOCK`` entries (63 per row at
 128256): a first kernel reduces each block (its maximum and sum of exponentials, or its first maximum and where it

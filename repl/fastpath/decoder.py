@@ -38,7 +38,7 @@ MATVECS = ("triton", "inductor")  # who writes the compiled tier's batch-1 produ
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this many tokens for a captured prefill
 PREFILL_GRAPHS_UP_TO = 2048  # the longest padded prompt with a graph (the REPL's prompts are up to ~1500 tokens);
 # longer prompts prefill op by op. The graphs' activations live in one pool they share (as large as the longest
-# needs); each takes a first run and a capture to make (32 lengths: 7.5 s for the 8B int8 model on an H100, run 39).
+# needs); each takes a first run and a capture to make (32 lengths: 7.5 s for the 8B int8 model on an H100).
 PREFILL_HEADROOM = 2 << 30  # bytes of device memory the prefill graphs leave free: they stop at the first length
 # that would start with less (a 12-16 GB card holding an 8B model), and longer prompts prefill op by op
 
@@ -117,7 +117,7 @@ def compile_pieces(attend, matvec: str = "triton", quantized: bool = False) -> P
     ``matvec="triton"``: at batch 1, the q/k/v (with its norm, RoPE and cache write), o and down products (with their
     residuals and SiLU) are our kernels instead (``decode_matvec``), which read the weights faster and launch fewer
     kernels; ``"inductor"``: all products are Inductor's. ``quantized`` weights: at batch 1 the products are
-    ``quant_kernels``' (norms, SiLU and residuals fused in) with ``"triton"``, and plain with ``"inductor"``; they
+    ``quant_pieces``' (norms, SiLU and residuals fused in) with ``"triton"``, and plain with ``"inductor"``; they
     are always our custom ops, whose kernels suit the number of rows."""
     options = dict(fullgraph=True, dynamic=False, options={"coordinate_descent_tuning": True})
     if matvec not in MATVECS:
@@ -128,9 +128,9 @@ def compile_pieces(attend, matvec: str = "triton", quantized: bool = False) -> P
 
         inputs, output, logits = quant_pieces.attention_input, quant_pieces.layer_output, quant_pieces.final_logits
     elif matvec == "triton":
-        from repl.fastpath.kernels import decode_matvec
+        from repl.fastpath import matvec_pieces
 
-        inputs, output = decode_matvec.attention_input, decode_matvec.layer_output
+        inputs, output = matvec_pieces.attention_input, matvec_pieces.layer_output
     else:
         inputs, output = attention_input, layer_output
     return Pieces(attention_input=torch.compile(inputs, **options), layer_output=torch.compile(output, **options),
@@ -203,7 +203,7 @@ class FastDecoder:
                 batch.prompt_logits = torch.zeros((1, self.weights.embed.shape[0]), dtype=torch.float32,
                                                   device=device)
         # One side stream for every first run: the allocator caches blocks per stream, and a stream of its own per
-        # length kept each length's activations cached (9 GB reserved for int8's 32 lengths, run 39).
+        # length kept each length's activations cached (9 GB reserved for int8's 32 lengths).
         side = torch.cuda.Stream() if captured else None
         for padded in lengths:
             if padded in batch.prefills:

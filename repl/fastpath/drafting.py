@@ -190,7 +190,7 @@ class DraftPlanner:
 
 def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, max_draft: int = MAX_DRAFT) -> dict:
     """The host side of speculative decoding, for the decoder (``speculative.Speculation``) and for the teacher-forced
-    simulation that projects its speed (tools/drafting_acceptance.py) alike.
+    simulation that projects its speed (tools/teacher_forcing.py) alike.
 
     ``device``: ``launch_plain()`` starts a plain step (it feeds the last token), ``read_plain()`` waits for the
     oldest running plain step's token; ``verify(draft)`` runs a verify step and returns the tokens it emits;
@@ -234,40 +234,3 @@ def drive(planner: DraftPlanner, first: int, max_new_tokens: int, emit, device, 
             device.launch_plain()
             stats["plain_steps"] += 1
             running = 1
-
-
-class TeacherForcedSteps:
-    """``drive``'s device for a reply known in advance (teacher forcing): a plain step yields the reply's next token, a
-    verify step the draft's prefix that agrees with the reply and the reply's token after it. That is what the
-    decoder does when the model chooses the reply's tokens: under greedy decoding, when the reply is its greedy
-    output; under sampling, when the reply is a sample of it (a draft token is accepted exactly when the token drawn
-    after its prefix equals it: ``speculative``). For tools/drafting_acceptance.py and the tests."""
-
-    def __init__(self, reply: list[int]):
-        self.reply, self.at, self._running = reply, 1, []  # reply[0] is chosen after the prefill
-        self.accepted: list[int] = []  # per verify step: draft tokens accepted
-        self.drafted: list[int] = []  # per verify step: draft length
-
-    def room(self) -> int:
-        return MAX_DRAFT
-
-    def launch_plain(self) -> None:
-        self._running.append(self.reply[self.at])
-        self.at += 1
-
-    def read_plain(self) -> int:
-        return self._running.pop(0)
-
-    def agrees(self, token: int, at: int) -> bool:
-        """Whether the model would choose ``token`` at reply position ``at`` (teacher forcing: the reply's token)."""
-        return token == self.reply[at]
-
-    def verify(self, draft: list[int]) -> list[int]:
-        n = 0
-        while n < len(draft) and self.agrees(draft[n], self.at + n):
-            n += 1
-        tokens = self.reply[self.at:self.at + n + 1]
-        self.at += len(tokens)
-        self.accepted.append(n)
-        self.drafted.append(len(draft))
-        return tokens

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from repl.fastpath.quantized_linear import quantized_linear
 from repl.generation import quantized_model
 
 
@@ -59,7 +60,7 @@ def linear(x, weight):
     """x @ weight.T, for a plain or a quantized weight."""
     if isinstance(weight, torch.Tensor):
         return x @ weight.T
-    return quantized_model.quantized_linear(x, weight)
+    return quantized_linear(x, weight)
 
 
 @dataclass

@@ -20,6 +20,7 @@ ask a backend what else it happens to have.
 """
 
 import dataclasses
+import re
 import threading
 from abc import ABC, abstractmethod
 import time
@@ -87,7 +88,7 @@ class Reply:
 
     def fail(self, error: GenerationError) -> None:
         """End the reply as FAILED with the error's one line and its ``transient`` flag."""
-        self.error, self.transient = str(error), error.transient
+        self.error, self.transient = valid_text(str(error)), error.transient
         self.finished_at = time.monotonic()
         self.finish_reason = FAILED  # last: it marks the reply done
 
@@ -142,6 +143,16 @@ class Backend(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """Text from a backend as Unicode every sink can encode: a lone surrogate (valid JSON, "\\ud800", from a server;
+    a pair is one code point once parsed) becomes U+FFFD, so that the log, a file, JSON and the terminal take every
+    reply. Every backend's text passes here, at the seam."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def check_many(settings: SamplingSettings, k: int) -> None:

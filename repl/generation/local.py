@@ -16,8 +16,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from repl.core.errors import one_line
+from repl.generation import (FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, check_many, fit_to_context,
+                             valid_text)
 from repl.generation.sample_memory import samples_that_fit
-from repl.generation import FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, check_many, fit_to_context
 from repl.generation.model_loading import LoadedModel
 from repl.core.settings import SamplingSettings
 
@@ -66,7 +67,7 @@ class IncrementalDecoder:
 
     def add(self, new_ids: list[int]) -> str:
         self.ids.extend(new_ids)
-        decode = lambda ids: self._tokenizer.decode(ids, skip_special_tokens=True)
+        decode = lambda ids: valid_text(self._tokenizer.decode(ids, skip_special_tokens=True))
         prefix_text = decode(self.ids[self._prefix_offset:self._read_offset])
         window_text = decode(self.ids[self._prefix_offset:])
         if len(window_text) <= len(prefix_text) or window_text.endswith("\ufffd"):
@@ -75,7 +76,7 @@ class IncrementalDecoder:
         return window_text[len(prefix_text):]
 
     def full_text(self) -> str:
-        return self._tokenizer.decode(self.ids, skip_special_tokens=True)
+        return valid_text(self._tokenizer.decode(self.ids, skip_special_tokens=True))
 
 
 def settle_reply(reply: Reply, decoder: IncrementalDecoder, end_ids: set[int], *, cancelled: bool,

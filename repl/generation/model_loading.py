@@ -76,15 +76,17 @@ def resolve_dtype(dtype: str, device: str):
 
 def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                on_progress: Callable[[str], None] | None = None, quantize: str | None = None,
-               device_map: str | None = None, before_weights: Callable[[], None] | None = None) -> LoadedModel:
+               device_map: str | None = None, before_weights: Callable[[], None] | None = None,
+               quantized_product: Callable | None = None) -> LoadedModel:
     """Download if needed, then load tokenizer and model onto the device. Raises ModelLoadError.
 
     ``before_weights`` is called once the files, the tokenizer and the configuration are in hand, just before the
     weights are read (a model switch frees the previous model there).
 
     ``quantize`` (int8, int4): the linear layers are quantized one by one as they go to the device
-    (``quantized_model``), so a GPU smaller than the full-precision model can hold the quantized one. ``device_map="auto"``: accelerate
-    places the layers across the GPUs and the CPU (``placement``)."""
+    (``quantized_model``), so a GPU smaller than the full-precision model can hold the quantized one; their product
+    ``quantized_product`` (None: ``quantized_model.dequantized_product``). ``device_map="auto"``: accelerate places
+    the layers across the GPUs and the CPU (``placement``)."""
     report = on_progress or (lambda message: None)
     problem = options_problem(quantize, device_map)
     if problem:
@@ -111,9 +113,9 @@ def load_model(model_id: str = DEFAULT_MODEL, device: str = "auto", dtype: str =
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
             if quantize:
-                from repl.generation.quantized_model import quantize_model
+                from repl.generation.quantized_model import dequantized_product, quantize_model
 
-                quantize_model(model, quantize, device, report)
+                quantize_model(model, quantize, device, report, quantized_product or dequantized_product)
             model.to(device)
         model.eval()
     except Exception as error:  # any failure here is a message for the user, not a traceback

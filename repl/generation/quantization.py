@@ -3,8 +3,8 @@
 Decoding one token reads every weight once, so fewer bytes per weight is more tokens per second (gpt-fast's int8
 and int4 modes; docs/performance.md). The activations stay in the model's dtype: a product dequantizes as it reads.
 
-The stored layout is made for the decode kernels (``quant_kernels``), which read 32-bit words and turn each field
-into a float with one bit operation (see there):
+The stored layout is made for the decode kernels (``quant_one_row`` and its siblings), which read 32-bit words and turn
+each field into a float with one bit operation (see there):
 - int8: ``words`` int32 (N, K/4), ``scale`` (N,). Byte j of word w holds column ``j * K/4 + w`` as ``q + 128``;
   weight = scale * q, q in [-127, 127] (symmetric, per output row).
 - int4: ``words`` int32 (N, K/8), ``scale`` and ``offset`` (N, K/128). In group g (columns 128g .. 128g + 127,
@@ -13,14 +13,13 @@ into a float with one bit operation (see there):
   product of Llama-3.1-8B), the words are stored tile by tile: the 16 words of group g of rows 16t .. 16t + 15 are
   1 KB together, rows one after the other, then group g + 1's (``word_index``). A warp of the tensor-core kernel
   (``int4_mma``) reads one group of a 16-row tile with one instruction: whole 128-byte lines, where the rows' own
-  order gave it 16 half lines (on an H200: a layer's four products 3.6% faster with loads of whole lines, run 55;
-  the bench's int4 stream 443.6 -> 456.8 tokens/s with this layout, run 56; docs/gpu-runs.md). The tensor's shape
+  order gave it 16 half lines (faster on an H200; docs/gpu-runs.md keeps the figures). The tensor's shape
   stays (N, K/8), so ``words.shape`` still says N and K; ``row_major`` undoes it.
 Scales and offsets are in the model's dtype. Every linear of the decoder layers and the output layer is quantized
 (as gpt-fast and torchao do); the embedding table stays as it is (a step reads one row of it).
 
 This file is the format (quantize, dequantize, the layout); ``quantized_model`` puts it into a transformers model and
-``quant_kernels`` computes with it.
+``quant_fields`` computes with it.
 """
 
 from typing import NamedTuple

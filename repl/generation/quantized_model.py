@@ -1,8 +1,9 @@
 """Quantized weights in a transformers model: ``QuantizedLinear`` replaces ``nn.Linear`` (``quantize_model``, at load
 time), so the plain generate() path runs quantized too; the fast path reads the same tensors
-(``llama_math.LlamaWeights``). The format is ``quantization``'s; the products are ``quant_kernels``' on CUDA."""
+(``llama_math.LlamaWeights``). The format is ``quantization``'s. The product is passed in (``QuantizedProduct``):
+the fast path's kernels where the caller has them (``repl.fastpath.quantized_linear``), else the weights
+dequantized and multiplied (``dequantized_product``, the reference)."""
 
-import os
 from typing import Callable
 
 import torch
@@ -12,26 +13,23 @@ from torch import nn
 from repl.generation.quantization import (MODES, QuantizedWeight, dequantize, mode_of, quantizable, quantize,
                                          row_major, tile_order, tiled, weight_bytes)
 
-# Under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported) the kernels run on the CPU: tests.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+QuantizedProduct = Callable[[torch.Tensor, QuantizedWeight], torch.Tensor]  # x @ W.T
 
 
-def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
-    """x @ W.T for a quantized W: the Triton kernels on CUDA (and under the interpreter), else dequantize and
-    multiply (the CPU, and the reference)."""
-    if x.is_cuda or INTERPRET:
-        from repl.fastpath.kernels import quant_kernels  # imports Triton: only where it runs
-
-        return quant_kernels.linear(x, weight)
+def dequantized_product(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
+    """x @ W.T with W dequantized to x's dtype first: the reference product, and the one for a caller without
+    kernels."""
     return F.linear(x, dequantize(weight, x.dtype))
 
 
 class QuantizedLinear(nn.Module):
-    """nn.Linear without bias, its weight quantized (buffers, so .to() moves them and nothing trains them)."""
+    """nn.Linear without bias, its weight quantized (buffers, so .to() moves them and nothing trains them), its
+    product ``product``."""
 
-    def __init__(self, weight: QuantizedWeight, out_features: int, in_features: int):
+    def __init__(self, weight: QuantizedWeight, out_features: int, in_features: int,
+                 product: QuantizedProduct = dequantized_product):
         super().__init__()
-        self.out_features, self.in_features = out_features, in_features
+        self.out_features, self.in_features, self.product = out_features, in_features, product
         self.register_buffer("words", weight.words)
         self.register_buffer("scale", weight.scale)
         self.register_buffer("offset", weight.offset)
@@ -41,17 +39,19 @@ class QuantizedLinear(nn.Module):
         return QuantizedWeight(self.words, self.scale, self.offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return quantized_linear(x, self.quantized)
+        return self.product(x, self.quantized)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {mode_of(self.quantized)}"
 
 
 def quantize_model(model, mode: str, device: str | torch.device | None = None,
-                   report: Callable[[str], None] = lambda message: None) -> dict:
+                   report: Callable[[str], None] = lambda message: None,
+                   product: QuantizedProduct = dequantized_product) -> dict:
     """Replace the linear layers of a Llama (decoder layers and output layer) by ``QuantizedLinear``, one at a time:
     each weight goes to ``device`` in its own dtype, is quantized there and its full-precision copy is dropped, so
-    the device never holds more than the quantized model and one layer's weight. Returns what changed."""
+    the device never holds more than the quantized model and one layer's weight; each layer's product ``product``.
+    Returns what changed."""
     if mode not in MODES:
         raise ValueError(f"unknown quantization {mode!r}; use {' or '.join(MODES)}")
     names = [name for name, module in model.named_modules()
@@ -65,7 +65,7 @@ def quantize_model(model, mode: str, device: str | torch.device | None = None,
                 kept.append(name)
                 continue
             weight = linear.weight.to(device) if device is not None else linear.weight
-            quantized = QuantizedLinear(quantize(weight, mode), linear.out_features, linear.in_features)
+            quantized = QuantizedLinear(quantize(weight, mode), linear.out_features, linear.in_features, product)
             parent, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attribute, quantized)
             before += weight.numel() * weight.element_size()

@@ -30,7 +30,7 @@ import openai
 
 from repl.core.errors import one_line
 from repl.generation import (FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, GenerationError, Reply, check_many,
-                             seeded)
+                             seeded, valid_text)
 from repl.core.settings import SamplingSettings
 
 # The longest silence tolerated from the server: before the first token (queueing and prefill on a busy server) and
@@ -100,7 +100,7 @@ class ServerReplyStream:
 
     # Called from the event loop's thread.
     def _piece(self, text: str) -> None:
-        self._events.put(("text", text))
+        self._events.put(("text", valid_text(text)))
 
     def _end(self, finish_reason: str, tokens: int | None = None, failure: GenerationError | None = None) -> None:
         self._events.put(("end", finish_reason, tokens, failure))

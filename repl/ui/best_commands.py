@@ -45,7 +45,7 @@ def pick_command(session, arguments):
     if len(arguments) != 1:
         raise CommandError("usage: :pick N")
     candidate = _candidate(session, arguments[0])
-    if session.module is not None and candidate.module.code != session.module.code:
+    if session.module is not None and candidate.attempt.module.code != session.module.code:
         raise CommandError(f"candidate {candidate.index} belongs to the module of the last :best or :fix, not to the "
                            "current one (:run would check it against this one); :best K samples for this module")
     session.attempt = candidate.attempt
@@ -57,12 +57,13 @@ def pick_command(session, arguments):
 def show_candidate(session, n) -> None:
     """:show N — candidate N's kernel with its check result (or its reply, when it holds no code)."""
     candidate = _candidate(session, n)
-    footer = status_line(candidate.reply)
-    if candidate.check is not None:
-        footer = Text.assemble(" ", verdict_text(candidate), f": {candidate.check.message} · ", footer)
-    kernel = candidate.kernel
+    attempt = candidate.attempt
+    footer = status_line(attempt.reply)
+    if attempt.check is not None:
+        footer = Text.assemble(" ", verdict_text(candidate), f": {attempt.check.message} · ", footer)
+    kernel = attempt.kernel
     if kernel is None:
-        session.console.print(Text(terminal_safe(candidate.reply.text) or "(empty reply)"))
+        session.console.print(Text(terminal_safe(attempt.reply.text) or "(empty reply)"))
         session.console.print(footer)
         return
     print_kernel(session.console, kernel, f"candidate {candidate.index}", footer=footer)
@@ -114,7 +115,7 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
     check = CheckOptions(device=options.get("device") or session.check_device,
                          trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1))
     try:
-        run = BestOfRun(session.module.code, k, engine=session.engine, check=check, until_correct=until_correct,
+        run = BestOfRun(session.module, k, engine=session.engine, check=check, until_correct=until_correct,
                         source_name=session.source_name)
     except ValueError as error:  # a device the checker cannot use, or greedy decoding
         raise CommandError(one_line(error)) from None

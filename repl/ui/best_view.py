@@ -22,7 +22,7 @@ STATE_STYLES = {GENERATING: "accent", QUEUED: "hint", CHECKING: "accent", WAITIN
 
 
 def verdict_text(candidate: Candidate) -> Text:
-    reply = candidate.reply
+    reply = candidate.attempt.reply if candidate.attempt is not None else None
     if candidate.check is not None:
         verdict = candidate.check.verdict
         return Text(verdict.label, style=verdict.style)
@@ -34,10 +34,10 @@ def verdict_text(candidate: Candidate) -> Text:
 
 
 def _state_text(candidate: Candidate) -> Text:
-    state = candidate.state
-    if state == GENERATING and candidate.reply is not None and candidate.reply.first_token_at is None:
+    state, reply = candidate.state, candidate.attempt.reply if candidate.attempt is not None else None
+    if state == GENERATING and reply is not None and reply.first_token_at is None:
         return Text("prefill", style="hint")
-    if state == DONE and candidate.reply is not None and candidate.reply.finish_reason == TRUNCATED:
+    if state == DONE and reply is not None and reply.finish_reason == TRUNCATED:
         return Text("done (cut at max_new_tokens)", style="warn")
     return Text(state, style=STATE_STYLES.get(state, ""))
 
@@ -153,6 +153,6 @@ def _note(candidate: Candidate) -> str:
         return check.suspicious
     if check is not None and check.work and check.work.get("summary"):
         return check.work["summary"]
-    if candidate.reply is not None and candidate.reply.finish_reason == TRUNCATED:
+    if candidate.attempt is not None and candidate.attempt.reply.finish_reason == TRUNCATED:
         return "reply cut at max_new_tokens"
     return ""

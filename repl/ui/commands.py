@@ -63,8 +63,8 @@ def run_command(session, arguments):
 
 
 def save_command(session, arguments):
-    """Write the current kernel to PATH (default: a name from the module); --force overwrites an existing file, or
-    writes a kernel that does not parse."""
+    """Write the current kernel, the very text :run checked, to PATH (default: a name from the module); --force
+    overwrites an existing file, or writes a kernel that does not parse. A symbolic link at PATH is never followed."""
     force = "--force" in arguments
     paths = [word for word in arguments if word != "--force"]
     if len(paths) > 1:

@@ -1,9 +1,11 @@
-"""Rich consoles that respect NO_COLOR, TERM=dumb and narrow terminals."""
+"""Rich consoles that respect NO_COLOR, TERM=dumb and narrow terminals, and the one sink that makes text fit for a
+terminal: whatever a model, a kernel or a file wrote reaches the screen inert (docs/trust.md)."""
 
 import os
 import sys
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.theme import Theme
 
 from repl.ui.plain_output import TrailingSpaceStripper
@@ -14,6 +16,14 @@ THEME = Theme({
 
 
 class _Console(Console):
+    """Every console of the tool: its text passes through one sink on its way out, so that no field, table cell,
+    kernel name or note can carry an escape sequence to the terminal, whichever view printed it; rich's own cursor
+    controls (Live, progress) are segments of their own and pass."""
+
+    def _render_buffer(self, buffer) -> str:
+        return super()._render_buffer(segment if segment.control else Segment(inert(segment.text), segment.style)
+                                      for segment in buffer)
+
     def on_broken_pipe(self) -> None:
         """Rich's own answer to a closed pipe is SystemExit(1); the command line ends quietly instead, as a Unix tool
         does (repl/cli/main.py)."""
@@ -28,7 +38,8 @@ def plain_terminal() -> bool:
 def make_console(file=None, **overrides) -> Console:
     """The console for messages and views. Rich itself honours NO_COLOR, TERM=dumb and COLUMNS; this only sets the
     theme and keeps highlighting of numbers and paths in plain messages off (they are not code)."""
-    options = {"theme": THEME, "highlight": False, "file": file or sys.stdout}
+    options = {"theme": THEME, "highlight": False, "file": file or sys.stdout,
+               "markup": False}  # text is text: "[link=...]" in a kernel name is shown, never obeyed
     if plain_terminal():
         options["no_color"] = True
     options.update(overrides)
@@ -68,7 +79,20 @@ _UNSAFE = {code: "\ufffd" for code in [*range(0x20), *range(0x7f, 0xa0)] if code
 _UNSAFE[0x0d] = None  # carriage returns of CRLF line ends
 
 
+def inert(text: str) -> str:
+    """Every character a terminal would act on replaced by U+FFFD, carriage returns dropped; line feeds and tabs
+    kept."""
+    return text.translate(_UNSAFE)
+
+
 def terminal_safe(text: str) -> str:
-    """Untrusted text made fit to print: every character a terminal would act on replaced by U+FFFD, carriage
-    returns dropped, tabs expanded (layouts count cells)."""
-    return text.translate(_UNSAFE).expandtabs(4)
+    """Untrusted text made fit to lay out: inert, tabs expanded (layouts count cells)."""
+    return inert(text).expandtabs(4)
+
+
+def write_untrusted(text: str, file=None) -> None:
+    """Code or a reply for the user: byte-exact into a pipe or a file (`> kernel.py` must be the very kernel), inert
+    on a terminal, where an escape sequence in it would act instead of showing."""
+    file = file or sys.stdout
+    file.write(inert(text) if _is_terminal(file) else text)
+    file.flush()

@@ -190,7 +190,7 @@ class ReplSession:
         for the judge to start), then prepare its checks while the model streams."""
         try:
             with self.console.status("sizing the problem…", spinner="dots"):
-                return self.engine.submit_module(module.code, source_name, check_device=self.check_device)
+                return self.engine.submit_module(module, source_name, check_device=self.check_device)
         except KeyboardInterrupt:
             return None
 
@@ -207,7 +207,7 @@ class ReplSession:
         try:
             with messages:
                 try:
-                    stream = self.engine.stream_kernel(self.module.code, source_name=self.source_name)
+                    stream = self.engine.stream_kernel(self.module, source_name=self.source_name)
                 except GenerationError as error:
                     stream, failure, refused = None, str(error), isinstance(error, PromptTooLong)
                 if stream is not None:
@@ -219,14 +219,15 @@ class ReplSession:
         if stream is None:
             self.console.print(failure, style="bad")
             return refused
-        print_finished_reply(self.console, reply)
+        attempt = dataclasses.replace(stream.attempt, reply=reply)
+        print_finished_reply(self.console, attempt)
         # e.g. Ctrl-C in a :regen before any code (self.attempt is this module's: submit_module dropped any other)
-        if extract_kernel_code(reply.text) is None and self.attempt is not None:
+        if attempt.kernel is None and self.attempt is not None:
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
             return False
         # A new module's reply is current even without a kernel: :run and :save never act on another module's.
-        self.attempt = dataclasses.replace(stream.attempt, reply=reply)
+        self.attempt = attempt
         return False
 
     def _print_notes(self, messages: LibraryMessages) -> None:
@@ -308,7 +309,7 @@ class ReplSession:
         if self.module is None:
             raise commands.CommandError(f"{file.name} is a kernel (it defines ModelNew); it is checked against a "
                                         f"module: paste or :load the module first, then :load {file.name}")
-        self.attempt = new_attempt(self.module.code, given_reply(file.name, text, self.engine.settings),
+        self.attempt = new_attempt(self.module, given_reply(file.name, text, self.engine.settings),
                                    self.source_name)
         label = self.source_name or self.module.main_operation or self.module.model_class or "the module"
         self.console.print(f"Loaded {file} as the kernel of the current module ({label}): :run checks it against "

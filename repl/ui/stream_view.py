@@ -24,7 +24,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from repl.core.wording import counted
-from repl.core.extract import extract_kernel_code
+from repl.engine.attempt import Attempt
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, Reply
 from repl.ui.console import syntax_theme, terminal_safe
 
@@ -270,9 +270,9 @@ def print_kernel(console: Console, code: str, title: str, footer: Text | None = 
     console.print(Rule(footer or "", style="hint"))
 
 
-def print_finished_reply(console: Console, reply: Reply, title: str = "kernel") -> None:
-    """After a stream: the extracted kernel once, copy-friendly, with the stream's statistics; or what went wrong."""
-    kernel = extract_kernel_code(reply.text)
+def print_finished_reply(console: Console, attempt: Attempt, title: str = "kernel") -> None:
+    """After a stream: the attempt's kernel once, copy-friendly, with the stream's statistics; or what went wrong."""
+    reply, kernel = attempt.reply, attempt.kernel
     if kernel is not None:
         print_kernel(console, kernel, title, footer=status_line(reply))
         outside = _lines_outside_code(reply.text, kernel)

@@ -31,6 +31,7 @@ from repl.checker import CheckResult, Verdict
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TRIALS
 from repl.engine.engine import Engine
 from repl.generation import FAILED, INTERRUPTED, PromptTooLong, ReplyStream
+from repl.core.module_source import ModuleSource, as_module_source
 from repl.core.settings import SamplingSettings
 
 # A candidate's life: waiting -> generating -> queued (for a check slot) -> checking -> done.
@@ -59,21 +60,13 @@ class Candidate:
     check_started_at: float | None = None
     check_finished_at: float | None = None
 
-    @property
-    def module(self):
-        return self.attempt.module if self.attempt is not None else None
-
-    @property
-    def reply(self):
-        return self.attempt.reply if self.attempt is not None else None
+    # The slot's own progress, read off its Attempt; everything else (module, reply, kernel, check) is the
+    # Attempt's: candidate.attempt.
 
     @property
     def check(self) -> CheckResult | None:
+        """The verdict so far (None before the check ends, or before generation starts)."""
         return self.attempt.check if self.attempt is not None else None
-
-    @property
-    def kernel(self) -> str | None:
-        return self.attempt.kernel if self.attempt is not None else None
 
     @property
     def verdict(self) -> str | None:
@@ -85,15 +78,16 @@ class Candidate:
 
     @property
     def tokens(self) -> int:
-        return self.reply.tokens if self.reply is not None else 0
+        return self.attempt.reply.tokens if self.attempt is not None else 0
 
     @property
     def elapsed_s(self) -> float | None:
         """Generation plus check time so far (None before it starts)."""
-        if self.reply is None:
+        if self.attempt is None:
             return None
-        end = self.check_finished_at or (None if self.state in (QUEUED, CHECKING) else self.reply.finished_at)
-        return (end or time.monotonic()) - self.reply.started_at
+        reply = self.attempt.reply
+        end = self.check_finished_at or (None if self.state in (QUEUED, CHECKING) else reply.finished_at)
+        return (end or time.monotonic()) - reply.started_at
 
 
 # -- ranking -------------------------------------------------------------------------------------------------------
@@ -123,7 +117,7 @@ def refuse_greedy_samples(settings: SamplingSettings, k: int) -> None:
     settings.refuse_samples(k)
 
 
-def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingSettings | None = None, *,
+def sample_streams(engine: Engine, module: ModuleSource | str, k: int, settings: SamplingSettings | None = None, *,
                    together: bool = False, source_name: str | None = None) -> Iterator[ReplyStream]:
     """k reply streams for one module, prompted and recorded by the engine. `together` (where the backend samples
     together): all k at once; else one at a time, each started when the caller asks for the next (once it has read
@@ -131,10 +125,10 @@ def sample_streams(engine: Engine, module_code: str, k: int, settings: SamplingS
     settings = settings or engine.settings
     refuse_greedy_samples(settings, k)
     if together:
-        yield from engine.stream_kernels(module_code, k, settings, source_name=source_name)
+        yield from engine.stream_kernels(module, k, settings, source_name=source_name)
         return
     for _ in range(k):
-        yield engine.stream_kernel(module_code, settings, source_name=source_name)
+        yield engine.stream_kernel(module, settings, source_name=source_name)
 
 
 # -- checking ------------------------------------------------------------------------------------------------------
@@ -188,14 +182,14 @@ class BestOfRun:
     has the verdict ``cancelled``); ``error`` is set when the run could not go on. ValueError at once for greedy
     decoding of several candidates or a device the checker cannot use."""
 
-    def __init__(self, module_code: str, k: int, *, engine: Engine, check: CheckOptions | None = None,
+    def __init__(self, module: ModuleSource | str, k: int, *, engine: Engine, check: CheckOptions | None = None,
                  settings: SamplingSettings | None = None, until_correct: bool = False,
                  on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None,
                  cancel: threading.Event | None = None, generate_anyway: bool = False):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
         refuse_greedy_samples(settings or engine.settings, k)  # before any judge starts
-        self.module_code = module_code
+        self.module = as_module_source(module)  # parsed once, for every sample and check
         self.k = k
         self.engine = engine
         self.check = check or CheckOptions()
@@ -256,19 +250,20 @@ class BestOfRun:
     def notes(self) -> list[str]:
         """What the backend said of its replies (max_new_tokens capped to the room the prompt leaves, say), each
         once: the same for every candidate of one module."""
-        return list(dict.fromkeys(c.reply.note for c in self.candidates if c.reply is not None and c.reply.note))
+        return list(dict.fromkeys(c.attempt.reply.note for c in self.candidates
+                                  if c.attempt is not None and c.attempt.reply.note))
 
     # -- the work ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             # The judges size the problem, then build, study and (on a GPU) time the reference while the candidates
             # stream: no generation is spent on a problem that cannot be checked here, unless asked.
-            too_large = self.engine.submit_module(self.module_code, self.source_name, check_device=self.check.device,
+            too_large = self.engine.submit_module(self.module, self.source_name, check_device=self.check.device,
                                                   wait_for_size=not self.generate_anyway)
             if too_large:
                 raise NotCheckableHere(f"not checkable here: {too_large}")
             together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
-            streams = sample_streams(self.engine, self.module_code, self.k, self.settings, together=together,
+            streams = sample_streams(self.engine, self.module, self.k, self.settings, together=together,
                                      source_name=self.source_name)
             readers = []
             for candidate, stream in zip(self.candidates, streams):
@@ -297,8 +292,8 @@ class BestOfRun:
             if check.exception() is not None:  # a check that could not run (no such GPU, ...)
                 self._fail(check.exception())
         # Keep what finished: candidates never started or stopped mid-generation are dropped.
-        self.candidates = [c for c in self.candidates if c.reply is not None and c.state == DONE
-                           and c.reply.finish_reason != INTERRUPTED]
+        self.candidates = [c for c in self.candidates if c.attempt is not None and c.state == DONE
+                           and c.attempt.reply.finish_reason != INTERRUPTED]
         self._end()
 
     def _end(self) -> None:
@@ -347,7 +342,7 @@ class BestOfRun:
         if stream.reply.finish_reason != FAILED or not stream.reply.transient or retries <= 0 or self.cancelled:
             return None
         try:
-            retry = self.engine.stream_kernel(self.module_code, self.settings, source_name=self.source_name)
+            retry = self.engine.stream_kernel(self.module, self.settings, source_name=self.source_name)
         except Exception:  # the server is still away: keep the failed reply as the candidate's verdict
             return None
         return self._read(candidate, retry, retries - 1)

@@ -18,10 +18,12 @@ writes it, as a local run does.
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
+from repl.core.errors import one_line
 from repl.core.extract import extract_kernel_code
 from repl.generation import Reply
-from repl.core.kernel_file import kernel_header, write_text_atomically
+from repl.core.kernel_file import kernel_header, real_folder, unsafe_name, write_text_atomically
 from repl.core.settings import SamplingSettings
 
 CHECK_FILE_SUFFIX = ".check.json"
@@ -36,9 +38,11 @@ def kernels_dir_for(results_path: str | os.PathLike) -> Path:
 def candidate_output(candidate) -> dict:
     """What is kept of a finished candidate (repl.workflows.best_of.Candidate), as plain data: its name, its reply when it was
     sampled (None for a given file) and its whole check."""
-    sampled = candidate.name is None and candidate.reply is not None
+    attempt = candidate.attempt
+    sampled = candidate.name is None and attempt is not None
     return {"file": candidate.name or f"sample_{candidate.index}",
-            "reply": reply_record(candidate.reply) if sampled else None,
+            "reply": reply_record(attempt.reply) if sampled else None,
+            "kernel": attempt.kernel if attempt is not None else None,  # the very text its check was of
             "check": candidate.check.to_json_dict() if candidate.check is not None else None}
 
 
@@ -60,10 +64,12 @@ def reply_from_record(data: dict) -> Reply:
 class EvalArchive:
     """kernels_dir: where kernels and checks go (None: nowhere); recorder: a repl.engine.recorder.Recorder for replies sampled
     elsewhere (the workers of `eval --ray`) and their checks (None: not logged here; a local run's engine records its
-    own). Paths in the results file are relative to `results_dir` (the results file's folder)."""
+    own). Paths in the results file are relative to `results_dir` (the results file's folder). A file that cannot be
+    written (a full disk, a symbolic link in the way) is said through on_warning (one line) and the run goes on."""
 
     def __init__(self, kernels_dir: str | os.PathLike | None = None, recorder=None,
-                 results_dir: str | os.PathLike | None = None):
+                 results_dir: str | os.PathLike | None = None, on_warning: Callable[[str], None] = lambda line: None):
+        self.on_warning = on_warning
         self.kernels_dir = Path(kernels_dir).expanduser() if kernels_dir is not None else None
         self.recorder = recorder
         self.results_dir = Path(results_dir).expanduser() if results_dir is not None else None
@@ -72,21 +78,33 @@ class EvalArchive:
         """Save a finished problem's kernels and checks and log its sampled replies; each candidate's line in
         `result` (a repl.workflows.evaluate.ProblemResult) gets the paths of its files ("kernel_file", "check_file")."""
         if self.kernels_dir is not None:
-            lines = {line["file"]: line for line in result.candidates}
-            folder = self.kernels_dir / problem.name
-            folder.mkdir(parents=True, exist_ok=True)
-            if any(output["reply"] is not None for output in outputs):  # never while the folder's kernels are the
-                self._remove_earlier_samples(folder)                    # candidates (--candidates into --kernels)
-            for output in outputs:
-                self._save(folder, output, lines.get(output["file"]))
+            try:
+                self._keep_files(problem, result, outputs)
+            except (OSError, ValueError) as error:
+                self.on_warning(f"{problem.name}: kernels and checks not kept: {one_line(error)}")
         if self.recorder is not None:
             self._log(problem, outputs)
 
+    def _keep_files(self, problem, result, outputs: list[dict]) -> None:
+        if unsafe_name(problem.name):
+            raise ValueError(unsafe_name(problem.name))
+        lines = {line["file"]: line for line in result.candidates}
+        folder = real_folder(self.kernels_dir / problem.name)
+        if any(output["reply"] is not None for output in outputs):  # never while the folder's kernels are the
+            self._remove_earlier_samples(folder)                    # candidates (--candidates into --kernels)
+        for output in outputs:
+            try:
+                self._save(folder, output, lines.get(output["file"]))
+            except (OSError, ValueError) as error:
+                self.on_warning(f"{problem.name}/{output['file']}: not kept: {one_line(error)}")
+
     def _save(self, folder: Path, output: dict, line: dict | None) -> None:
         name, reply, check = output["file"], output["reply"], output["check"]
+        if unsafe_name(name):
+            raise ValueError(unsafe_name(name))
         saved = {}
         if reply is not None:
-            kernel = extract_kernel_code(reply["text"])
+            kernel = output["kernel"] if "kernel" in output else extract_kernel_code(reply["text"])
             if kernel is not None:
                 from repl.checker.result import CheckResult
 
@@ -107,6 +125,8 @@ class EvalArchive:
         """A problem done again (a rerun after Ctrl-C, or with fewer samples) leaves no sample of the earlier run
         behind; files this archive did not write are left alone."""
         for path in folder.glob("sample_*"):
+            if path.is_symlink() or not path.is_file():  # a link or a folder: not the archive's sample
+                continue
             stem = path.name.split(".", 1)[0]
             if stem[len("sample_"):].isdigit() and path.name.endswith((".py", ".reply.txt", CHECK_FILE_SUFFIX)):
                 path.unlink()

@@ -43,7 +43,7 @@ from repl.checker.caller.pool import CheckPool
 from repl.engine.engine import Engine
 from repl.workflows.eval_archive import CHECK_FILE_SUFFIX, EvalArchive, candidate_output
 from repl.generation import PromptTooLong
-from repl.core.kernel_file import write_text_atomically
+from repl.core.kernel_file import unsafe_name, write_text_atomically
 from repl.core.module_source import inspect_module_source
 
 FAST_P_THRESHOLDS = {"0": 0.0, "1.0": 1.0, "1.5": 1.5, "2.0": 2.0}
@@ -89,6 +89,7 @@ class Problem:
     name: str  # the file's stem, e.g. 19_ReLU
     path: Path
     code: str
+    unreadable: str | None = None  # why the file could not be read as text (then code is empty)
 
 
 def _natural_key(name: str):
@@ -99,14 +100,28 @@ def _natural_key(name: str):
 def find_problems(folder: str | os.PathLike) -> list[Problem]:
     """Every *.py in the folder (not recursive, __init__.py excepted), in KernelBench's numeric order."""
     paths = [path for path in Path(folder).glob("*.py") if path.is_file() and path.name != "__init__.py"]
-    return [Problem(path.stem, path, path.read_text(encoding="utf-8"))
-            for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+    return [_read_problem(path) for path in sorted(paths, key=lambda path: _natural_key(path.stem))]
+
+
+def _read_problem(path: Path) -> Problem:
+    """The problem in a file; one that cannot be read is kept with the reason, to be skipped, not to stop the run."""
+    try:
+        return Problem(path.stem, path, path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return Problem(path.stem, path, "", unreadable="not UTF-8 text")
+    except OSError as error:
+        return Problem(path.stem, path, "", unreadable=f"cannot be read: {error.strerror or error}")
 
 
 def not_a_problem(problem: Problem) -> str | None:
     """Why the file cannot be a problem (one line: it does not parse, defines no module with forward(), or lacks
     get_inputs() or get_init_inputs(), which the checker builds and calls it with), or None. Such a file (a helper
     beside the problems, a broken one) is neither sampled for nor counted."""
+    bad_name = unsafe_name(problem.name)
+    if bad_name:
+        return f"{bad_name}: rename the file"
+    if problem.unreadable:
+        return problem.unreadable
     source = inspect_module_source(problem.code)
     if source.problem():
         return source.problem()
@@ -148,7 +163,7 @@ def candidate_files(candidates_dir: str | os.PathLike, problem: str, limit: int 
     """The candidates for a problem: every file in DIR/<problem>/ (a .py kernel or a saved model reply), by name;
     the checks an earlier eval saved there are not candidates, so its kernels folder can be checked again."""
     folder = Path(candidates_dir) / problem
-    if not folder.is_dir():
+    if unsafe_name(problem) or not folder.is_dir():
         return []
     files = sorted((path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
                     and not path.name.endswith(CHECK_FILE_SUFFIX)), key=lambda path: _natural_key(path.name))
@@ -263,9 +278,9 @@ def _candidate_record(candidate: Candidate) -> dict:
     record = {"file": _candidate_name(candidate), "verdict": candidate.verdict and str(candidate.verdict),
               "message": check.message if check else None, "kernel_ms": check.kernel_ms if check else None,
               "flagged": _flag(check)}
-    if candidate.name is None and candidate.reply is not None:  # sampled, not read from a file
-        record["tokens"] = candidate.reply.tokens
-        record["finish_reason"] = candidate.reply.finish_reason
+    if candidate.name is None and candidate.attempt is not None:  # sampled, not read from a file
+        record["tokens"] = candidate.attempt.reply.tokens
+        record["finish_reason"] = candidate.attempt.reply.finish_reason
     if check is not None and check.roofline:
         record["roofline"] = {key: check.roofline.get(key) for key in ("bandwidth_share", "compute_share",
                                                                         "gb_per_s", "tflops")}

@@ -1,20 +1,20 @@
 """The caller's Checker: judges for one session or run, one check each at a time, and the one-off check_kernel.
 
-What crosses to the judge is wire.py's plain data; the judge's own process is driven by judge_process.py.
+What crosses to the judge is wire.py's plain data; the judge's own process is driven by judge_process.py, and a
+Checker's judges and check slots are held by judges.py's `Judges`.
 """
 
 import itertools
 import threading
 import time
 
+from repl.checker.caller.judges import Judges
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, default_spares
 from repl.checker.devices import placement
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 from repl.checker.wire import PeerGone, WireError
-from repl.core.extract import kernel_source
 
-__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
-           "kernel_source"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS"]
 
 NO_MODEL_NEW = "no Python code defining ModelNew found in the kernel"
 SIZING_WAIT_S = 20.0  # how long prepare() waits for a judge's too_large line
@@ -35,37 +35,30 @@ class Checker:
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         self.device = device
-        self.jobs = jobs
         self._device, self._cuda_visible = placement(device)
         self._memory_limit, self._spares = memory_limit_bytes, spares
-        self._judges: list = []  # judge_process.JudgeProcess, every live one
-        self._idle: list = []  # those ready for a check
-        self._lock = threading.Lock()
-        self._slots = threading.Semaphore(jobs)
         self._closed = False
         self._ids = itertools.count(1)
-        self.judges_started = 0
-        self._idle.append(self._new_judge())  # starts now: a check finds it warm
+        self.judges = Judges(self._new_judge, jobs)  # the judges and their check slots: who waits for what
 
-    def _new_judge(self):
+    @property
+    def jobs(self) -> int:
+        return self.judges.jobs
+
+    @property
+    def judges_started(self) -> int:
+        return self.judges.started
+
+    def _new_judge(self, jobs: int):
         from repl.checker.caller.judge_process import JudgeProcess
 
-        spares = default_spares(self.jobs) if self._spares is None else self._spares
-        judge = JudgeProcess(self._device, self._cuda_visible, self._memory_limit, spares)
-        with self._lock:
-            self._judges.append(judge)
-            self.judges_started += 1
-        return judge
+        spares = default_spares(jobs) if self._spares is None else self._spares
+        return JudgeProcess(self._device, self._cuda_visible, self._memory_limit, spares)
 
     def grow(self, jobs: int) -> None:
         """Allow up to `jobs` checks at once from now on (never fewer than before); the judges for the new slots
         start at once, so that they are warm when needed."""
-        with self._lock:
-            added, self.jobs = max(0, jobs - self.jobs), max(jobs, self.jobs)
-        for _ in range(added):
-            judge = self._new_judge()
-            self._give_back(judge)
-            self._slots.release()
+        self.judges.grow(jobs)
 
     def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
               atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, timeout: float | None = None,
@@ -84,30 +77,28 @@ class Checker:
                                elapsed_s=0.0)
         if not _may_define_model_new(kernel_code_or_reply):
             return CheckResult(verdict=Verdict.COMPILE_ERROR, message=NO_MODEL_NEW)
-        # Sent as it is: which code in it to check (the file, or a reply's fenced block) is decided by the confined
-        # candidate (repl.core.extract.kernel_source), since parsing untrusted text can take this process down.
+        # Sent as it is: the confined candidate takes its kernel (repl.core.extract.extract_kernel_code, the one
+        # decision every surface uses, idempotent on a kernel) and parses it, where exhausting the parser harms nobody.
         request = {"op": "check", "id": next(self._ids), "reference_code": reference_code,
                    "kernel_code": kernel_code_or_reply, "trials": trials, "atol": atol, "rtol": rtol,
                    "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout}
         if interpreter_timing:
             request["interpreter_timing"] = True
         started = time.monotonic()
-        with self._slots:
-            judge = self._take_judge()
-            try:
+        judge = self.judges.hold()
+        try:
+            result = judge.check(request, cancel)
+            if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
+                judge = self.judges.replace(judge)
                 result = judge.check(request, cancel)
-                if not judge.alive() and judge.stuck_on_another_reference:  # a fresh judge takes the check
-                    self._forget(judge)
-                    judge = self._take_judge()
-                    result = judge.check(request, cancel)
-            except BaseException:
-                # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
-                # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
-                # new one); a check to keep the judge warm for passes `cancel` instead.
-                judge.close(grace_s=0)
-                raise
-            finally:
-                self._give_back(judge)
+        except BaseException:
+            # Ctrl-C (or an error here) in mid-check: the judge is still busy with the kernel, which may never
+            # end, and would not read a polite close for its 3 s of grace. Killed now (the next check starts a
+            # new one); a check to keep the judge warm for passes `cancel` instead.
+            judge.close(grace_s=0)
+            raise
+        finally:
+            self.judges.release(judge)
         result.elapsed_s = round(time.monotonic() - started, 3)
         return result
 
@@ -126,26 +117,18 @@ class Checker:
         if self._closed:
             raise RuntimeError("this Checker is closed")
         prepare_id = next(self._ids)
-        with self._lock:
-            judges = list(self._judges)
-        if not size:
-            self._start_preparing(judges, prepare_id, reference_code)
-            return None
-        if not self._slots.acquire(timeout=timeout):
+        judges = self.judges.everyone()
+        answering = self.judges.hold(timeout) if size else None
+        if answering is None:
             self._start_preparing(judges, prepare_id, reference_code)
             return None
         try:
-            answering = self._take_judge()
-            try:
-                self._start_preparing([judge for judge in judges if judge is not answering], prepare_id,
-                                      reference_code)
-                return answering.prepare(prepare_id, reference_code, timeout)
-            finally:
-                if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
-                    self._stop_idle_preparing(reference_code)
-                self._give_back(answering)
+            self._start_preparing([judge for judge in judges if judge is not answering], prepare_id, reference_code)
+            return answering.prepare(prepare_id, reference_code, timeout)
         finally:
-            self._slots.release()
+            if not answering.alive():  # stopped: the module's import or sizing outlasted the wait
+                self._stop_idle_preparing(reference_code)
+            self.judges.release(answering)
 
     @staticmethod
     def _start_preparing(judges: list, prepare_id: int, reference_code: str) -> None:
@@ -160,59 +143,22 @@ class Checker:
         """Stop the idle judges still preparing this reference: what stopped the answering judge (an import that
         hangs) holds them too, and the next check would wait PREPARE_TIMEOUT_S for one of them. A judge that is
         checking prepares only afterwards, and is left to its check."""
-        with self._lock:
-            stuck = [judge for judge in self._idle
-                     if judge.preparing is not None and judge.preparing.reference_code == reference_code]
-            self._idle = [judge for judge in self._idle if judge not in stuck]
+        stuck = self.judges.take_idle(lambda judge: judge.preparing is not None
+                                      and judge.preparing.reference_code == reference_code)
         for judge in stuck:
             judge.close(grace_s=0)
-            self._forget(judge)
+            self.judges.forget(judge)
 
     def wait_until_prepared(self, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
         """Wait until the judges not checking have ended their preparations: what each said of it (its steps, whether
         it was stopped). For tests and benchmarks; a check never needs to wait for this."""
-        jobs = self.jobs  # read once: a grow() meanwhile adds slots of its own
-        for _ in range(jobs):  # no check meanwhile: it would start another judge
-            self._slots.acquire()
-        with self._lock:
-            judges, self._idle = self._idle, []
-        try:
+        with self.judges.hold_all() as judges:  # no check meanwhile: it would start another judge
             return [said for judge in judges if (said := judge.wait_until_prepared(timeout)) is not None]
-        finally:
-            for judge in judges:
-                self._give_back(judge)
-            for _ in range(jobs):
-                self._slots.release()
-
-    def _take_judge(self):
-        with self._lock:
-            judge = self._idle.pop() if self._idle else None
-        if judge is None or not judge.alive():
-            if judge is not None:
-                self._forget(judge)
-            judge = self._new_judge()
-        return judge
-
-    def _give_back(self, judge) -> None:
-        with self._lock:
-            keep = not self._closed and judge.alive()
-            if keep:
-                self._idle.append(judge)
-        if not keep:
-            self._forget(judge)
-
-    def _forget(self, judge) -> None:
-        judge.close()
-        with self._lock:
-            if judge in self._judges:
-                self._judges.remove(judge)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            judges, self._idle, self._judges = self._judges, [], []
-        for judge in judges:
-            judge.close()
+        self._closed = True
+        if hasattr(self, "judges"):  # absent when __init__ failed
+            self.judges.close()
 
     def __enter__(self) -> "Checker":
         return self

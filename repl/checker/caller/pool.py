@@ -11,8 +11,9 @@
     checks.close()
 
 A device's checks run on its lanes (devices.lanes: the CPU, or each visible GPU): one Checker per lane, with as many
-judges as the most check slots asked of it (`jobs`); a check waits for a free slot on any lane of its device. Checks
-are cancelled one by one (their own `cancel` event), never the pool's. Tests pass ``make_checker`` (a stand-in with
+judges as the most check slots asked of it (`jobs`); a check waits for a free slot on any lane of its device
+(judges.py says who waits for what, from here to the judge). Checks are cancelled one by one (their own `cancel`
+event), never the pool's. Tests pass ``make_checker`` (a stand-in with
 Checker's jobs, judges_started, check, prepare, wait_until_prepared, grow and close) instead of patching this module.
 """
 

@@ -27,7 +27,7 @@ import time
 from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
                                   traceback_text)
 from repl.checker.sandbox.limits import limit_cpu_time
-from repl.core.extract import kernel_source
+from repl.core.extract import extract_kernel_code
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
@@ -80,7 +80,7 @@ class Candidate:
         import torch
 
         try:
-            code = kernel_source(request["kernel_code"])
+            code = extract_kernel_code(request["kernel_code"])
         except BaseException as error:  # the parser's recursion or memory, on text made to exhaust them
             raise Failure("compile_error", f"kernel cannot be parsed: {describe(error)}", error)
         if code is None:

@@ -95,23 +95,9 @@ def _compare_dicts(candidate, reference, atol, rtol, where, comparison: Comparis
             return
 
 
-def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Comparison) -> None:
-    if not isinstance(candidate, torch.Tensor):
-        comparison.problem = f"{where} is {_kind(candidate)}, expected a tensor"
-        return
-    if tuple(candidate.shape) != tuple(reference.shape):
-        comparison.problem = f"{where} has shape {tuple(candidate.shape)}, expected {tuple(reference.shape)}"
-        return
-    if candidate.dtype != reference.dtype:
-        got, expected = _dtype_name(candidate.dtype), _dtype_name(reference.dtype)
-        comparison.problem = f"{where} has dtype {got}, expected {expected}"
-        return
-    if candidate.numel() == 0:
-        return
-    if not (reference.is_floating_point() or reference.is_complex()):
-        _compare_exactly(candidate, reference, where, comparison)
-        return
-    # Pass 1: NaN/Inf agreement and the largest reference magnitude (it decides the tolerance of pass 2).
+def _largest_where_specials_agree(candidate, reference, where, comparison: Comparison) -> float | None:
+    """Pass 1: NaN/Inf agreement, and the largest reference magnitude (it decides the tolerance of pass 2); None once
+    comparison.problem says where they disagree."""
     nans = infs = 0
     special_differs = False
     largest = 0.0
@@ -133,9 +119,31 @@ def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Compar
     if nans or infs:
         parts = [f"{nans} NaN" if nans else "", f"{infs} Inf" if infs else ""]
         comparison.problem = f"{where} has {' and '.join(part for part in parts if part)} where the reference is finite"
-        return
+        return None
     if special_differs:
         comparison.problem = f"{where} differs from the reference where the reference is NaN/Inf"
+        return None
+    return largest
+
+
+def _compare_tensors(candidate, reference, atol, rtol, where, comparison: Comparison) -> None:
+    if not isinstance(candidate, torch.Tensor):
+        comparison.problem = f"{where} is {_kind(candidate)}, expected a tensor"
+        return
+    if tuple(candidate.shape) != tuple(reference.shape):
+        comparison.problem = f"{where} has shape {tuple(candidate.shape)}, expected {tuple(reference.shape)}"
+        return
+    if candidate.dtype != reference.dtype:
+        got, expected = _dtype_name(candidate.dtype), _dtype_name(reference.dtype)
+        comparison.problem = f"{where} has dtype {got}, expected {expected}"
+        return
+    if candidate.numel() == 0:
+        return
+    if not (reference.is_floating_point() or reference.is_complex()):
+        _compare_exactly(candidate, reference, where, comparison)
+        return
+    largest = _largest_where_specials_agree(candidate, reference, where, comparison)
+    if largest is None:
         return
     if 0.0 < largest < atol:
         lowered = rtol * largest

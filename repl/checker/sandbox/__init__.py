@@ -1,8 +1,8 @@
 """Confinement of candidate code: layers applied where the OS allows, each one's absence reported as a note.
 
 The caller never imports candidate code. `start_confined(argv, ...)` starts a process (a new one, or one forked from
-a fork server that imported torch and nothing else: candidate/fork_server.py; never forked from a process that holds CUDA or the
-model) that cannot reach, change or disturb anything outside its sandbox:
+a fork server that imported torch and nothing else: candidate/fork_server_main.py; never forked from a process that
+holds CUDA or the model) that cannot reach, change or disturb anything outside its sandbox:
 
 - **namespaces** (``unshare --user --map-root-user --net --pid --mount --ipc``): no network but its own loopback;
   its own PID namespace, so it cannot see or signal any process outside, and everything it started dies with it;
@@ -27,8 +27,8 @@ model) that cannot reach, change or disturb anything outside its sandbox:
 - **an environment allow-list** (`is_allowed_env_name`): PATH, locale, the CUDA/NVIDIA/Triton/torch variables;
   HOME, TMPDIR and the caches point into the sandbox.
 
-The judge (judge.py) starts each candidate with `start_confined`; the candidate calls `confine_self` before it
-loads any candidate code.
+The judge (judge/candidates.py) starts each candidate with `start_confined`; the candidate calls `confine_self`
+before it loads any candidate code.
 
 One file per concern: `environment.py` (the allow-list), `view.py` (namespaces and the mount view, capabilities),
 `limits.py` (cgroups, the memory watchdog, rlimits), `landlock.py`, `pipes.py` (the capped pipe reader),

@@ -1,4 +1,4 @@
-"""What the confined program applies to itself before any candidate code exists (candidate.py calls it once it is
+"""What the confined program applies to itself before any candidate code exists (candidate/main.py calls it once it is
 ready): Landlock, the syscall filter, and on the CPU path RLIMIT_AS."""
 
 from repl.checker.sandbox.landlock import apply_landlock

@@ -176,60 +176,86 @@ def build_view(spec: dict, notes: list[str]) -> None:
             os.close(fd)
 
 
-def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
-    def path_fd(path: str) -> int:
-        opened.append(os.open(path, os.O_PATH))
-        return opened[-1]
+class _Mounts:
+    """The mount calls of one view, and the O_PATH descriptors it opens (in `opened`: the caller closes them)."""
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    libc.syscall.restype = ctypes.c_long
+    def __init__(self, opened: list[int]):
+        self.opened = opened
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                                    ctypes.c_char_p]
+        self.libc.syscall.restype = ctypes.c_long
 
-    def mount(source, target, fstype, flags, data=None):
+    def path_fd(self, path: str) -> int:
+        self.opened.append(os.open(path, os.O_PATH))
+        return self.opened[-1]
+
+    def mount(self, source, target, fstype, flags, data=None):
         encode = lambda text: text.encode() if isinstance(text, str) else text  # noqa: E731
-        if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        if self.libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
             error = ctypes.get_errno()
             raise OSError(error, f"mount {target}: {os.strerror(error)}")
 
-    def bind_fd(fd: int, target: str, flags: int = 0):
-        mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | flags)
+    def bind_fd(self, fd: int, target: str, flags: int = 0):
+        self.mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | flags)
 
+
+def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
+    mounts = _Mounts(opened)
     sandbox_dir = spec["sandbox_dir"]
-    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    mounts.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Everything needed later is opened now, before the paths that lead to it are covered.
-    host_sandbox = path_fd(sandbox_dir)
-    keep = {path: path_fd(path) for path in spec["keep"] if os.path.exists(path)}
+    host_sandbox = mounts.path_fd(sandbox_dir)
+    keep = {path: mounts.path_fd(path) for path in spec["keep"] if os.path.exists(path)}
     nodes = [f"/dev/{name}" for name in MINIMAL_DEV]
     if spec["gpu"]:
         nodes += sorted(path for pattern in GPU_DEV_PATTERNS for path in glob.glob(pattern)
                         if not os.path.isdir(path))
-    devices = {path: path_fd(path) for path in nodes if os.path.exists(path)}
+    devices = {path: mounts.path_fd(path) for path in nodes if os.path.exists(path)}
+    _make_everything_read_only(mounts, notes)
+    empties = _cover_directories(mounts, spec, keep, _seed_sandbox(mounts, spec, host_sandbox))
+    _minimal_dev(mounts, devices, sandbox_dir)
+    empties.append("/dev")
+    _hide_host_sockets(mounts, spec["sockets"], devices.get("/dev/null"), notes)
+    for path in empties:
+        mounts.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID |
+                     (_MS_NOEXEC if path == "/dev" else _MS_NODEV))
+    _private_proc(mounts, notes)
 
+
+def _make_everything_read_only(mounts: _Mounts, notes: list[str]) -> None:
     class MountAttr(ctypes.Structure):
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
                     ("userns_fd", ctypes.c_uint64)]
 
     attr = MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID, 0, 0, 0)
-    if libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, ctypes.byref(attr),
-                    ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
+    if mounts.libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, ctypes.byref(attr),
+                           ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
         notes.append(f"filesystem not read-only ({os.strerror(ctypes.get_errno())}): chmod, utime and xattrs "
                      "outside the sandbox are not blocked")
 
-    # The sandbox: one size-limited tmpfs, seeded with what the caller put in the host directory.
-    mount("tmpfs", sandbox_dir, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={spec['disk_limit_bytes']},mode=0700")
+
+def _seed_sandbox(mounts: _Mounts, spec: dict, host_sandbox: int) -> tuple[int, int]:
+    """The sandbox: one size-limited tmpfs, seeded with what the caller put in the host directory. Its descriptor
+    and its tmp's."""
+    sandbox_dir = spec["sandbox_dir"]
+    mounts.mount("tmpfs", sandbox_dir, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={spec['disk_limit_bytes']},mode=0700")
     shutil.copytree(f"/proc/self/fd/{host_sandbox}", sandbox_dir, symlinks=True, dirs_exist_ok=True)
     for name in ("home", "tmp", "shm", "work"):
         os.makedirs(os.path.join(sandbox_dir, name), exist_ok=True)
-    sandbox = path_fd(sandbox_dir)
-    sandbox_tmp = path_fd(os.path.join(sandbox_dir, "tmp"))
+    return mounts.path_fd(sandbox_dir), mounts.path_fd(os.path.join(sandbox_dir, "tmp"))
 
-    # Covered directories, parents before children: empty (hidden), the sandbox's tmp, or kept (bound back).
+
+def _cover_directories(mounts: _Mounts, spec: dict, keep: dict[str, int], sandbox_fds: tuple[int, int]) -> list[str]:
+    """Covered directories, parents before children: empty (hidden), the sandbox's tmp, or kept (bound back). The
+    empty ones, to be made read-only once everything is mounted."""
+    sandbox, sandbox_tmp = sandbox_fds
     plan = {path: ("empty", None) for path in spec["hide"]}
     plan.update({path: ("bind", sandbox_tmp) for path in spec["private_tmp"]})
     covered = lambda path: any(_is_within(path, top) and path != top for top in plan)  # noqa: E731
     plan.update({path: ("keep", fd) for path, fd in keep.items() if covered(path)})
-    if covered(sandbox_dir):
-        plan[sandbox_dir] = ("bind", sandbox)
+    if covered(spec["sandbox_dir"]):
+        plan[spec["sandbox_dir"]] = ("bind", sandbox)
     empties = []
     for path in sorted(plan, key=lambda p: p.count("/")):
         kind, fd = plan[path]
@@ -244,38 +270,40 @@ def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
             else:
                 os.makedirs(path, exist_ok=True)
         if kind == "empty":
-            mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=0755")
+            mounts.mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=0755")
             empties.append(path)
         else:
-            bind_fd(fd, path, _MS_REC if kind == "keep" else 0)
+            mounts.bind_fd(fd, path, _MS_REC if kind == "keep" else 0)
+    return empties
 
-    # A minimal /dev, its /dev/shm in the sandbox.
-    mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "size=64k,mode=0755")
+
+def _minimal_dev(mounts: _Mounts, devices: dict[str, int], sandbox_dir: str) -> None:
+    """A minimal /dev, its /dev/shm in the sandbox."""
+    mounts.mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "size=64k,mode=0755")
     for path, fd in devices.items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         open(path, "w").close()
-        bind_fd(fd, path)
+        mounts.bind_fd(fd, path)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"/dev/{name}")
     os.mkdir("/dev/shm")
-    bind_fd(path_fd(os.path.join(sandbox_dir, "shm")), "/dev/shm")
-    empties.append("/dev")
+    mounts.bind_fd(mounts.path_fd(os.path.join(sandbox_dir, "shm")), "/dev/shm")
 
-    # The host's listening sockets that are still in view: /dev/null over each (connect() then fails).
-    null = devices.get("/dev/null")
-    for path in spec["sockets"]:
+
+def _hide_host_sockets(mounts: _Mounts, sockets: list[str], null: int | None, notes: list[str]) -> None:
+    """The host's listening sockets that are still in view: /dev/null over each (connect() then fails)."""
+    for path in sockets:
         if null is not None and _is_socket(path):
             try:
-                bind_fd(null, path)
+                mounts.bind_fd(null, path)
             except OSError as error:
                 notes.append(f"host socket {path} still reachable ({error.strerror})")
 
-    for path in empties:
-        mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID |
-              (_MS_NOEXEC if path == "/dev" else _MS_NODEV))
+
+def _private_proc(mounts: _Mounts, notes: list[str]) -> None:
     try:
-        mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        mounts.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as error:
         notes.append(f"other processes visible under /proc (a private /proc could not be mounted: {error.strerror})")
         return
@@ -283,7 +311,8 @@ def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
     for path in PROC_READ_ONLY:
         if os.path.exists(path):
             try:
-                mount(path, path, None, _MS_BIND | _MS_REC)
-                mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+                mounts.mount(path, path, None, _MS_BIND | _MS_REC)
+                mounts.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                             | _MS_NOEXEC)
             except OSError as error:
                 notes.append(f"{path} stays writable ({error.strerror})")

@@ -1,10 +1,10 @@
 """Counts that a kernel's programs raise as they finish a share of a result, so that the last one to arrive finishes
-it in the same launch (``quant_kernels``' split products, ``decode_attention``'s slices) instead of a second kernel.
+it in the same launch (``quant_many_rows``' and ``int4_mma``'s split products, ``decode_attention``'s slices) instead
+of a second kernel.
 Each kernel sets a count back to zero once its last program has read it, so one zeroed buffer serves every call and
-every replay of a captured graph without a memset of its own. (A first try at ``decode_attention``'s combine this way
-was slower on an H100: 10 us a layer against 4.8 + 2.0 for the two kernels, run 33: every program's release and the
-last one's serial reads outweighed a launch. The current one reads a head's slices in one round and may launch early
-with PDL: on an H100, run 45, it wins at eight rows and still loses at one, ``decode_attention.form_for``.)
+every replay of a captured graph without a memset of its own. (For ``decode_attention``'s combine, every program's
+release and the last one's serial reads can outweigh a launch: it wins at eight rows and loses at one,
+``decode_attention.form_for``.)
 
 One buffer per CUDA stream: calls on one stream run one after the other, so each finds its counts at zero, whichever
 kernel used them before; another thread's calls on another stream (the plain path while the fast path warms up)

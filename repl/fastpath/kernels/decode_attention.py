@@ -4,23 +4,22 @@ The torch version (``llama_math.attend_cache``) is nine small kernels per layer 
 casts, softmax); at batch 1 each reads a few megabytes, so launches and gaps cost more than the reads: 0.67 ms of a
 6.5 ms step on the H100. Here each program reads one slice of one key/value head's cache for the query heads that
 share it (an online softmax over blocks), and the last slice program of a head to finish combines the slices (an
-arrival count per batch row and head, ``arrival_counts``), or a second kernel combines them, as this module did
-until issue 27: whichever was faster for the batch (``form_for``; ``tools/attention_check.py`` times both). The
+arrival count per batch row and head, ``arrival_counts``), or a second kernel combines them: whichever was faster
+for the batch (``form_for``). The
 cache is read up to the position held on the device, so one captured graph serves every position of its length
 bucket.
 
 Each program loops over the blocks of its slice one after the other (load, product, softmax, load, product), so a
-slice is one or two blocks at the lengths the REPL decodes (``slicing``); with ``quant_kernels.PDL`` the kernels join
-the step's chain of programmatic dependent launches (see ``_attend_slice`` for what is read before the wait).
+slice is one or two blocks at the lengths the REPL decodes (``slicing``); with PDL (``launch_options``) the kernels
+join the step's chain of programmatic dependent launches (see ``_attend_slice`` for what is read before the wait).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from repl.fastpath.kernels import quant_kernels
 from repl.fastpath.kernels.arrival_counts import arrival_counts
-from repl.fastpath.kernels.quant_kernels import gdc_launch_dependents, gdc_wait
+from repl.fastpath.kernels.launch_options import DEFAULT, KernelOptions, gdc_launch_dependents, gdc_wait, pdl_flags
 
 BLOCK_N = 64  # cached positions a loop step
 MAX_SPLITS = 32  # slices at most: 8 key/value heads x 32 = 256 programs at batch 1, about two an SM on an H100
@@ -158,7 +157,7 @@ def _attend_and_combine(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum
                         KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
                         WINDOW: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, ROW_BLOCK: tl.constexpr,
                         SPLITS_PAD: tl.constexpr, PDL: tl.constexpr = False):
-    if PDL:  # the next kernel may launch once every program has started (see ``quant_kernels.PDL``)
+    if PDL:  # the next kernel may launch once every program has started (see ``launch_options``)
         gdc_launch_dependents()
     row_head = _attend_slice(q_ptr, k_ptr, v_ptr, position_ptr, out_ptr, max_ptr, sum_ptr, stride_qb, stride_qh,
                              stride_qt, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, chunk,
@@ -198,16 +197,15 @@ def _combine_slices(out_ptr, max_ptr, sum_ptr, result_ptr, splits, ROWS: tl.cons
 
 
 def form_for(batch: int) -> tuple[int, bool]:
-    """(most slices, one kernel) for a batch of ``batch`` rows, from ``tools/attention_check.py`` at 1128 cached
-    positions on an H100 (run 45, blocks of 64, PDL on, µs a layer): one row, at most 32 slices combined by a
-    second kernel, 6.15 (one kernel 7.51; before issue 27's changes, 16 slices of 32 in two kernels without PDL,
-    10.93); eight rows, at most 8 slices in one kernel, 18.67 (two kernels 20.33; 32 slices in one, 23.49; before,
-    23.33). Fewer slices for more rows keep the programs at a few an SM."""
+    """(most slices, one kernel) for a batch of ``batch`` rows, the faster forms timed at 1128 cached positions on an
+    H100 (blocks of 64, PDL on; docs/gpu-runs.md): one row, at most 32 slices combined by a second kernel; eight
+    rows, at most 8 slices in one kernel. Fewer slices for more rows keep the programs at a few an SM."""
     return (MAX_SPLITS, False) if batch == 1 else (8, True)
 
 
 def decode_attention(q, k_cache, v_cache, position, attended: int, *, block_n: int = BLOCK_N,
-                     max_splits: int | None = None, one_kernel: bool | None = None):
+                     max_splits: int | None = None, one_kernel: bool | None = None,
+                     options: KernelOptions = DEFAULT):
     """Same contract as ``llama_math.attend_cache``: q (B, H, 1, D) against the first ``attended`` cached positions,
     masked after ``position`` (a (1,) device tensor); returns (B, H, 1, D) in q's dtype.
 
@@ -215,8 +213,8 @@ def decode_attention(q, k_cache, v_cache, position, attended: int, *, block_n: i
     after its own position (as ``llama_math.attend_cache`` too); returns (B, H, T, D).
 
     ``block_n``, ``max_splits``: the slicing (``slicing``); ``one_kernel=False``: the slices combined by a second
-    kernel (the same sums: the same bits); None: ``form_for`` the batch. On an H100 with ``quant_kernels.PDL``,
-    programmatic dependent launches."""
+    kernel (the same sums: the same bits); None: ``form_for`` the batch. ``options``: PDL where the GPU has it
+    (``launch_options``)."""
     batch, heads, window, dim = q.shape
     form = form_for(batch)
     max_splits = form[0] if max_splits is None else max_splits
@@ -236,10 +234,10 @@ def decode_attention(q, k_cache, v_cache, position, attended: int, *, block_n: i
                  WINDOW=window, BLOCK_N=block_n, IEEE=q.dtype == torch.float32)
     strides = (q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
                v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), chunk, dim ** -0.5)
-    # The step's one switch (``quant_kernels.PDL``): {} or the PDL form and its launch option. One stage: a slice
+    # {} or the PDL form and its launch option. One stage: a slice
     # of one or two blocks leaves a software pipeline nothing to overlap, and its buffers (66 KB of shared memory
     # at 64 positions a block) would only keep programs of the kernel before from sharing an SM with these.
-    launch = dict(quant_kernels._pdl_flags(q), num_warps=8 if block_n >= 128 else 4, num_stages=1)
+    launch = dict(pdl_flags(q, options), num_warps=8 if block_n >= 128 else 4, num_stages=1)
     grid = (batch * kv_heads, splits)
     if one_kernel:
         counts = arrival_counts(q.device, batch * kv_heads, "decode_attention")

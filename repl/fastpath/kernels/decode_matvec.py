@@ -13,15 +13,14 @@ real shapes at the first call (``kernel_timing.GraphTuner``: each tile timed in 
 distinct weights): the decoder makes that call while compiling its pieces, on scratch inputs, before any graph is
 captured.
 
-The kernels are torch custom ops, so the compiled pieces call them between Inductor's own kernels (the norm and
-gate/up product stay Inductor's). Batches of more rows keep ``llama_math``'s pieces (cuBLAS products).
+The kernels are torch custom ops, so the compiled pieces (``matvec_pieces``) call them between Inductor's own kernels
+(the norm and gate/up product stay Inductor's).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from repl.fastpath import llama_math
 from repl.fastpath.kernels.kernel_timing import GraphTuner
 from repl.fastpath.kernels.rope_store import rope_and_store
 
@@ -83,15 +82,6 @@ def matvec_residual(vector: torch.Tensor, weight: torch.Tensor, residual: torch.
 @matvec_residual.register_fake
 def _(vector, weight, residual, swiglu):
     return torch.empty_like(residual, memory_format=torch.contiguous_format)
-
-
-def layer_output(x, attention, o, norm, gate_up, down, eps: float):
-    """``llama_math.layer_output`` with the o and down products (residuals and SiLU included) as the kernel above,
-    for one row of one token; more rows take ``llama_math.layer_output``."""
-    if x.shape[0] * x.shape[1] != 1:
-        return llama_math.layer_output(x, attention, o, norm, gate_up, down, eps)
-    x = matvec_residual(attention, o, x, False)
-    return matvec_residual(llama_math.rms_norm(x, norm, eps) @ gate_up.T, down, x, True)
 
 
 # -- q/k/v with the norm before it, RoPE and the cache write after it ------------------------------------------------
@@ -174,14 +164,6 @@ def qkv_rope_cache(x: torch.Tensor, norm: torch.Tensor, qkv: torch.Tensor, cos: 
 @qkv_rope_cache.register_fake
 def _(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps):
     return x.new_empty((1, heads, 1, k_cache.shape[-1]))
-
-
-def attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads: int, kv_heads: int, eps: float):
-    """``llama_math.attention_input`` as the kernel above for one row of one token, which returns q only (k and v
-    are in the cache, where a decode step reads them: it returns None for them); other shapes take llama_math's."""
-    if x.shape[0] * x.shape[1] != 1 or k_cache.shape[-1] % 32:
-        return llama_math.attention_input(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps)
-    return qkv_rope_cache(x, norm, qkv, cos, sin, k_cache, v_cache, positions, heads, kv_heads, eps), None, None
 
 
 def tuned_configs() -> dict[str, str]:

@@ -1,14 +1,14 @@
 """The int4 q/k/v product of one row on tensor cores (``int4_mma``'s K loop), with RoPE and the cache writes.
 
-Why: q/k/v with RoPE ran on CUDA cores only (``quant_kernels._int4_qkv_rope_cache``, 13.8 us a layer on an H100),
-though on the plain q/k/v product the tensor-core kernel was faster (10.0 against 11.5 us, run 36). RoPE rotates
+Why: q/k/v with RoPE ran on CUDA cores only (``quant_qkv_rope._int4_qkv_rope_cache``, 13.8 us a layer on an H100),
+though on the plain q/k/v product the tensor-core kernel was faster (10.0 against 11.5 us). RoPE rotates
 each dim d of a head with its partner d + dim/2, so here a program owns one whole head (BLOCK_M = dim rows, both
 halves): after the product (split along K as ``int4_mma``'s, the last part to arrive adding the parts), the head's
-sums are laid out so that d and d + dim/2 meet in one thread, rotated and stored, as ``quant_kernels._rope_and_cache``
+sums are laid out so that d and d + dim/2 meet in one thread, rotated and stored, as ``quant_qkv_rope._rope_and_cache``
 does: the sums rounded to the model's dtype (as the product's output would be), rotated in float32 if a q or k
 head, then q stored, k and v written into the caches at the position.
 
-The input is the normed row: made first (``quant_kernels.prepared_input``), or with NORM made in each program from x
+The input is the normed row: made first (``quant_one_row.prepared_input``), or with NORM made in each program from x
 and the norm's weights (``int4_mma._part_sums``), which saves the kernel that makes it.
 """
 
@@ -19,7 +19,9 @@ import torch
 
 from repl.fastpath.kernels import int4_mma
 from repl.fastpath.kernels.arrival_counts import arrival_counts
+from repl.fastpath.kernels.gluon_compile import compile_failure, compile_gluon_for_sm90
 from repl.fastpath.kernels.int4_mma import COLUMNS_PER_STEP, IMPORT_ERROR, Config, layouts
+from repl.fastpath.kernels.quant_fields import rms_block
 
 if IMPORT_ERROR is None:
     from triton.experimental import gluon
@@ -66,8 +68,7 @@ if IMPORT_ERROR is None:
                                  stride_vh, stride_vn, norm_ptr, eps, MMA: gl.constexpr, WORDS: gl.constexpr,
                                  DIM: gl.constexpr, PREFETCH: gl.constexpr, HEADS: gl.constexpr,
                                  KV_HEADS: gl.constexpr, WARPS: gl.constexpr, PDL: gl.constexpr = False,
-                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024,
-                                 OWN_CHAINS: gl.constexpr = False):
+                                 NORM: gl.constexpr = False, RMS_BLOCK: gl.constexpr = 1024):
         # Program (head, part). PDL: as ``int4_mma._int4_mma_matvec``, only the first step's weights before the
         # wait; x (and the norm's pass over it), cos/sin, the position, the partials and counts, q and the caches
         # after it.
@@ -78,7 +79,7 @@ if IMPORT_ERROR is None:
         parts = gl.num_programs(1)
         first, last = _part_steps(k, part, parts)
         row_sums = _part_sums(x_ptr, words_ptr, scale_ptr, offset_ptr, n, k, head, first, last, MMA, WORDS, DIM,
-                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK, False, OWN_CHAINS)
+                              PREFETCH, PDL, norm_ptr, eps, NORM, False, RMS_BLOCK, False)
         if parts == 1:
             _rope_and_store(row_sums, head, cos_ptr, sin_ptr, position_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
                             stride_kh, stride_kn, stride_vh, stride_vn, HEADS, KV_HEADS, DIM, WARPS)
@@ -95,7 +96,7 @@ if IMPORT_ERROR is None:
 def config_for(dim: int) -> Config:
     """A program's tiles: one head of ``dim`` rows, 16-row tiles on 4 warps (for the 8B's 128, ``int4_mma``'s
     fastest on the plain q/k/v product: two tiles a warp without the prefetch)."""
-    return Config(4, dim // 64, False, own_chains=int4_mma.OWN_CHAINS)
+    return Config(4, dim // 64, False)
 
 
 def fits(dim: int) -> bool:
@@ -116,7 +117,7 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
                             norm: Optional[torch.Tensor] = None, eps: float = 0.0) -> torch.Tensor:
     """q (1, heads, 1, dim) of the q/k/v product W @ v for one bfloat16 row x (k,), v = x (already normed) or, given
     ``norm``, norm * rms_norm(x) made in the kernel; rotated at ``positions`` (1,); k and v written into the caches
-    (1, kv_heads, length, dim). The caller checks the shapes (``quant_kernels.quant_qkv_rope_cache_launch``).
+    (1, kv_heads, length, dim). The caller checks the shapes (``quant_qkv_rope.quant_qkv_rope_cache_launch``).
     ``pdl``: a programmatic dependent launch."""
     dim = k_cache.shape[-1]
     n = words.shape[0]
@@ -139,8 +140,8 @@ def int4_qkv_rope_cache_mma(x: torch.Tensor, words: torch.Tensor, scale: torch.T
         positions, q, k_cache, v_cache, partials, counts, n, k, k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(1), v_cache.stride(2), norm.contiguous() if norm is not None else x, eps, MMA=mma,
         WORDS=words_layout, DIM=block_m, PREFETCH=config.prefetch, HEADS=heads, KV_HEADS=kv_heads,
-        WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=int4_mma.rms_block(k),
-        OWN_CHAINS=config.own_chains, num_warps=config.warps, launch_pdl=pdl)
+        WARPS=config.warps, PDL=pdl, NORM=norm is not None, RMS_BLOCK=rms_block(k),
+        num_warps=config.warps, launch_pdl=pdl)
     return q
 
 
@@ -162,8 +163,8 @@ def compile_for_sm90(dim: int = 128, heads: int = 32, kv_heads: int = 8, pdl: bo
     assert block_m == dim, "a program owns one head"
     constexprs = {"MMA": mma, "WORDS": words_layout, "DIM": dim, "PREFETCH": config.prefetch, "HEADS": heads,
                   "KV_HEADS": kv_heads, "WARPS": config.warps, "PDL": pdl, "NORM": norm,
-                  "RMS_BLOCK": int4_mma.rms_block(4096), "OWN_CHAINS": config.own_chains}
-    return int4_mma.compile_gluon_for_sm90(_int4_mma_qkv_rope_cache, SIGNATURE, constexprs, config.warps, pdl)
+                  "RMS_BLOCK": rms_block(4096)}
+    return compile_gluon_for_sm90(_int4_mma_qkv_rope_cache, SIGNATURE, constexprs, config.warps, pdl)
 
 
 def available() -> bool:
@@ -174,4 +175,4 @@ def available() -> bool:
 @functools.cache
 def unavailable_reason() -> str:
     """Why the kernel cannot serve here ("" where it can), found once per process."""
-    return int4_mma.compile_failure(compile_for_sm90)
+    return compile_failure(compile_for_sm90, IMPORT_ERROR)

@@ -1,14 +1,13 @@
 """How the fast path's kernels choose their block sizes while it warms up: timed as a decode step meets them.
 
-In a decode step each product reads weights that are not in the L2 cache (the step reads 5-16 GB between two reads
-of one weight), right after another kernel, inside a CUDA graph. Timing a single launch, as ``triton.autotune``
-does, measures something else: on an H100 single launches timed every int8 tile 3-8 us above a CUDA graph of
-launches on distinct weights, however the cache was emptied before them (Triton's ``do_bench`` writes 256 MB, whose
-write-back a timed product then waits on; reading a buffer instead removed that error but not the scatter), and
-ranked close tiles differently from the graph from one process to the next (q/k/v took a tile 9% slower in the
-graph in one run of two, and the decode step moved by 0.09 ms with it: runs 26-31, tools/quant_tile_timing.py,
-docs/performance.md). So each candidate is timed here as a CUDA graph of launches, one after another, on the real
-weights and scratch copies of them: enough copies that no launch finds its weights in the cache.
+In a decode step each product reads weights that are not in the L2 cache (the step reads 5-16 GB between two reads of
+one weight), right after another kernel, inside a CUDA graph. Timing a single launch, as ``triton.autotune`` does,
+measures something else: on an H100 single launches timed every int8 tile 3-8 us above a CUDA graph of launches on
+distinct weights, however the cache was emptied before them (Triton's ``do_bench`` writes 256 MB, whose write-back a
+timed product then waits on; reading a buffer instead removed that error but not the scatter), and ranked close tiles
+differently from the graph from one process to the next (q/k/v took a tile 9% slower in the graph in one process of two,
+and the decode step moved by 0.09 ms with it). So each candidate is timed here as a CUDA graph of launches, one after
+another, on the real weights and scratch copies of them: enough copies that no launch finds its weights in the cache.
 """
 
 import math
@@ -42,7 +41,7 @@ def with_scratch_copies(weights: Sequence[Optional[torch.Tensor]]) -> list[tuple
     shapes and dtypes, values left unset: a product's time does not depend on them) as it takes for launches on each
     in turn to read four times the L2 cache, so that every launch reads its weights from memory, as in a step. (A
     gate/up product of 117 MB launched again and again on one weight timed 2-3 us below a graph of three distinct
-    ones on an H100, run 32: the programs that end a launch leave their rows in the cache for the next one's last.)"""
+    ones on an H100: the programs that end a launch leave their rows in the cache for the next one's last.)"""
     present = [tensor for tensor in weights if tensor is not None]
     size = sum(tensor.numel() * tensor.element_size() for tensor in present) or 1
     copies = min(MAX_COPIES, max(1, math.ceil(4 * l2_bytes(present[0].device) / size)))

@@ -1,7 +1,5 @@
 """The end of a one-row q/k/v kernel: RoPE on q and k, q stored, k and v written into the cache. Shared by
-``decode_matvec``'s bfloat16 kernel and ``quant_kernels``' quantized ones: a module of its own, since
-``quant_kernels`` importing it from ``decode_matvec`` closed a circle of imports (decode_matvec -> llama_math ->
-quantized_model -> quant_kernels -> decode_matvec)."""
+``decode_matvec``'s bfloat16 kernel and ``quant_qkv_rope``'s quantized ones."""
 
 import triton
 import triton.language as tl
