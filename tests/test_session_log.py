@@ -472,6 +472,15 @@ def test_log_json_is_a_list_of_entries_with_the_documented_keys(log, home, runne
     assert [entry["id"] for entry in json.loads(run_log_command(home, runner, "--json", "-n", "1").stdout)] == [cut]
 
 
+def test_log_jsonl_is_one_entry_a_line_the_same_objects_as_json(log, home):
+    log_reply(log, check=CHECK)
+    log_reply(log, text="```python\nclass ModelNew", tokens=5, finish_reason=INTERRUPTED)
+    log.close()
+    lines = run_log_command(home, "standalone", "--jsonl").stdout.splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(run_log_command(home, "standalone", "--json").stdout)
+    assert len(lines) == 2
+
+
 def test_log_prints_a_table_of_entries(log, home):
     log_reply(log, check=CHECK)
     log.close()
