@@ -89,6 +89,16 @@ def test_save_uses_the_module_name_and_never_overwrites_without_force(tmp_path, 
     assert saved.read_text().endswith(KERNEL)
 
 
+def test_save_into_a_folder_uses_the_default_name_there(tmp_path, monkeypatch):
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    (tmp_path / "kernels").mkdir()
+    session.handle(":save kernels/")
+    session.handle(":save kernels --force")
+    assert (tmp_path / "kernels" / "relu_triton.py").read_text().endswith(KERNEL)
+    assert "exists" not in output(console)
+
+
 def test_save_into_a_missing_directory_reports_and_keeps_the_kernel(tmp_path, monkeypatch):
     session, _, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU)

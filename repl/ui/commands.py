@@ -7,6 +7,7 @@ session's public methods.
 """
 
 import shlex
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,8 +69,11 @@ def save_command(session, arguments):
     force = "--force" in arguments
     paths = [word for word in arguments if word != "--force"]
     if len(paths) > 1:
-        raise CommandError("usage: :save [PATH] [--force]")
-    session.save_current(paths[0] if paths else None, force=force)
+        raise CommandError("usage: :save [PATH|DIR/] [--force]")
+    target, attempt = (paths[0] if paths else None), session.attempt
+    if target and attempt is not None and (target.endswith("/") or Path(target).expanduser().is_dir()):
+        target = str(Path(target) / attempt.module.suggested_filename(attempt.source_name))  # the default name there
+    session.save_current(target, force=force)
 
 
 def regen_command(session, arguments):
@@ -137,7 +141,7 @@ def _table(*commands: Command) -> dict[str, Command]:
 COMMANDS: dict[str, Command] = _table(
     Command(":help [COMMAND]", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
-    Command(":save [PATH] [--force]", save_command, takes_path=True),
+    Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
