@@ -89,6 +89,18 @@ def test_save_uses_the_module_name_and_never_overwrites_without_force(tmp_path, 
     assert saved.read_text().endswith(KERNEL)
 
 
+def test_copy_puts_the_kernel_on_the_clipboard_through_osc_52(tmp_path, monkeypatch):
+    import base64
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(":copy")
+    assert "no kernel to copy" in output(console)
+    session.handle(RELU)
+    session.handle(":copy")
+    assert f"\x1b]52;c;{base64.b64encode(KERNEL.encode()).decode()}\x07" in console.file.getvalue()
+    assert "copied 5 lines to the clipboard" in output(console)
+
+
 def test_save_into_a_folder_uses_the_default_name_there(tmp_path, monkeypatch):
     session, _, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU)

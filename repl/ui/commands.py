@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.ui import best_commands, history_commands
+from repl.ui.clipboard import copy_to_clipboard
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
 __all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
@@ -96,6 +97,15 @@ def raw_command(session, arguments):
     session.show_raw()
 
 
+def copy_command(session, arguments):
+    """Copy the current kernel to the clipboard through the terminal (OSC 52: works over ssh where it is allowed)."""
+    _no_arguments(arguments, "copy", ":copy takes the current kernel (:pick N makes a candidate current)")
+    kernel = session.attempt.kernel if session.attempt is not None else None
+    if kernel is None:
+        raise CommandError("no kernel to copy: paste a module first (:raw shows a reply without code)")
+    session.console.print(copy_to_clipboard(session.console, kernel), style="hint")
+
+
 def load_command(session, arguments):
     """Take a module from a file and generate a kernel for it; a kernel file (a ModelNew) becomes the current kernel
     of the current module."""
@@ -145,6 +155,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
+    Command(":copy", copy_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
     Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
