@@ -373,6 +373,20 @@ def test_best_ranks_the_candidates_and_makes_the_correct_one_current_with_the_re
     assert "no candidate 9; the candidates are 1, 2" in console.export_text(clear=False)
 
 
+def test_diff_shows_what_differs_between_two_candidates_and_the_current_kernel(tmp_path, monkeypatch, checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    session.handle(":diff 1 2")
+    text = console.export_text(clear=False)
+    assert "--- candidate 1" in text and "+++ candidate 2" in text and "-    out = x" in text
+    session.handle(":diff . 2")
+    assert "current kernel and candidate 2 are the same kernel." in console.export_text(clear=False)
+    session.handle(":diff 1 9")
+    assert "no candidate 9" in console.export_text(clear=False)
+
+
 def test_fix_resamples_until_a_kernel_is_correct_with_the_real_checker(tmp_path, monkeypatch):
     backend = ReplayBackend(WRONG_REPLY, PREPARED_REPLY, WRONG_REPLY)
     session, console = make_session(tmp_path, monkeypatch, engine_for(backend))

@@ -44,7 +44,7 @@ def pick_command(session, arguments):
     """Make candidate N of the last :best or :fix the current kernel."""
     if len(arguments) != 1:
         raise CommandError("usage: :pick N")
-    candidate = _candidate(session, arguments[0])
+    candidate = candidate_numbered(session, arguments[0])
     if session.module is not None and candidate.attempt.module.code != session.module.code:
         raise CommandError(f"candidate {candidate.index} belongs to the module of the last :best or :fix, not to the "
                            "current one (:run would check it against this one); :best K samples for this module")
@@ -56,7 +56,7 @@ def pick_command(session, arguments):
 
 def show_candidate(session, n) -> None:
     """:show N — candidate N's kernel with its check result (or its reply, when it holds no code)."""
-    candidate = _candidate(session, n)
+    candidate = candidate_numbered(session, n)
     attempt = candidate.attempt
     footer = status_line(attempt.reply)
     if attempt.check is not None:
@@ -84,7 +84,8 @@ def _count_and_options(arguments: list[str], usage: str, default: int | None) ->
     return count, parse_options(arguments, CHECK_OPTIONS)
 
 
-def _candidate(session, word) -> Candidate:
+def candidate_numbered(session, word) -> Candidate:
+    """Candidate N of the last :best or :fix (CommandError when there is none)."""
     candidates = session.candidates
     if not candidates:
         raise CommandError("no candidates yet: :best K samples some")

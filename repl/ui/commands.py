@@ -6,16 +6,19 @@ live here and, for the session log and best of k, in history_commands.py and bes
 session's public methods.
 """
 
+import difflib
 import shlex
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
+from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from repl.ui import best_commands, history_commands
 from repl.ui.clipboard import copy_to_clipboard
+from repl.ui.console import syntax_theme
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
 __all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
@@ -106,6 +109,27 @@ def copy_command(session, arguments):
     session.console.print(copy_to_clipboard(session.console, kernel), style="hint")
 
 
+def diff_command(session, arguments):
+    """Show what differs between two kernels: candidates of the last :best or :fix by number, `.` the current one."""
+    if len(arguments) != 2:
+        raise CommandError("usage: :diff A B (candidate numbers, or . for the current kernel)")
+    (name_a, kernel_a), (name_b, kernel_b) = (_named_kernel(session, word) for word in arguments)
+    lines = list(difflib.unified_diff(kernel_a.splitlines(keepends=True), kernel_b.splitlines(keepends=True),
+                                      fromfile=name_a, tofile=name_b))
+    if not lines:
+        session.console.print(f"{name_a} and {name_b} are the same kernel.", style="hint")
+        return
+    session.console.print(Syntax("".join(lines).rstrip("\n"), "diff", theme=syntax_theme(), word_wrap=True,
+                                 background_color="default"))
+
+
+def _named_kernel(session, word: str) -> tuple[str, str]:
+    attempt = session.attempt if word == "." else best_commands.candidate_numbered(session, word).attempt
+    if attempt is None or attempt.kernel is None:
+        raise CommandError(f"{'the current reply' if word == '.' else 'candidate ' + word} holds no kernel")
+    return ("current kernel" if word == "." else f"candidate {word}"), attempt.kernel
+
+
 def load_command(session, arguments):
     """Take a module from a file and generate a kernel for it; a kernel file (a ModelNew) becomes the current kernel
     of the current module."""
@@ -161,6 +185,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
     Command(":pick N", best_commands.pick_command),
+    Command(":diff A B", diff_command),
     Command(":history [N] [--all]", history_commands.history_command),
     Command(":open ID", history_commands.open_command),
     Command(":model [PATH|ID]", model_command, takes_path=True),
