@@ -198,10 +198,10 @@ def test_the_results_file_has_exactly_the_documented_keys(real_run):
     for problem in data["problems"]:
         assert set(problem) == PROBLEM_KEYS
         for candidate in problem["candidates"]:
-            # roofline with a timing (a GPU), work with a correct verdict
+            # roofline with a timing (a GPU), work and valid_for with a correct verdict
             assert {"file", "verdict", "message", "kernel_ms", "flagged"} <= set(candidate) <= {
-                "file", "verdict", "message", "kernel_ms", "flagged", "roofline", "work"}  # given files: no reply
-            assert ("work" in candidate) == (candidate["verdict"] == "correct")
+                "file", "verdict", "message", "kernel_ms", "flagged", "roofline", "work", "valid_for"}  # no reply
+            assert ("work" in candidate) == ("valid_for" in candidate) == (candidate["verdict"] == "correct")
         assert problem["best"] is None or set(problem["best"]) == {"candidate", "kernel_ms", "speedup_vs_eager",
                                                                    "flagged"}
     assert [p["name"] for p in data["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]

@@ -67,6 +67,8 @@ class CheckResult:
     timing: dict | None = None  # the figures behind kernel_ms: calls, windows, candidate_ms, judge_ms, round trip...
     roofline: dict | None = None  # bytes and FLOPs over kernel_ms, as shares of the device's measured limits
     work: dict | None = None  # who did the work: "summary", shares of GPU time, the PyTorch operations beside Triton
+    # Issue 46: the shapes a correct kernel was also tried at, and what it is valid for (judge/valid_for.py).
+    valid_for: dict | None = None
 
     def __post_init__(self):
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from repl.checker import Verdict
 from repl.workflows.best_of import BestOfRun, CheckOptions, NotCheckableHere
-from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
+from repl.cli.kernel_output import export_attempt, say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.module_source import inspect_module_source
 from repl.core.wording import counted
@@ -100,6 +100,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
     else:
         say(f"best: {summary}")
     if not write_kernel_output(best.attempt.kernel, args):
+        return 1
+    if getattr(args, "export", None) and best.correct and not export_attempt(engine, best.attempt, args):
         return 1
     if interrupted:
         return 130

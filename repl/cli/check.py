@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "constants that get_init_inputs() does not use) times F, e.g. 0.01 for a KernelBench "
                              "problem on a CPU; said in the verdict")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--export", metavar="PATH",
+                        help="when correct, also write a standalone module (torch and triton only) whose Model runs "
+                             "the kernel on the inputs it was verified for and the reference otherwise")
+    parser.add_argument("--force", action="store_true", help="let --export overwrite an existing file")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
 
 
@@ -75,6 +79,8 @@ def run(args) -> int:
     try:
         if args.reference == args.kernel == "-":
             raise ValueError("only one of REFERENCE and KERNEL can be read from stdin (-)")
+        if args.export and args.scale is not None:  # a kernel verified at other sizes is not shipped
+            raise ValueError("--export ships a kernel checked at the module's own sizes; leave out --scale")
         reference = _read(args.reference, "REFERENCE")
         kernel = _read(args.kernel, "KERNEL")
         swapped = _swapped(reference, kernel, args)
@@ -99,7 +105,18 @@ def run(args) -> int:
         result = dataclasses.replace(result, message=f"{result.message}; --scale F checks it at reduced sizes on "
                                                      "the CPU (e.g. --scale 0.01), --timeout SECONDS allows longer")
     print_report(result, as_json=args.json, debug=getattr(args, "debug", False), kernel_name=args.kernel)
+    if args.export and not export(args, reference, kernel, result):
+        return EXIT_NOT_CORRECT if result.correct else exit_status(result.verdict)
     return exit_status(result.verdict)
+
+
+def export(args, reference: str, kernel_text: str, result) -> bool:
+    from repl.cli.kernel_output import write_export_output
+    from repl.core.extract import extract_kernel_code
+
+    kernel = extract_kernel_code(kernel_text) or kernel_text  # the code the checker took from the file
+    return write_export_output(args.export, reference, kernel, result, force=args.force,
+                               model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol)
 
 
 def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None = None) -> None:

@@ -30,13 +30,48 @@ def write_kernel_output(kernel: str, args) -> bool:
     if not args.out:
         write_untrusted(kernel)
         return True
+    written = _written(args.out, lambda: write_kernel_file(args.out, kernel, force=args.force))
+    if written is not None:
+        say(f"wrote {written}")
+    return written is not None
+
+
+def _written(path: str, write):
+    """write()'s path, or None with a one-line message for a file that exists or an OSError."""
     try:
-        written = write_kernel_file(args.out, kernel, force=args.force)
+        return write()
     except FileExistsError:
-        say(f"error: {args.out} exists; add --force to overwrite it")
-        return False
+        say(f"error: {path} exists; add --force to overwrite it")
     except OSError as error:
-        say(f"error: could not write {args.out}: {error.strerror or one_line(error)}")
+        say(f"error: could not write {path}: {error.strerror or one_line(error)}")
+    return None
+
+
+def write_export_output(path: str, reference: str, kernel: str, check, *, force: bool, **header) -> bool:
+    """:export's module (repl/engine/export.py) to path; False, with a one-line message, when it is refused or could
+    not be written."""
+    from repl.engine.export import ExportRefused, export_kernel
+
+    try:
+        written = _written(path, lambda: export_kernel(path, reference, kernel, check, force=force, **header))
+    except ExportRefused as refused:
+        say(f"not exported: {refused}")
         return False
-    say(f"wrote {written}")
-    return True
+    if written is not None:
+        say(f"exported {written}: Model runs the kernel on the inputs it was verified for, PyTorch otherwise")
+    return written is not None
+
+
+def export_attempt(engine, attempt, args) -> bool:
+    """--export for one-shot and best-of: the attempt checked (once) and, when correct, exported; False, with a
+    message, otherwise."""
+    if attempt.check is None:
+        say("checking the kernel for --export…")
+        try:
+            engine.check(attempt, device=args.check_device, trials=args.trials)
+        except ValueError as error:
+            say(f"not exported: {one_line(error)}")
+            return False
+        say(f"check: {attempt.check.verdict}: {attempt.check.message}")
+    return write_export_output(args.export, attempt.module.code, attempt.kernel, attempt.check, force=args.force,
+                               model=attempt.reply.model, settings=attempt.reply.settings)

@@ -33,7 +33,10 @@ def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
     parser.set_defaults(checks=None)  # the judges: main()'s `checks`, else the engine's own
     parser.add_argument("--file", metavar="MODULE.py", help="generate for this module, without the interactive session")
     parser.add_argument("--out", metavar="KERNEL.py", help="with --file or piped input: write the kernel here")
-    parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
+    parser.add_argument("--force", action="store_true", help="with --out or --export: overwrite an existing file")
+    parser.add_argument("--export", metavar="MODULE.py",
+                        help="with --file or piped input: check the kernel and, when correct, also write it as a "
+                             "standalone module whose Model runs it on the inputs it was verified for (:export)")
     parser.add_argument("--samples", type=positive_int, metavar="K",
                         help="with --file or piped input: sample K kernels, check them all (--check-device, --trials, "
                              "--jobs), write the fastest correct one (exit status 1 when none is correct)")

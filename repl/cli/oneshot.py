@@ -11,7 +11,7 @@ from pathlib import Path
 
 from repl.cli.best_oneshot import run_best_oneshot
 from repl.cli.live_status import live_status
-from repl.cli.kernel_output import say, wait_for_model, write_kernel_output
+from repl.cli.kernel_output import export_attempt, say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
 from repl.core.module_source import inspect_module_source
@@ -126,6 +126,9 @@ def _generate(engine, module, args, source_name: str | None) -> int:
     if reply.finish_reason in (INTERRUPTED, TRUNCATED):
         say("warning: the reply was cut short; the kernel may be incomplete")
     if not write_kernel_output(kernel, args):
+        return 1
+    wants_export = getattr(args, "export", None) and reply.finish_reason != INTERRUPTED
+    if wants_export and not export_attempt(engine, stream.attempt, args):
         return 1
     return 0 if reply.finish_reason != INTERRUPTED else 130
 

@@ -11,6 +11,7 @@ from rich.text import Text
 from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions, NotCheckableHere
 from repl.checker import DEFAULT_TRIALS, Verdict
 from repl.core.errors import one_line
+from repl.ui import tune_commands
 from repl.ui.best_view import BestView, ranking_table, verdict_text
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
@@ -19,11 +20,16 @@ from repl.ui.stream_view import print_kernel, status_line
 from repl.core.wording import counted
 
 def best_command(session, arguments):
-    """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current."""
-    k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N]", None)
+    """Sample K kernels for the current module, check them all, rank them and make the fastest correct one current;
+    --tune then tunes its launch parameters (:tune, on a GPU)."""
+    tune_after = "--tune" in arguments
+    arguments = [word for word in arguments if word != "--tune"]
+    k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N] [--tune]", None)
     if k < 2:
         raise CommandError(":best needs K >= 2 (:regen samples one)")
     _run(session, k, options, until_correct=False)
+    if tune_after:
+        tune_commands.tune_command(session, [] if "trials" not in options else ["--trials", str(options["trials"])])
 
 
 def fix_command(session, arguments):

@@ -16,7 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from repl.ui import best_commands, history_commands
+from repl.ui import best_commands, export_commands, history_commands, tune_commands
 from repl.ui.clipboard import copy_to_clipboard
 from repl.ui.console import syntax_theme
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
@@ -48,6 +48,8 @@ def help_command(session, arguments):
         raise CommandError("usage: :help [COMMAND]")
     shown = [resolve(arguments[0].lstrip(":"))] if arguments else COMMANDS.values()
     table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(no_wrap=True)  # a usage line is read whole
+    table.add_column()
     for command in shown:
         table.add_row(Text(command.usage, style="accent"), command.help)
     session.console.print(table)
@@ -176,14 +178,16 @@ COMMANDS: dict[str, Command] = _table(
     Command(":help [COMMAND]", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
     Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
+    Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
     Command(":copy", copy_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
-    Command(":best K [--device D] [--trials N] [--jobs N]", best_commands.best_command),
+    Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
     Command(":diff A B", diff_command),
     Command(":history [N] [--all]", history_commands.history_command),

@@ -272,7 +272,7 @@ def _flag(check) -> str | None:
 
 def _candidate_record(candidate: Candidate) -> dict:
     """One candidate's entry in the JSON file: its verdict and why (the check's message), its timing, how close to
-    the device's limits, whether the timing is flagged, and who did the work; for a sampled one, its reply's length
+    the device's limits, whether the timing is flagged, who did the work and what a correct one is valid for; for a sampled one, its reply's length
     and how it ended (a reply cut at --max-new-tokens explains a kernel with no code)."""
     check = candidate.check
     record = {"file": _candidate_name(candidate), "verdict": candidate.verdict and str(candidate.verdict),
@@ -286,6 +286,8 @@ def _candidate_record(candidate: Candidate) -> dict:
                                                                         "gb_per_s", "tflops")}
     if check is not None and check.correct and check.work:
         record["work"] = check.work.get("summary")
+    if check is not None and check.correct and check.valid_for:
+        record["valid_for"] = check.valid_for.get("summary")
     return record
 
 

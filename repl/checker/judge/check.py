@@ -15,6 +15,7 @@ from repl.checker.judge.candidate_replies import clean_reply
 from repl.checker.judge.candidates import CANDIDATE_START_S, CandidateProcess
 from repl.checker.judge.ended import Ended
 from repl.checker.judge.problems import Judge, Problem
+from repl.checker.judge.valid_for import find_valid_for
 from repl.checker.loading import describe, tensor_bytes
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.wire import PeerGone, Stopped, WireError, decode, encode_at
@@ -90,7 +91,10 @@ class CheckRun:
             self.deadline = time.monotonic() + float(self.request["timeout"])
             self.load_candidate(problem)
             self.run_trials(problem)
+            valid_for = find_valid_for(self, problem)
+            self.phase("valid_for")
             result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')}")
+            result.valid_for = valid_for
             if self.timing_wanted:
                 self.measure_speed(problem, result)
                 self.phase("timing")
@@ -179,10 +183,14 @@ class CheckRun:
             raise Ended(verdict, str(error.get("message", "")), error.get("traceback"))
         return reply, data
 
-    def trial(self, problem: Problem, *, skip_launches: bool, label: str):
-        ready = problem.ready_trials.pop(0) if problem.ready_trials else None  # prepared while no candidate lived
+    def trial(self, problem: Problem, *, skip_launches: bool, label: str, ready=None, record: bool = True):
+        """ready: inputs with their reference outputs (valid_for.py's); record: a trial of the verdict, whose
+        inputs and launches the notes and the timing count."""
+        if ready is None and problem.ready_trials:
+            ready = problem.ready_trials.pop(0)  # prepared while no candidate lived
         inputs = ready.inputs if ready is not None else self.judge.make_inputs(problem)
-        self.inputs_all_non_negative &= _all_non_negative(inputs)
+        if record:
+            self.inputs_all_non_negative &= _all_non_negative(inputs)
         tree, blob = encode_at(inputs, "input")
         expected = [ready.expected] if ready is not None else []
         if ready is not None:
@@ -204,7 +212,7 @@ class CheckRun:
             raise Ended(Verdict.MISMATCH, f"{label}: output refused: {error}")
         from repl.checker.judge.compare import compare_outputs  # imports torch: not before the fork server starts
 
-        if not skip_launches:
+        if not skip_launches and record:
             self.trial_launches.append(int(reply.get("launches", 0) or 0))
             if isinstance(reply.get("work"), dict):
                 self.work_profiles.append(reply["work"])

@@ -1,0 +1,131 @@
+"""A kernel a user can ship: one Python module, needing only torch and triton, that holds the checked kernel as it
+was checked, the user's PyTorch module, and a drop-in ``Model`` that runs the kernel only on inputs like those it was
+verified for (export_runtime.py) and the PyTorch code otherwise."""
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
+from repl.checker.result import CheckResult, Verdict
+from repl.core.kernel_file import comment_safe, write_kernel_file
+
+HEADER_VALUE_CHARS = 400
+RUNTIME_PATH = Path(__file__).with_name("export_runtime.py")
+
+_ASSEMBLY = '''
+
+# ---- below: written by the exporter ---------------------------------------------------------------------------------
+import linecache as _kernelllm_linecache
+import types as _kernelllm_types
+
+
+def _kernelllm_load(name, source):
+    """A module made from source held in this file (linecache keeps tracebacks readable)."""
+    path = f"<{__name__}: {name}>"
+    module = _kernelllm_types.ModuleType(f"{__name__}.{name}")
+    module.__file__ = path
+    _kernelllm_linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
+KERNELLLM_VERIFIED_FOR = {verified_for}
+_kernelllm_kernel_class = ModelNew
+_kernelllm_reference = _kernelllm_load("reference", {reference})
+_kernelllm_guard = _kernelllm_load("guard", {runtime})
+Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_kernel_class, KERNELLLM_VERIFIED_FOR)
+'''
+
+
+class ExportRefused(ValueError):
+    """Why a kernel cannot be exported, in one line."""
+
+
+def export_refusal(check: CheckResult | None) -> str | None:
+    """Why this check's kernel cannot be exported, or None."""
+    if check is None:
+        return "the kernel is not checked yet; :run checks it (only a correct kernel is exported)"
+    if check.verdict is not Verdict.CORRECT:
+        return f"its verdict is {check.verdict.label}, not correct; only a correct kernel is exported"
+    if not check.valid_for or not check.valid_for.get("inputs"):
+        return "its check does not say which inputs it was verified for; :run checks it again"
+    return None
+
+
+def exported_module_text(reference_code: str, kernel_code: str, check: CheckResult, *, model: str, settings,
+                         atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
+                         exported_at: datetime | None = None) -> str:
+    """The module's text. ExportRefused when the kernel cannot be exported."""
+    refusal = export_refusal(check)
+    if refusal:
+        raise ExportRefused(refusal)
+    verified_for = {key: check.valid_for.get(key) for key in ("device", "inputs", "init_arguments")}
+    assembly = (_ASSEMBLY.replace("{verified_for}", python_literal(verified_for))
+                .replace("{reference}", source_literal(reference_code))
+                .replace("{runtime}", source_literal(RUNTIME_PATH.read_text(encoding="utf-8"))))
+    header = provenance_header(check, model=model, settings=settings, atol=atol, rtol=rtol,
+                               exported_at=exported_at or datetime.now(timezone.utc))
+    return header + "\n" + kernel_code.rstrip("\n") + "\n" + assembly
+
+
+def export_kernel(path: str | os.PathLike, reference_code: str, kernel_code: str, check: CheckResult, *,
+                  force: bool = False, **header) -> Path:
+    """Write the exported module (atomically; FileExistsError unless force); ExportRefused as above."""
+    text = exported_module_text(reference_code, kernel_code, check, **header)
+    return write_kernel_file(path, text, force=force)
+
+
+def provenance_header(check: CheckResult, *, model: str, settings, atol: float, rtol: float,
+                      exported_at: datetime) -> str:
+    """Comment lines; every value is made one line (kernel_file.comment_safe), so nothing in it ends the comment.
+    The first two lines are fixed text: Python reads an encoding declaration there."""
+    if model.startswith("file:"):
+        origin = f"loaded from {model.removeprefix('file:')}"
+    else:
+        origin = f"{model}; temperature {settings.temperature}, top_p {settings.top_p}, seed {settings.seed}"
+    valid_for = check.valid_for or {}
+    values = [
+        ("model", origin),
+        ("exported", exported_at.strftime("%Y-%m-%d %H:%M UTC")),
+        ("checked on", f"{check.device} ({valid_for.get('device_name') or 'device unknown'})"),
+        ("verdict", f"{check.verdict.value}: {check.message}"),
+        ("tolerance", f"atol {atol:g}, rtol {rtol:g}"),
+        ("timings", timings_line(check)),
+        ("valid for", valid_for.get("summary") or "the tested shapes"),
+    ]
+    lines = ["# A Triton kernel exported by the KernelLLM REPL; it needs only torch and triton.",
+             "# Use Model as the original: the kernel runs only on inputs like those it was verified for.",
+             *(f"# {name}: {header_value(value)}" for name, value in values),
+             "# Model.kernel_calls and Model.reference_calls count which path each call took; the kernel path",
+             "# needs torch.no_grad() (it has no backward); on a CPU, TRITON_INTERPRET=1 before this import."]
+    return "\n".join(lines) + "\n"
+
+
+def timings_line(check: CheckResult) -> str:
+    if check.kernel_ms is None:
+        return "not timed (" + ("Triton's CPU interpreter)" if check.device == "cpu-interpreter" else "no timing)")
+    parts = [f"kernel {check.kernel_ms:.4g} ms"]
+    if check.eager_ms is not None:
+        parts.append(f"eager {check.eager_ms:.4g} ms")
+    if check.compiled_ms is not None:
+        parts.append(f"torch.compile {check.compiled_ms:.4g} ms")
+    return ", ".join(parts)
+
+
+def header_value(value) -> str:
+    """One comment line (kernel_file.comment_safe), cut short."""
+    text = comment_safe(str(value))
+    return text if len(text) <= HEADER_VALUE_CHARS else text[:HEADER_VALUE_CHARS] + "..."
+
+
+def source_literal(source: str) -> str:
+    """Source text as a parenthesised run of one-line string literals: any text, exactly, and still readable."""
+    lines = source.splitlines(keepends=True) or [""]
+    return "(\n" + "".join(f"    {line!r}\n" for line in lines) + ")"
+
+
+def python_literal(value) -> str:
+    """JSON data (numbers, strings, lists, dicts, None, booleans) as a Python literal."""
+    return repr(json.loads(json.dumps(value, allow_nan=False)))

@@ -1,0 +1,54 @@
+""":export [PATH] [--force] — the current kernel as a module to ship (repl/engine/export.py), listed in the command
+table of commands.py; it works on ``session.attempt`` as :save does."""
+
+from rich.text import Text
+
+from repl.core.errors import one_line
+from repl.ui.command_parsing import CommandError
+from repl.ui.console import terminal_safe
+
+
+def export_command(session, arguments):
+    """Write the current kernel, once :run found it correct, as a standalone module needing only torch and triton:
+    its Model is a drop-in for the module's, runs the kernel only on the inputs it was verified for (:run says
+    which) and the PyTorch code otherwise, and loads the module's state_dict; --force overwrites an existing
+    file."""
+    from repl.engine.export import ExportRefused, export_kernel, export_refusal
+
+    force = "--force" in arguments
+    paths = [word for word in arguments if word != "--force"]
+    if len(paths) > 1:
+        raise CommandError("usage: :export [PATH] [--force]")
+    attempt = current_attempt(session, export_refusal, "not exported")
+    target = paths[0] if paths else exported_name(attempt.module.suggested_filename(attempt.source_name))
+    reply = attempt.reply
+    try:
+        written = export_kernel(target, attempt.module.code, attempt.kernel, attempt.check, force=force,
+                                model=reply.model, settings=reply.settings)
+    except ExportRefused as refused:
+        raise CommandError(f"not exported: {refused}") from None
+    except FileExistsError:
+        raise CommandError(f"{target} exists; :export {target} --force overwrites it") from None
+    except OSError as error:
+        raise CommandError(f"could not write {target}: {error.strerror or one_line(error)}") from None
+    session.console.print(f"Exported {written.resolve()}", style="ok")
+    summary = terminal_safe(str(attempt.check.valid_for.get("summary")))
+    session.console.print(Text(f"Its Model runs the kernel for {summary}, PyTorch otherwise (and whenever autograd "
+                               "is on).", style="hint"))
+
+
+def current_attempt(session, refusal_of, not_done: str):
+    """The current attempt, or CommandError: no kernel, or refusal_of(its check) ("not exported: ...")."""
+    attempt = session.attempt
+    if attempt is None or attempt.kernel is None:
+        raise CommandError("no kernel yet: paste a module first")
+    refusal = refusal_of(attempt.check)
+    if refusal:
+        raise CommandError(f"{not_done}: {refusal}")
+    return attempt
+
+
+def exported_name(kernel_name: str) -> str:
+    """relu_kernel.py -> relu_kernel_export.py: never the name :save would write."""
+    stem = kernel_name[:-3] if kernel_name.endswith(".py") else kernel_name
+    return f"{stem}_export.py"

@@ -1,0 +1,69 @@
+""":tune [--trials N] — the current kernel's launch parameters tuned on the GPU (repl/workflows/tune.py), listed in
+the command table of commands.py: each variant checked and timed by the session's checker, a table of what was
+tried, the fastest correct one made current (the original kept when nothing beats it)."""
+
+from dataclasses import replace
+
+from rich.table import Table
+from rich.text import Text
+
+from repl.core.wording import counted
+from repl.engine.attempt import Attempt
+from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
+from repl.ui.console import terminal_safe
+from repl.ui.export_commands import current_attempt
+from repl.ui.interrupts import interrupts_as_event
+
+
+def tune_command(session, arguments):
+    """Tune the current kernel's launch parameters on the GPU (block sizes, num_warps, num_stages around the
+    model's choice): each variant is checked and timed like any kernel, the fastest correct one becomes current;
+    on the CPU it says why not."""
+    from repl.workflows.tune import tune, tune_refusal, variants
+
+    options = parse_options(arguments, {"--trials": CHECK_OPTIONS["--trials"]})
+    attempt = current_attempt(session, tune_refusal, "not tuned")
+    count = len(variants(attempt.kernel))
+    if not count:
+        raise CommandError("not tuned: its launches name no block size, num_warps or num_stages to vary")
+    session.console.print(f"Checking {counted(count, 'variant')} of the launch parameters on the GPU…", style="hint")
+    with interrupts_as_event() as interrupted:
+        def check(code: str):
+            if interrupted.is_set():
+                raise RuntimeError("interrupted")
+            return session.engine.checks.submit(attempt.module.code, code, device="cuda", cancel=interrupted,
+                                                **options).result()
+
+        report = tune(attempt.kernel, attempt.check, check,
+                      on_tried=lambda tried: session.console.print(Text(f"  {terminal_safe(tried.label)}: "
+                                                                        f"{_outcome(tried)}", style="dim")))
+    session.console.print(tune_table(report))
+    if report.best is None:
+        session.console.print("No variant beats the kernel as generated: it stays current.", style="hint")
+        return
+    reply = replace(attempt.reply, text=report.best_code)  # a file defining ModelNew: its kernel is itself
+    session.attempt = Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name,
+                              check=report.best.check)
+    kept = report.best.label.removesuffix(", again")
+    session.console.print(f"Kept {terminal_safe(kept)}: {report.speedup:.2f}x faster than as generated; "
+                          "it is now the current kernel (:save, :export).", style="ok")
+
+
+def _outcome(tried) -> str:
+    if tried.check is None:
+        return f"check failed: {tried.why}"
+    if tried.usable:
+        return f"{tried.check.kernel_ms:.4g} ms"
+    return f"{tried.check.verdict.label}" + (f" (flagged: {tried.check.flags[0]})" if tried.check.flagged else "")
+
+
+def tune_table(report) -> Table:
+    table = Table(title="launch variants", box=None, padding=(0, 2))
+    for column in ("variant", "result", "vs as generated"):
+        table.add_column(column)
+    base = report.original.check.kernel_ms
+    for tried in [report.original, *report.tried]:
+        ratio = f"{base / tried.check.kernel_ms:.2f}x" if tried.usable else ""
+        kept = " (kept)" if tried is report.best else ""
+        table.add_row(Text(terminal_safe(tried.label) + kept), Text(terminal_safe(_outcome(tried))), ratio)
+    return table

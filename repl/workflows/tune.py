@@ -1,0 +1,180 @@
+"""Tune a correct kernel's launch parameters: variants of its text (each constexpr block size, num_warps and
+num_stages of a launch ``kernel[grid](..., XBLOCK=128, num_warps=4)`` around the model's choice), each one a candidate
+checked and timed by the same checker as any other, the fastest correct one kept; the original when nothing beats
+it. A variant that changes results (a grid that no longer covers the output) fails its check and is dropped."""
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from repl.checker.result import CheckResult
+
+MAX_VARIANTS = 12
+MIN_GAIN = 0.03  # a variant must be this much faster than the original to replace it: timings scatter that much
+_BLOCK_NAME = re.compile(r"BLOCK|^[XYZR]?BLOCK$|_SIZE$")
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4, 5)
+CPU_REFUSAL = ("tuning needs a GPU: Triton's CPU interpreter gives no timing to tune by "
+               "(:run --device cuda, on a machine with one)")
+
+
+DEFAULT_WARPS = 4  # Triton's num_warps when a launch does not say
+
+
+@dataclass
+class LaunchParameter:
+    kernel: str  # the launched kernel's name
+    name: str  # "XBLOCK", "num_warps", "num_stages"
+    value: int
+    line: int  # 1-based
+    start: int  # column span of the value's text on that line (start == end: a keyword to add there)
+    end: int
+
+    def written(self, new: int) -> str:
+        return str(new) if self.start != self.end else f", {self.name}={new}"
+
+
+@dataclass
+class Variant:
+    label: str  # "triton_poi_fused_relu_0 XBLOCK 128 -> 256"
+    code: str
+
+
+@dataclass
+class Tried:
+    label: str
+    check: CheckResult | None  # None: the check itself failed (its message in `why`)
+    why: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.check is not None and self.check.correct and not self.check.flagged and bool(self.check.kernel_ms)
+
+
+@dataclass
+class TuneReport:
+    original: Tried
+    tried: list[Tried] = field(default_factory=list)
+    best: Tried | None = None  # the variant kept (its confirming check); None: the original is kept
+    best_code: str | None = None
+    baseline: Tried | None = None  # the original checked again beside the kept variant's confirmation
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best is None or self.baseline is None:
+            return None
+        return self.baseline.check.kernel_ms / self.best.check.kernel_ms
+
+
+def launch_parameters(code: str) -> list[LaunchParameter]:
+    """Integer keywords of each ``name[grid](...)`` launch that are block sizes, num_warps or num_stages; a launch
+    without num_warps gets one (Triton's default, 4) to be added before its closing parenthesis."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)):
+            continue
+        kernel = ast.unparse(node.func.value)
+        if (node.args or node.keywords) and all(keyword.arg != "num_warps" for keyword in node.keywords):
+            last = (node.keywords or node.args)[-1]
+            last = last.value if isinstance(last, ast.keyword) else last
+            found.append(LaunchParameter(kernel, "num_warps", DEFAULT_WARPS, last.end_lineno, last.end_col_offset,
+                                         last.end_col_offset))
+        for keyword in node.keywords:
+            value = keyword.value
+            if keyword.arg is None or not (isinstance(value, ast.Constant) and type(value.value) is int):
+                continue
+            if keyword.arg in ("num_warps", "num_stages") or _BLOCK_NAME.search(keyword.arg):
+                if value.lineno == value.end_lineno:
+                    found.append(LaunchParameter(kernel, keyword.arg, value.value, value.lineno, value.col_offset,
+                                                 value.end_col_offset))
+    return found
+
+
+def alternatives(parameter: LaunchParameter) -> list[int]:
+    """Values around the model's choice: a block size halved and doubled (powers of two, 16 to 4096), num_warps
+    and num_stages one step either way."""
+    value = parameter.value
+    if parameter.name == "num_warps":
+        return _neighbours(WARPS, value)
+    if parameter.name == "num_stages":
+        return _neighbours(STAGES, value)
+    return [size for size in (value // 2, value * 2) if 16 <= size <= 4096 and size & (size - 1) == 0]
+
+
+def _neighbours(values: tuple, value: int) -> list[int]:
+    if value not in values:
+        return []
+    at = values.index(value)
+    return [values[index] for index in (at - 1, at + 1) if 0 <= index < len(values)]
+
+
+def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
+    """One parameter changed at a time, block sizes first; each variant's text parses."""
+    parameters = sorted(launch_parameters(code), key=lambda p: (p.name in ("num_warps", "num_stages"), p.line))
+    lines = code.splitlines(keepends=True)
+    found = []
+    for parameter in parameters:
+        for new in alternatives(parameter):
+            changed = list(lines)
+            line = changed[parameter.line - 1]
+            changed[parameter.line - 1] = line[:parameter.start] + parameter.written(new) + line[parameter.end:]
+            text = "".join(changed)
+            ast.parse(text)  # a variant is the same code with one number changed: it parses, or this is a bug
+            found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}", text))
+    return found[:max_variants]
+
+
+def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
+         on_tried: Callable[[Tried], None] = lambda tried: None) -> TuneReport:
+    """Check every variant with `check` (the session's checker: fresh inputs, timed); keep the fastest correct,
+    unflagged one that beats the original by MIN_GAIN."""
+    report = TuneReport(original=Tried("as generated", original))
+    for variant in variants(code):
+        try:
+            tried = Tried(variant.label, check(variant.code))
+        except Exception as error:  # the checker's own failure: this variant is not known to be right
+            tried = Tried(variant.label, None, why=str(error))
+        report.tried.append(tried)
+        on_tried(tried)
+        if tried.usable and original.kernel_ms and (
+                report.best is None or tried.check.kernel_ms < report.best.check.kernel_ms) and (
+                tried.check.kernel_ms <= original.kernel_ms * (1 - MIN_GAIN)):
+            report.best, report.best_code = tried, variant.code
+    if report.best is not None:
+        confirm(report, code, check)
+    return report
+
+
+def confirm(report: TuneReport, code: str, check: Callable[[str], CheckResult]) -> None:
+    """The winner and the original checked and timed again, one after the other; the winner is kept only if its
+    slower timing beats the original's faster one by MIN_GAIN (on an H200 a launch-bound kernel's timing moved 2x
+    between checks). The speedup is that conservative ratio."""
+    try:
+        original, best = Tried("as generated, again", check(code)), Tried(f"{report.best.label}, again",
+                                                                           check(report.best_code))
+    except Exception as error:  # the checker failed: nothing confirms the gain
+        report.tried.append(Tried("confirmation", None, why=str(error)))
+        report.best = report.best_code = None
+        return
+    report.tried += [original, best]
+    if not (original.usable and best.usable):
+        report.best = report.best_code = None
+        return
+    fastest_original = min((original, report.original), key=lambda tried: tried.check.kernel_ms)
+    slowest_best = max((best, report.best), key=lambda tried: tried.check.kernel_ms)
+    if slowest_best.check.kernel_ms <= fastest_original.check.kernel_ms * (1 - MIN_GAIN):
+        report.baseline, report.best = fastest_original, slowest_best
+    else:
+        report.best = report.best_code = None
+
+
+def tune_refusal(check: CheckResult | None) -> str | None:
+    """Why this check's kernel cannot be tuned, or None."""
+    if check is None or not check.correct:
+        return "only a correct kernel is tuned; :run checks it"
+    if check.device != "cuda" or not check.kernel_ms:
+        return CPU_REFUSAL
+    if check.flagged:
+        return f"its timing is flagged ({check.flags[0]}): there is nothing to tune against"
+    return None

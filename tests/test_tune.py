@@ -1,0 +1,106 @@
+""":tune's variants of a kernel's launch (repl/workflows/tune.py), on the CPU: which variants a kernel text yields,
+that each parses and differs from the original in one launch parameter, and which one is kept. The timings come from
+a test double of the checker (the CPU interpreter gives none); on a GPU, :tune checks each variant for real."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from repl.checker.result import CheckResult, Verdict
+from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
+
+CASES = Path(__file__).resolve().parent / "checker_cases"
+INDUCTOR = (CASES / "relu_inductor_style.py").read_text()
+HAND_WRITTEN = (CASES / "relu_triton.py").read_text()
+
+
+def timed(ms: float, verdict: Verdict = Verdict.CORRECT, flags=()) -> CheckResult:
+    return CheckResult(verdict=verdict, device="cuda", kernel_ms=ms, flags=list(flags), message="stand-in")
+
+
+def test_an_inductor_launch_yields_block_warps_and_stages_around_its_own():
+    found = variants(INDUCTOR)
+    assert [variant.label for variant in found] == [
+        "triton_poi_fused_relu_0 XBLOCK 128 -> 64", "triton_poi_fused_relu_0 XBLOCK 128 -> 256",
+        "triton_poi_fused_relu_0 num_warps 4 -> 2", "triton_poi_fused_relu_0 num_warps 4 -> 8",
+        "triton_poi_fused_relu_0 num_stages 1 -> 2"]
+    launch = "triton_poi_fused_relu_0[grid(256)](arg0_1, buf0, 256, XBLOCK={}, num_warps={}, num_stages={})"
+    for variant, values in zip(found, [(64, 4, 1), (256, 4, 1), (128, 2, 1), (128, 8, 1), (128, 4, 2)]):
+        ast.parse(variant.code)
+        assert launch.format(*values) in variant.code
+        changed = [pair for pair in zip(INDUCTOR.splitlines(), variant.code.splitlines()) if pair[0] != pair[1]]
+        assert len(changed) == 1  # one line, the launch's
+
+
+def test_a_launch_without_num_warps_gets_it_added():
+    labels = [variant.label for variant in variants(HAND_WRITTEN)]
+    assert labels == ["relu_kernel BLOCK_SIZE 64 -> 32", "relu_kernel BLOCK_SIZE 64 -> 128",
+                      "relu_kernel num_warps 4 -> 2", "relu_kernel num_warps 4 -> 8"]
+    assert "BLOCK_SIZE=64, num_warps=8)" in variants(HAND_WRITTEN)[-1].code
+
+
+def test_a_kernel_without_launch_parameters_has_no_variants():
+    assert variants("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n") == []
+
+
+def stand_in_checker(times: dict):
+    """The checker's test double: each variant's result by its launch's XBLOCK/num_warps/num_stages."""
+    def check(code: str) -> CheckResult:
+        for marker, result in times.items():
+            if marker in code:
+                return result
+        return timed(10.0)
+    return check
+
+
+def test_the_original_is_kept_when_no_variant_is_faster():
+    report = tune(INDUCTOR, timed(10.0), stand_in_checker({"XBLOCK=64,": timed(10.1), "num_warps=8": timed(9.9)}))
+    assert report.best is None and report.best_code is None and len(report.tried) == 5  # 9.9 is within MIN_GAIN
+
+
+def test_the_fastest_correct_unflagged_variant_is_kept_once_timed_again_beside_the_original():
+    report = tune(INDUCTOR, timed(10.0), stand_in_checker({
+        "XBLOCK=64,": timed(2.0, Verdict.MISMATCH),  # fastest, but wrong
+        "XBLOCK=256,": timed(3.0, flags=["the candidate's timer was patched"]),
+        "num_warps=2": timed(8.0), "num_stages=2": timed(6.0)}))
+    assert [tried.label for tried in report.tried][-2:] == ["as generated, again",
+                                                            "triton_poi_fused_relu_0 num_stages 1 -> 2, again"]
+    assert "num_stages=2)" in report.best_code and report.speedup == pytest.approx(10 / 6)
+
+
+def test_the_kept_gain_is_the_variants_slower_timing_against_the_originals_faster_one():
+    timings = iter([5.0, 8.0, 6.0])  # the variant; then the original (8 ms, its first check said 10) and the variant
+
+    def check(code: str) -> CheckResult:
+        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert report.speedup == pytest.approx(8 / 6) and report.best.check.kernel_ms == 6.0
+
+
+def test_a_gain_that_does_not_survive_a_second_timing_is_dropped():
+    timings = iter([6.0, 10.0, 9.9])  # the variant, then the original and the variant again
+
+    def check(code: str) -> CheckResult:
+        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert report.best is None and report.best_code is None and report.speedup is None
+
+
+def test_only_a_correct_kernel_timed_on_a_gpu_is_tuned():
+    assert tune_refusal(CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter")) == CPU_REFUSAL
+    assert "only a correct kernel" in tune_refusal(CheckResult(verdict=Verdict.MISMATCH, device="cuda"))
+    assert "flagged" in tune_refusal(timed(1.0, flags=["patched clock"]))
+    assert tune_refusal(timed(1.0)) is None
+
+
+def test_repl_tune_on_the_cpu_says_why_not_in_one_line(tmp_path, monkeypatch):
+    from test_repl_session import RELU, make_session, output
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.attempt.check = CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", message="matches")
+    session.handle(":tune")
+    assert f"not tuned: {CPU_REFUSAL}" in " ".join(output(console).split())
