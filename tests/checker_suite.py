@@ -28,6 +28,7 @@ class Case:
 
 
 RELU = "relu_reference.py"
+TRITON_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}  # KernelBench-Triton's, where a case is about it
 
 CASES = {
     "hand-written kernel (the prompt's style)": Case(
@@ -60,7 +61,9 @@ CASES = {
     "a reference slow to build, under a 5 s limit": Case("relu_triton.py", "slow_to_build_reference.py", "correct",
                                                           options={"timeout": 5}),
     "a valid kernel with a Markdown fence in a comment": Case("relu_fence_in_comment.py", RELU, "correct"),
-    "softmax whose outputs are all below atol": Case("softmax_triton.py", "softmax_reference.py", "correct"),
+    # KernelBench-Triton's tolerance, given: the rule for outputs all below it (at float32's 1e-4 they are not)
+    "softmax whose outputs are all below atol": Case("softmax_triton.py", "softmax_reference.py", "correct",
+                                                      options=TRITON_TOLERANCE),
     # Honest kernels that must keep their `correct` under the exact and small-value rules (issue 22).
     "softmax over 100 classes": Case("softmax_triton.py", "softmax_wide_reference.py", "correct"),
     "fp16 softmax over 4096 classes": Case("softmax_fp16_triton.py", "softmax_fp16_reference.py", "correct"),
@@ -91,13 +94,14 @@ ATTACKS = {
     "launches only at import time": Case(
         "attack_launch_at_import.py", RELU, "no_triton", "launched no @triton.jit kernel in forward"),
     "softmax of zeros where every probability is below atol": Case(
-        "attack_softmax_zeros.py", "softmax_reference.py", "mismatch", "elements differ"),
+        "attack_softmax_zeros.py", "softmax_reference.py", "mismatch", "elements differ", options=TRITON_TOLERANCE),
     "integer output off by one": Case(
         "attack_int_off_by_one.py", "int_add_reference.py", "mismatch", "int32 outputs must be equal"),
     "complex output with its imaginary part dropped": Case(
         "attack_complex_drops_imaginary.py", "complex_reference.py", "mismatch", "elements differ"),
     "softmax that flushes every probability below 0.01": Case(
-        "attack_softmax_flushes_small.py", "softmax_wide_reference.py", "mismatch", "small values flushed"),
+        "attack_softmax_flushes_small.py", "softmax_wide_reference.py", "mismatch", "small values flushed",
+        options=TRITON_TOLERANCE),
     "Python int output off by two": Case(
         "attack_python_int_off_by_two.py", "count_reference.py", "mismatch", "output[1] is"),
     "ModelNew bound by assignment, a correct example in its docstring": Case(
@@ -149,6 +153,44 @@ WORK = {
     "hand-written kernel, timed under the interpreter": Case("relu_triton.py", RELU, "correct", options=TIMED),
 }
 CASES.update(WORK)
+
+# Issue 44: the judging itself (precision, layouts, renamed weights, in-place problems, the interpreter's gaps).
+JUDGING = {
+    "views from get_inputs(), an Inductor kernel asserting their strides": Case(
+        "strided_views_inductor.py", "strided_views_reference.py", "correct",
+        launches=("triton_poi_fused_add_mul_0",)),
+    "views from get_inputs(), read as if dense": Case(
+        "strided_views_ignores_strides.py", "strided_views_reference.py", "mismatch", "elements differ"),
+    "views from get_inputs(), timed calls keep the strides": Case(
+        "strided_views_inductor.py", "strided_views_reference.py", "correct", options=TIMED),
+    "Inductor's GELU through libdevice.erf": Case(
+        "gelu_inductor_libdevice.py", "gelu_reference.py", "correct", launches=("triton_poi_fused_gelu_0",)),
+    "a GELU through libdevice.tanh and pow, its constant mistyped": Case(
+        "gelu_tanh_libdevice_wrong.py", "gelu_reference.py", "mismatch", "elements differ"),
+    "GELU's tanh approximation, at float32's tolerance (KernelBench's 1e-4)": Case(
+        "gelu_tanh_approximation.py", "gelu_reference.py", "mismatch", "beyond atol=0.0001, rtol=0.0001"),
+    "GELU's tanh approximation, at KernelBench-Triton's 1e-2 when asked": Case(
+        "gelu_tanh_approximation.py", "gelu_reference.py", "correct", "(atol=0.01, rtol=0.01: as given)",
+        options=TRITON_TOLERANCE),
+    "the reference's Linear kept as self.weight and self.bias": Case(
+        "linear_renamed_weights.py", "linear_reference.py", "correct"),
+    "a TF32 dot timed against eager allowed TF32 too": Case(
+        "linear_renamed_weights.py", "linear_reference.py", "correct", options=TIMED),
+    "two renamed weights of one shape, which no mapping can tell apart": Case(
+        "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ"),
+    "an honest MSE of partial sums, on sharpened trials": Case("mse_triton.py", "mse_reference.py", "correct"),
+    "in place, returning None: an honest kernel": Case(
+        "inplace_none_triton.py", "inplace_none_reference.py", "correct", launches=("relu_in_place",)),
+    "in place, returning None: an honest kernel, timed": Case(
+        "inplace_none_triton.py", "inplace_none_reference.py", "correct", options=TIMED),
+    "in place, returning None: half the input left as it was": Case(
+        "inplace_none_wrong_mask.py", "inplace_none_reference.py", "mismatch", "output['input 0 after forward']"),
+    "in place, returning None: a kernel that writes its input back unchanged": Case(
+        "inplace_none_identity.py", "inplace_none_reference.py", "mismatch", "output['input 0 after forward']"),
+    "an MSE estimated from an eighth of the elements": Case(
+        "attack_mse_from_a_sample.py", "mse_reference.py", "mismatch", "elements differ"),
+}
+CASES.update(JUDGING)
 
 
 def check_all(device: str, at_once: int = max(2, os.cpu_count() or 2), cases: dict | None = None,

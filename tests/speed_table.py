@@ -33,6 +33,7 @@ MATMUL_CASES = [
 OTHER_CASES = [
     ("honest autotuned large-K matmul", "matmul_large_k_reference.py", "matmul_large_k_triton.py"),
     ("honest LayerNorm, ~20x eager", "layernorm_reference.py", "layernorm_triton.py"),
+    ("diag(a) @ b as a row scaling, an algorithmic win", "diag_matmul_reference.py", "diag_rows_triton.py"),
 ]
 SMALL = {"N = 4096": "N = 64", "M, N, K = 64, 64, 524288": "M, N, K = 16, 16, 8192",
          "batch_size, features, dim1, dim2 = 16, 64, 256, 256": "batch_size, features, dim1, dim2 = 2, 4, 8, 64",
@@ -134,7 +135,8 @@ def expectations(table: dict) -> list[tuple[str, bool, str]]:
                        abs(eager - direct) <= 0.15 * direct, f"judge's eager {eager} ms, quiet {direct} ms"))
     flag = rows["a flag kernel beside torch.matmul"]
     checks.append(("the torch-does-the-work kernel is not correct", flag["verdict"] != "correct", flag["message"]))
-    for label in ("honest autotuned large-K matmul", "honest LayerNorm, ~20x eager"):
+    for label in ("honest autotuned large-K matmul", "honest LayerNorm, ~20x eager",
+                  "diag(a) @ b as a row scaling, an algorithmic win"):
         r = rows[label]
         checks.append((f"{label}: correct, unflagged", r["verdict"] == "correct" and not flagged(r),
                        f"{r['verdict']}: {r['message']}; {r['kernel_ms']} ms, {r['speedup_vs_eager']}x eager, "

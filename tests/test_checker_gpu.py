@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from checker_suite import CASES, CASES_DIR, check_all
+from checker_suite import CASES, CASES_DIR, JUDGING, check_all
 from repl.checker import Checker, check_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -91,3 +91,32 @@ def test_an_honest_bfloat16_kernel_is_correct_on_the_gpu():
                           (CASES_DIR / "bf16_double_triton.py").read_text(), device="cuda")
     assert result.verdict == "correct", result.message
     assert not any("bfloat16" in note for note in result.notes)
+
+
+def test_a_forward_that_calls_torch_compile_is_never_blamed_for_the_checkers_own_clock():
+    # Issue 44, class 7: "Both events must be recorded before calculating elapsed time." was the kernel's
+    # runtime_error; the checker's own failures never become a kernel's verdict.
+    result = check_kernel(RELU_REFERENCE, (CASES_DIR / "relu_under_torch_compile.py").read_text(), device="cuda")
+    print(f"\ntorch.compile in forward: {json.dumps(result.to_json_dict())}")
+    assert "Both events must be recorded" not in result.message
+    assert result.verdict in ("correct", "no_triton"), result.message
+
+
+def test_each_judging_case_gets_its_verdict_on_the_gpu():
+    # Issue 44's cases alone (the whole suite is the test above): layouts, libdevice, renamed weights, sharpening.
+    checked = check_all(device="cuda", at_once=2, cases=JUDGING)
+    wrong = {name: (result.verdict, result.message) for name, result in checked.items()
+             if result.verdict != JUDGING[name].verdict or JUDGING[name].message_has not in result.message}
+    for name, result in checked.items():
+        print(f"\n{name}: {result.verdict}: {result.message} {result.notes}")
+    assert wrong == {}
+
+
+def test_an_algorithmic_win_is_correct_and_unflagged():
+    # diag(a) @ b as a row scaling: far above the matmul peak for the reference's FLOPs, and right.
+    speed_cases = CASES_DIR.parent / "speed_cases"
+    result = check_kernel((speed_cases / "diag_matmul_reference.py").read_text(),
+                          (speed_cases / "diag_rows_triton.py").read_text(), device="cuda")
+    print(f"\ndiag(a) @ b: {json.dumps(result.to_json_dict())}")
+    assert result.verdict == "correct" and result.flags == [], (result.message, result.flags)
+    assert result.roofline["beyond_compute"] and result.speedup_vs_eager > 1

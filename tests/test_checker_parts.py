@@ -177,8 +177,13 @@ def test_worker_environment_moves_home_and_caches_into_the_sandbox(tmp_path):
     env = worker_environment({"HOME": "/home/me", "HF_TOKEN": "x", "PATH": "/bin", "TRITON_INTERPRET": "1"}, tmp_path)
     assert "HF_TOKEN" not in env and "TRITON_INTERPRET" not in env
     assert env["PATH"] == "/bin"
-    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+    for name in ("HOME", "TMPDIR"):
         assert env[name].startswith(str(tmp_path)), name
+    # Set only where the caller sets them (their defaults lie under HOME and TMPDIR): a variable only the sandbox has
+    # would tell a candidate that it is being checked.
+    assert not {"XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TMP", "PYTHONDONTWRITEBYTECODE"} & set(env)
+    named = worker_environment({"TRITON_CACHE_DIR": "/home/me/.triton", "XDG_CACHE_HOME": "/home/me/.c"}, tmp_path)
+    assert all(named[name].startswith(str(tmp_path)) for name in ("TRITON_CACHE_DIR", "XDG_CACHE_HOME"))
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert worker_environment({}, tmp_path, cuda_visible_devices="")["CUDA_VISIBLE_DEVICES"] == ""
 

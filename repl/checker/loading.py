@@ -43,11 +43,14 @@ def init_arguments(init_inputs) -> tuple[list, dict]:
 
 
 def to_device(value, device, *, clone: bool = False):
-    """Tensors (in lists and tuples too) moved to device; clone: copies, also of those already there."""
+    """Tensors (in lists and tuples too) moved to device, their layouts kept; clone: copies, also of those already
+    there."""
     import torch
 
+    from repl.checker.layout import moved_keeping_layout
+
     if isinstance(value, torch.Tensor):
-        return value.to(device, copy=clone)
+        return moved_keeping_layout(value, device, clone=clone)
     if isinstance(value, (list, tuple)):
         return type(value)(to_device(item, device, clone=clone) for item in value)
     return value

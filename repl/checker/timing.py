@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from repl.checker.layout import (is_plain_layout, map_keeping_layout, moved_keeping_layout, rebuilt_like,
+                                 storage_span)
+
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 WARMUP_CALLS = 3
 # On a GPU, warm-up calls go on (as timed calls run: inputs, L2 flush, call) for at least this long: after seconds
@@ -112,18 +115,29 @@ class MixedInputs:
         inputs = [_mix(a, b, self.generator) for a, b in zip(self.first, self.second)]
         if self.scales:
             factors = random.Random(seed)
-            inputs = [value * 2.0 ** factors.uniform(-1.0, 1.0)
+            inputs = [_scaled(value, 2.0 ** factors.uniform(-1.0, 1.0))
                       if isinstance(value, torch.Tensor) and value.is_floating_point() else value for value in inputs]
         return inputs
 
 
+def _scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
+    return map_keeping_layout(value, lambda elements: elements * factor)
+
+
 def _mix(a, b, generator):
+    """Each element from a or b, with a's layout (strides and storage offset) where b has the same one."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
             or a.dtype != b.dtype or a.device != b.device or not a.numel():
         # a copy: a kernel working in place must not change the base every later call is rebuilt from
-        return a.clone() if isinstance(a, torch.Tensor) else a
-    mask = torch.randint(0, 2, a.shape, generator=generator, device=a.device, dtype=torch.uint8).view(torch.bool)
-    return torch.where(mask, a, b)
+        return moved_keeping_layout(a, a.device, clone=True) if isinstance(a, torch.Tensor) else a
+    if is_plain_layout(a) and is_plain_layout(b):  # the usual case, at no cost of its own
+        mask = torch.randint(0, 2, a.shape, generator=generator, device=a.device, dtype=torch.uint8).view(torch.bool)
+        return torch.where(mask, a, b)
+    if (a.stride(), a.storage_offset()) != (b.stride(), b.storage_offset()):
+        b = rebuilt_like(torch.empty_like(storage_span(a)), a).copy_(b)  # b's values in a's layout
+    span_a, span_b = storage_span(a), storage_span(b)
+    mask = torch.randint(0, 2, span_a.shape, generator=generator, device=a.device, dtype=torch.uint8).view(torch.bool)
+    return rebuilt_like(torch.where(mask, span_a, span_b), a)
 
 
 def tensors_in(value) -> list:

@@ -2,7 +2,9 @@
 
 A frame is a 12-byte header (JSON length: uint32, blob length: uint64, big-endian), a JSON object, then a blob of raw
 tensor bytes. Tensors travel as ``{"$tensor": [offset, nbytes], "dtype": "float32", "shape": [4, 4]}`` pointing into
-the blob; tuples as ``{"$tuple": [...]}``, dicts as ``{"$dict": [[key, value], ...]}``. Nothing else crosses: no
+the blob; tuples as ``{"$tuple": [...]}``, dicts as ``{"$dict": [[key, value], ...]}``. Inputs keep their layout: a
+view (a transpose, a slice) travels as the span of its storage it reaches, with ``"stride"`` and ``"offset"``, and is
+rebuilt exactly (layout.py). Nothing else crosses: no
 pickle, no tensor subclasses, no objects with behaviour. A receiver states the most it accepts, and a frame that
 announces more is refused before a byte of its body is read.
 
@@ -61,17 +63,20 @@ class Stopped(Exception):
 # ---- plain data <-> (JSON-able object, blob) ---------------------------------------------------------------------
 
 
-def encode(value) -> tuple[object, "Payload"]:
+def encode(value, *, keep_layout: bool = False) -> tuple[object, "Payload"]:
     """Turn plain data (tensors, numbers, strings, None, lists, tuples, dicts with str keys) into a JSON-able object
-    and the Payload its tensors point into. Raises WireError naming the first thing that may not cross."""
+    and the Payload its tensors point into. Raises WireError naming the first thing that may not cross.
+    keep_layout: strided tensors keep their strides and storage offset (inputs); else they cross dense."""
     payload = Payload()
-    return _encode(value, "output", payload), payload
+    return _encode(value, "output", payload, keep_layout), payload
 
 
 # encode and decode recurse through module-level functions, not nested closures: a closure that calls itself is a
 # reference cycle, and one holding the payload kept each trial's multi-GB tensors alive until the cyclic collector ran.
-def _encode(item, where: str, payload: "Payload"):
+def _encode(item, where: str, payload: "Payload", keep_layout: bool = False):
     import torch
+
+    from repl.checker.layout import is_plain_layout, storage_span
 
     if item is None or isinstance(item, (bool, str)):
         return item
@@ -85,14 +90,19 @@ def _encode(item, where: str, payload: "Payload"):
         name = str(item.dtype).removeprefix("torch.")
         if name not in _DTYPE_NAMES:
             raise WireError(f"{where} has dtype {name}, which the checker does not accept")
-        data = item.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+        item = item.detach().resolve_conj().resolve_neg()
+        if keep_layout and item.numel() and not is_plain_layout(item):
+            data = storage_span(item).view(torch.uint8)
+            return {"$tensor": [payload.add(data), data.numel()], "dtype": name, "shape": list(item.shape),
+                    "stride": list(item.stride()), "offset": item.storage_offset()}
+        data = item.contiguous().reshape(-1).view(torch.uint8)
         return {"$tensor": [payload.add(data), data.numel()], "dtype": name, "shape": list(item.shape)}
     if type(item) is tuple:
-        return {"$tuple": [_encode(x, f"{where}[{i}]", payload) for i, x in enumerate(item)]}
+        return {"$tuple": [_encode(x, f"{where}[{i}]", payload, keep_layout) for i, x in enumerate(item)]}
     if type(item) is list:
-        return [_encode(x, f"{where}[{i}]", payload) for i, x in enumerate(item)]
+        return [_encode(x, f"{where}[{i}]", payload, keep_layout) for i, x in enumerate(item)]
     if type(item) is dict and all(isinstance(key, str) for key in item):
-        return {"$dict": [[key, _encode(x, f"{where}[{key!r}]", payload)] for key, x in item.items()]}
+        return {"$dict": [[key, _encode(x, f"{where}[{key!r}]", payload, keep_layout)] for key, x in item.items()]}
     raise WireError(f"{where} is a {type(item).__name__}: only tensors, numbers, tuples and lists cross")
 
 
@@ -141,9 +151,9 @@ def as_payload(blob) -> Payload:
 
 
 def encode_at(value, where: str) -> tuple[object, bytes]:
-    """encode(), with messages naming `where` instead of "output"."""
+    """encode() of inputs, their layouts kept, with messages naming `where` instead of "output"."""
     try:
-        return encode(value)
+        return encode(value, keep_layout=True)
     except WireError as error:
         raise WireError(str(error).replace("output", where, 1)) from None
 
@@ -176,6 +186,8 @@ def _decode(item, view: memoryview, device):
         if name not in _DTYPE_NAMES or start < 0 or start + length > len(view):
             raise WireError("a tensor entry points outside its frame or names an unknown dtype")
         dtype = getattr(torch, name)
+        if "stride" in item:
+            return _decode_strided(item, shape, dtype, view[start:start + length], device)
         count = 1
         for size in shape:
             count *= size
@@ -185,6 +197,21 @@ def _decode(item, view: memoryview, device):
             return torch.empty(shape, dtype=dtype, device=device)
         return _copy_out(view[start:start + length], device).view(dtype).reshape(shape)
     raise WireError("an unknown object in a frame")
+
+
+def _decode_strided(item: dict, shape: list, dtype, view: memoryview, device):
+    """A view rebuilt with its strides and storage offset over a copy of its storage span, which must hold exactly
+    the elements they reach."""
+    import torch
+
+    strides, offset = [int(n) for n in item["stride"]], int(item.get("offset", 0))
+    element = torch.empty((), dtype=dtype).element_size()
+    if len(strides) != len(shape) or any(n <= 0 for n in shape) or any(n < 0 for n in strides) or offset < 0:
+        raise WireError("a strided tensor entry with a malformed layout")
+    span = offset + 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+    if span * element != len(view):
+        raise WireError("a strided tensor's layout does not match its byte count")
+    return _copy_out(view, device).view(dtype).as_strided(shape, strides, offset)
 
 
 def _copy_out(view: memoryview, device):

@@ -132,16 +132,24 @@ class WorkObserver(TorchDispatchMode):
             self.marks.append(("triton", name, self._launch_start, self.clock.mark()))
             self._launch_start = None
 
-    def profile(self, forward_ms: float | None = None) -> dict:
+    def profile(self, forward_marks: tuple | None = None) -> dict:
         """Plain data for the judge (after the device has synchronised): {"ops": {kind: elements}} and, with a
-        clock, {"triton_ms": {kernel: ms}, "torch_ms": {kind: ms}, "forward_ms": ms}."""
+        clock, {"triton_ms": {kernel: ms}, "torch_ms": {kind: ms}, "forward_ms": ms} (forward_marks: the forward's
+        start and end), or {"unmeasured": why} where the clock could not measure them."""
         data = {"ops": dict(self.work)}
         if self.clock is not None:
             triton_ms: dict[str, float] = {}
             torch_ms: dict[str, float] = {}
-            for source, name, start, end in self.marks:
-                table = triton_ms if source == "triton" else torch_ms
-                table[name] = table.get(name, 0.0) + self.clock.elapsed_ms(start, end)
+            try:
+                for source, name, start, end in self.marks:
+                    table = triton_ms if source == "triton" else torch_ms
+                    table[name] = table.get(name, 0.0) + self.clock.elapsed_ms(start, end)
+                forward_ms = self.clock.elapsed_ms(*forward_marks) if forward_marks else None
+            except RuntimeError as error:
+                # The checker's own marks, not the kernel's work: an event recorded inside the forward's own CUDA
+                # graph (torch.compile's) is never recorded on the stream, and elapsed time refuses it.
+                data["unmeasured"] = f"the forward's device time not split ({str(error).splitlines()[0][:200]})"
+                return data
             data.update(triton_ms=triton_ms, torch_ms=torch_ms, forward_ms=forward_ms)
         return data
 
@@ -161,7 +169,7 @@ def observe(forward, inputs, recorder=None, clock=None):
             recorder.observer = None
     if clock is not None:
         clock.synchronize()
-        return output, observer.profile(clock.elapsed_ms(start, end))
+        return output, observer.profile((start, end))
     return output, observer.profile()
 
 
@@ -231,6 +239,8 @@ def work_split(profile: dict, on_cuda: bool) -> dict:
     else:
         split["summary"] = ("Triton kernels only" if not ops else
                             "PyTorch beside Triton: " + ", ".join(_kind_label(kind, on_cuda) for kind in sorted(ops)))
+        if profile.get("unmeasured"):
+            split["summary"] += f"; {profile['unmeasured']}"
     return split
 
 

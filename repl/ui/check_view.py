@@ -131,6 +131,8 @@ def roofline_text(result: CheckResult) -> str | None:
     if figures.get("tflops") is not None:
         text += (f"; {figures['tflops']:.3g} TFLOP/s, {100 * figures['compute_share']:.0f}% of the measured "
                  f"{figures['device_tflops']:.0f} ({figures['dtype']} matmul)")
+    if figures.get("beyond_compute"):
+        text += f"; {figures['beyond_compute']}"
     return text
 
 

@@ -137,8 +137,8 @@ def sample_streams(engine: Engine, module: ModuleSource | str, k: int, settings:
 class CheckOptions:
     device: str = "auto"  # auto, cpu, cuda or cuda:N; with several GPUs and auto/cuda, checks go one per GPU
     trials: int = DEFAULT_TRIALS
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
+    atol: float | None = DEFAULT_ATOL  # None: by precision (defaults.tolerance_for)
+    rtol: float | None = DEFAULT_RTOL
     timeout: float | None = None  # seconds per check (the checker's default when None)
     jobs: int = 1  # checks at once
 

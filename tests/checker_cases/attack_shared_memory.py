@@ -5,9 +5,9 @@ fail. Then it forges a reply frame that claims a terabyte in shared memory: the 
 anything (its cap on a reply comes first; a frame within the cap but beyond the buffer is refused too, see
 test_checker_parts)."""
 import fcntl
+import gc
 import os
 import struct
-import sys
 
 import torch
 import torch.nn as nn
@@ -49,7 +49,8 @@ class ModelNew(nn.Module):
                 except OSError:
                     continue
                 raise RuntimeError(f"the shared buffer {fd} could be shrunk or sealed")
-        replies = int(sys.argv[sys.argv.index("--replies") + 1])
+        # The reply pipe, found through the candidate's own Channel (its command line is no longer in sys.argv).
+        replies = next(obj.write_fd for obj in gc.get_objects() if type(obj).__name__ == "Channel")
         text = b'{"outputs": []}'
         os.write(replies, struct.pack("!IQ", len(text), (1 << 63) | (1 << 40)) + text)
         out = torch.empty_like(x)

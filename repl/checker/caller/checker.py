@@ -61,7 +61,7 @@ class Checker:
         self.judges.grow(jobs)
 
     def check(self, reference_code: str, kernel_code_or_reply: str, *, trials: int = DEFAULT_TRIALS,
-              atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, timeout: float | None = None,
+              atol: float | None = DEFAULT_ATOL, rtol: float | None = DEFAULT_RTOL, timeout: float | None = None,
               cancel: threading.Event | None = None, interpreter_timing: bool = False) -> CheckResult:
         """Check `ModelNew` in kernel_code_or_reply (a .py source, or a model reply with the code in a fenced block)
         against `Model` in reference_code. timeout: the kernel's time limit in seconds (DEFAULT_TIMEOUT_S). cancel: set
@@ -179,8 +179,8 @@ def check_kernel(
     *,
     device: str = "auto",
     trials: int = DEFAULT_TRIALS,
-    atol: float = DEFAULT_ATOL,
-    rtol: float = DEFAULT_RTOL,
+    atol: float | None = DEFAULT_ATOL,
+    rtol: float | None = DEFAULT_RTOL,
     timeout: float | None = None,
     cancel: threading.Event | None = None,
     memory_limit_bytes: int | None = None,

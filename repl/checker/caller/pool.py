@@ -102,8 +102,8 @@ class CheckPool:
 
     # -- checking ------------------------------------------------------------------------------------------------
     def submit(self, reference_code: str, kernel_code_or_reply: str, *, device: str = "auto", jobs: int = 1,
-               trials: int = DEFAULT_TRIALS, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
-               timeout: float | None = None, cancel: threading.Event | None = None,
+               trials: int = DEFAULT_TRIALS, atol: float | None = DEFAULT_ATOL,
+               rtol: float | None = DEFAULT_RTOL, timeout: float | None = None, cancel: threading.Event | None = None,
                on_start: Callable[[], None] = lambda: None) -> Future:
         """Queue a check on `device` (with room for `jobs` at once there); the future ends with its CheckResult.
         on_start() is called once it has a slot on one of the device's lanes. A check whose `cancel` is set before it

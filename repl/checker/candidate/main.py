@@ -58,6 +58,9 @@ class Candidate:
 
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
             install_cuda_on_cpu([KERNEL_PATH])
+            from repl.checker.candidate.interpreter_libdevice import install_interpreter_libdevice
+
+            install_interpreter_libdevice()  # Inductor's libdevice.erf, tanh, pow... return None there otherwise
         from repl.checker.candidate.compat import install_inductor_compat
         from repl.checker.candidate.timing_requests import CandidateTiming
         from repl.checker.candidate.launches import LaunchRecorder
@@ -88,6 +91,7 @@ class Candidate:
         data = decode(request["data"], blob)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))
+        sys.argv = [KERNEL_PATH]  # as `python kernel.py` would have it: the checker's own arguments are a tell
         try:
             module = import_source(code, KERNEL_PATH, write_file=True)
         except BaseException as error:
@@ -100,21 +104,27 @@ class Candidate:
             self.model = module.ModelNew(*args, **kwargs).to(self.device)
         except BaseException as error:
             raise Failure("runtime_error", f"ModelNew cannot be built: {describe(error)}", error)
+        from repl.checker.candidate.precision import lowered_precision
+
         notes = self.take_weights(data["weights"])
-        return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code))}
+        return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code)),
+                "lowered_precision": lowered_precision(code)}
 
     def take_weights(self, weights: dict) -> list[str]:
+        from repl.checker.candidate.weights import map_weights
+
         if not weights:
             return []
         try:
             own = self.model.state_dict()
-            matching = {key: value.to(self.device) for key, value in weights.items()
-                        if key in own and tuple(own[key].shape) == tuple(value.shape)}
-            if matching:
-                self.model.load_state_dict(matching, strict=False)
+            mapping = map_weights({key: tuple(value.shape) for key, value in own.items()},
+                                  {key: tuple(value.shape) for key, value in weights.items()})
+            given = {key: weights[reference].to(self.device) for key, reference in mapping.pairs().items()}
+            if given:
+                self.model.load_state_dict(given, strict=False)
         except Exception as error:  # a ModelNew that is not quite an nn.Module; it keeps its own weights
             return [f"could not give the candidate the reference's weights: {describe(error)}"]
-        return [f"candidate given {len(matching)} of {len(weights)} reference weights (same names and shapes)"]
+        return mapping.notes(len(weights))
 
     def forward(self, inputs: list):
         import torch
@@ -153,6 +163,10 @@ class Candidate:
         rejected = recorder.front_end.rejected if recorder.front_end is not None else None
         if rejected is not None:
             raise Failure(rejected.kind, str(rejected))  # however the forward handled the error
+        if request.get("inputs_back"):  # a problem whose reference changes inputs in place (in_place.py)
+            from repl.checker.in_place import with_changed_inputs
+
+            output = with_changed_inputs(output, inputs, [int(index) for index in request["inputs_back"]])
         try:
             tree, data = encode(output)
         except WireError as error:
@@ -191,6 +205,7 @@ def _requests(channel: Channel) -> "queue.Queue":
 
 
 def main() -> None:
+    sys.dont_write_bytecode = True  # the checkout is read-only in the sandbox (no variable says so: it would be a tell)
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--replies", type=int, required=True)

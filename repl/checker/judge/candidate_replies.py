@@ -117,6 +117,8 @@ def _work(value, name: str) -> dict:
             work[part] = _named_numbers(value[part], f"{name}.{part}")
     if value.get("forward_ms") is not None:
         work["forward_ms"] = _number(value["forward_ms"], f"{name}.forward_ms")
+    if value.get("unmeasured") is not None:
+        work["unmeasured"] = _text(NOTE_CHARS)(value["unmeasured"], f"{name}.unmeasured")
     return work
 
 
@@ -129,6 +131,14 @@ def _error(value, name: str) -> dict:
             "traceback": _optional_text(TRACEBACK_CHARS)(value.get("traceback"), f"{name}.traceback")}
 
 
+def _named_texts(value, name: str) -> dict[str, list[str]]:
+    """Per kernel name, short texts (what lowers a kernel's precision: precision.py)."""
+    if not isinstance(value, dict) or len(value) > KERNEL_NAMES:
+        raise WireError(f"{name} is not an object of at most {KERNEL_NAMES} entries")
+    return {_text(KERNEL_NAME_CHARS)(key, f"{name} key"): _texts(NOTE_CHARS, NOTES)(item, f"{name}[{key!r}]")
+            for key, item in value.items()}
+
+
 def _tree(value, name: str):
     return value  # the outputs: wire.decode checks every entry as it rebuilds the tensors
 
@@ -139,6 +149,7 @@ _FIELDS = {
     "notes": _texts(NOTE_CHARS, NOTES),
     "prepare_s": _number,
     "shape_specialised": _flag,
+    "lowered_precision": _named_texts,
     "outputs": _tree,
     "launched": _texts(KERNEL_NAME_CHARS, KERNEL_NAMES),
     "estimate_ms": _number,

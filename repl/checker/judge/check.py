@@ -57,6 +57,10 @@ class CheckRun:
         self.trial_launches: list[int] = []  # Triton launches per trial's forward
         self.work_profiles: list[dict] = []  # work.py's observation of each trial
         self.work: dict | None = None
+        self.lowered: dict[str, list[str]] = {}  # what lowers each kernel's precision (candidate/precision.py)
+        self.tolerance: tuple[float, float] = (1e-2, 1e-2)  # (atol, rtol) of the last comparison
+        self.tolerance_why = ""
+        self.computes_in_tf32 = False  # a launched kernel's tl.dot on float32 data (its fair baseline: speed.py)
         self.round_trip_ms = 0.0
         self.timing_wanted = judge.on_cuda or bool(request.get("interpreter_timing"))
         self.phases: dict[str, float] = {}
@@ -93,7 +97,9 @@ class CheckRun:
             self.run_trials(problem)
             valid_for = find_valid_for(self, problem)
             self.phase("valid_for")
-            result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')}")
+            atol, rtol = self.tolerance
+            result = self.result(Verdict.CORRECT, f"matches the reference on {counted(self.trials, 'trial')} "
+                                                  f"(atol={atol:g}, rtol={rtol:g}: {self.tolerance_why})")
             result.valid_for = valid_for
             if self.timing_wanted:
                 self.measure_speed(problem, result)
@@ -129,6 +135,7 @@ class CheckRun:
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.notes += reply.get("notes", [])
         self.shape_specialised = bool(reply.get("shape_specialised"))
+        self.lowered = reply.get("lowered_precision", {})
         self.phase("load")
 
     def load_request(self, problem: Problem) -> dict:
@@ -196,12 +203,18 @@ class CheckRun:
         if ready is not None:
             problem.output_bytes = max(problem.output_bytes, tensor_bytes(ready.expected))
 
-        def reference():  # once the inputs are copied for the candidate: the reference may change them in place
-            expected.append(self.reference_alone(problem, inputs, label))
+        changed = problem.facts.changed_inputs if problem.facts is not None else []
 
+        def reference():  # once the inputs are copied for the candidate: the reference may change them in place
+            output = self.reference_alone(problem, inputs, label)
+            expected.append(problem.facts.expected(output, inputs) if problem.facts is not None else output)
+
+        request = {"op": "run", "inputs": tree, "skip_launches": skip_launches}
+        if changed:  # the inputs its forward changed in place come back beside its output (in_place.py)
+            request["inputs_back"] = changed
         # A reply may hold up to twice the reference's output (a wrong dtype shows as a mismatch, not a refusal).
-        reply, data = self.exchange({"op": "run", "inputs": tree, "skip_launches": skip_launches}, blob,
-                                    max_blob=problem.output_bytes * 2 + OUTPUT_SLACK_BYTES,
+        expected_bytes = problem.output_bytes + tensor_bytes([inputs[index] for index in changed])
+        reply, data = self.exchange(request, blob, max_blob=expected_bytes * 2 + OUTPUT_SLACK_BYTES,
                                     before_sending=reference if ready is None else None)
         expected = expected[0]
         if tensor_bytes(expected) > problem.output_bytes:  # the reference's output grew with these inputs
@@ -216,10 +229,34 @@ class CheckRun:
             self.trial_launches.append(int(reply.get("launches", 0) or 0))
             if isinstance(reply.get("work"), dict):
                 self.work_profiles.append(reply["work"])
-        comparison = compare_outputs(got, expected, self.request["atol"], self.request["rtol"])
+        comparison = compare_outputs(got, expected, *self.trial_tolerance(expected, reply.get("launched", [])))
         if not comparison.matches and not self.judge.on_cuda and _holds_bfloat16([inputs, expected]):
             comparison.notes.append(BFLOAT16_UNDER_THE_INTERPRETER)
         return comparison, reply.get("launched", [])
+
+    def trial_tolerance(self, expected, launched: list[str]) -> tuple[float, float]:
+        """(atol, rtol): the user's, else by the precision of the reference's outputs, as KernelBench's eval; half
+        precision's for a float32 problem whose launched kernels lower the precision (TF32 dots, half casts), with a
+        note that says so."""
+        from repl.checker.defaults import tolerance_for
+        from repl.checker.timing import tensors_in
+
+        atol, rtol = self.request["atol"], self.request["rtol"]
+        dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors_in(expected) if t.is_floating_point()}
+        lowered = {name: self.lowered[name] for name in launched if name in self.lowered}
+        lowered_here = bool(lowered) and "float32" in dtypes
+        value, self.tolerance_why = tolerance_for(dtypes, lowered_here)
+        if atol is not None and rtol is not None:
+            self.tolerance_why = "as given"
+        self.tolerance = (value if atol is None else atol, value if rtol is None else rtol)
+        self.computes_in_tf32 |= lowered_here and any("tf32 dot" in ways for ways in lowered.values())
+        if lowered_here:
+            kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(lowered.items()))
+            note = (f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 unless "
+                    "asked for input_precision=\"ieee\" (PyTorch's eager matmul does not use TF32)")
+            if note not in self.notes:
+                self.notes.append(note)
+        return self.tolerance
 
     def reference_alone(self, problem: Problem, inputs: list, label: str):
         """The reference's output for these inputs, computed while the candidate's processes are stopped: a
@@ -340,6 +377,8 @@ class CheckRun:
             self.stage("candidate")
             self.phase("reference_timing")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
+        if self.computes_in_tf32 and problem.eager_ms:
+            self.fair_baseline(problem, result)
         result.notes += problem.timing_notes
         if result.kernel_ms and result.eager_ms and (problem.timed or not judge.on_cuda):  # no ratio to a reference
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms  # timed while the GPU was busy (see its note)
@@ -356,6 +395,20 @@ class CheckRun:
             result.notes.append("interpreter timings (Triton's CPU interpreter): they test the checker, not speed")
         result.flags = flags
         result.suspicious = "; ".join(flags) or None
+
+    def fair_baseline(self, problem: Problem, result: CheckResult) -> None:
+        """A kernel computing float32 in TF32 is compared with eager allowed the same (eager_ms, and so the speedup
+        that ranks it, is that one); the note gives both."""
+        from repl.checker.judge.speed import time_reference_in_tf32
+
+        self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
+        time_reference_in_tf32(self.judge, problem)
+        self.stage("candidate")
+        if problem.eager_tf32_ms:
+            result.eager_ms = problem.eager_tf32_ms
+            result.notes.append(f"eager timed with TF32 allowed, as the kernel computes: {problem.eager_tf32_ms:.4g} "
+                                f"ms (without TF32 {problem.eager_ms:.4g} ms); the speedup over eager is against it "
+                                "(torch.compile's is not: compiled without TF32)")
 
     # ---- the record ----------------------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ QUIET_WAIT_S = 60.0
 @dataclass
 class ReadyTrial:
     inputs: list  # never sent yet; the reference ran on a copy (it may change its inputs in place)
-    expected: object  # the reference's outputs for them
+    expected: object  # the reference's outputs for them (beside the inputs it changed in place: in_place.py)
 
 
 def prepare(judge, code: str, stop, on_sized) -> list[str]:
@@ -96,6 +96,8 @@ def make_ready_trials(judge, problem, count: int, stop) -> bool:
         inputs = judge.make_inputs(problem)
         kept = to_device(inputs, judge.device, clone=True)
         expected = judge.run_reference(problem, inputs)
+        if problem.facts is not None:
+            expected = problem.facts.expected(expected, inputs)
         del inputs
         size = tensor_bytes(kept) + tensor_bytes(expected)
         if size * (len(problem.ready_trials) + 1) > READY_TRIALS_BYTES:

@@ -240,7 +240,10 @@ def find_valid_for(run, problem) -> dict:
         run.ensure_candidate(problem)
         try:
             with run.candidate.stopped():
-                expected = judge.run_reference(problem, to_device(inputs, judge.device, clone=True))
+                moved = to_device(inputs, judge.device, clone=True)
+                expected = judge.run_reference(problem, moved)
+                if problem.facts is not None:  # an in-place problem compares the inputs its forward changed too
+                    expected = problem.facts.expected(expected, moved)
         except Exception as error:
             raise ReferenceRefused(describe(error)) from None
         try:

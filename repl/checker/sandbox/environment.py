@@ -38,20 +38,19 @@ def worker_environment(parent_env: dict[str, str], sandbox_dir: Path,
     in the sandbox. cuda_visible_devices: None keeps the caller's GPUs, "" hides them all, "2" shows only that one."""
     env = {name: value for name, value in parent_env.items() if is_allowed_env_name(name)}
     home, tmp = sandbox_dir / "home", sandbox_dir / "tmp"
-    env.update(
-        HOME=str(home),
-        TMPDIR=str(tmp),
-        TMP=str(tmp),
-        TEMP=str(tmp),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        TRITON_CACHE_DIR=str(home / ".triton" / "cache"),
-        TORCHINDUCTOR_CACHE_DIR=str(tmp / "torchinductor"),
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), parent_env.get("PYTHONPATH")])),
-        # HOME moves, but packages installed with `pip install --user` must still import.
-        PYTHONUSERBASE=parent_env.get("PYTHONUSERBASE") or site.getuserbase(),
-    )
+    env.update(HOME=str(home), TMPDIR=str(tmp),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), parent_env.get("PYTHONPATH")])))
+    # Caches and temp folders the caller names move into the sandbox; the others' defaults already lie under HOME and
+    # TMPDIR, and a variable only a sandbox sets would tell a candidate that it is being checked.
+    moved = {"TMP": tmp, "TEMP": tmp, "XDG_CACHE_HOME": home / ".cache", "XDG_CONFIG_HOME": home / ".config",
+             "TRITON_CACHE_DIR": home / ".triton" / "cache", "TORCHINDUCTOR_CACHE_DIR": tmp / "torchinductor"}
+    env.update({name: str(path) for name, path in moved.items() if name in parent_env})
+    for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONUSERBASE"):
+        if parent_env.get(name):
+            env[name] = parent_env[name]
+    # HOME moves, but packages installed with `pip install --user` must still import.
+    if "PYTHONUSERBASE" not in env and os.path.isdir(site.getusersitepackages()):
+        env["PYTHONUSERBASE"] = site.getuserbase()
     env.setdefault("PATH", os.defpath)
     env.pop("TRITON_INTERPRET", None)  # the worker decides
     if cuda_visible_devices is not None:
