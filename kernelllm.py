@@ -20,7 +20,14 @@ setting (temperature 1.0, top_p 0.97), and the device is not hard-coded.
 
 import os
 import sys
+from pathlib import Path
 from typing import Iterator
+
+# Installed (`pip install .`), the `repl` package lives in kernelllm_repl/ beside this file, so that nothing named as
+# generically as `repl` sits at the top of site-packages; in the repository it is beside this file.
+_INSTALLED_HOME = Path(__file__).resolve().parent / "kernelllm_repl"
+if _INSTALLED_HOME.is_dir() and str(_INSTALLED_HOME) not in sys.path:
+    sys.path.insert(0, str(_INSTALLED_HOME))
 
 from repl.checker import Checker, check_kernel
 from repl.engine.engine import Engine, EngineOptions

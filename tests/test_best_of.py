@@ -5,6 +5,7 @@ orchestration tests use a stand-in checker (decided by a marker in the kernel) a
 import _thread
 import argparse
 import io
+import re
 import threading
 import time
 
@@ -372,6 +373,20 @@ def test_best_ranks_the_candidates_and_makes_the_correct_one_current_with_the_re
     assert "no candidate 9; the candidates are 1, 2" in console.export_text(clear=False)
 
 
+def test_diff_shows_what_differs_between_two_candidates_and_the_current_kernel(tmp_path, monkeypatch, checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    session.handle(":diff 1 2")
+    text = console.export_text(clear=False)
+    assert "--- candidate 1" in text and "+++ candidate 2" in text and "-    out = x" in text
+    session.handle(":diff . 2")
+    assert "current kernel and candidate 2 are the same kernel." in console.export_text(clear=False)
+    session.handle(":diff 1 9")
+    assert "no candidate 9" in console.export_text(clear=False)
+
+
 def test_fix_resamples_until_a_kernel_is_correct_with_the_real_checker(tmp_path, monkeypatch):
     backend = ReplayBackend(WRONG_REPLY, PREPARED_REPLY, WRONG_REPLY)
     session, console = make_session(tmp_path, monkeypatch, engine_for(backend))
@@ -395,6 +410,54 @@ def test_best_and_fix_with_the_tiny_random_model_find_no_correct_kernel(tmp_path
     assert "No candidate is correct" in console.export_text(clear=False)
     session.handle(":fix 2")
     assert [c.index for c in session.candidates] == [1, 2] and session.attempt is session.candidates[0].attempt
+
+
+def test_best_k_beyond_what_the_device_holds_is_refused_with_the_bound(tmp_path, monkeypatch, tiny_model_dir):
+    """:best 1000 started 1000 prefills (10.6 GB for the tiny model) and took 25-30 s to stop."""
+    from repl.generation import sample_memory
+
+    monkeypatch.setattr(sample_memory, "free_memory_bytes", lambda device: 64 * 2**20)
+    engine = engine_for(None, SamplingSettings(max_new_tokens=2048, seed=0),
+                        options=EngineOptions(model=str(tiny_model_dir), device="cpu"))
+    session, console = make_session(tmp_path, monkeypatch, engine)
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 50")
+    text = " ".join(console.export_text(clear=False).split())
+    bound = re.search(r"50 samples cannot be generated together here: each holds about \d+ MiB \(its cache and "
+                      r"logits\) and 0.1 GiB is free on cpu; at most (\d+) at once", text)
+    assert bound and 1 <= int(bound[1]) < 50, text
+    assert session.candidates == []
+
+
+def test_pick_refuses_a_candidate_of_another_module(tmp_path, monkeypatch, checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    current = session.attempt
+    session.module = inspect_module_source(RELU_MODULE.replace("torch.relu(x)", "torch.tanh(x)"))
+    session.attempt = None  # as after a paste of another module
+    session.handle(":pick 1")
+    assert session.attempt is None
+    assert "belongs to the module of the last :best or :fix" in " ".join(console.export_text(clear=False).split())
+    session.module = current.module
+    session.handle(":pick 1")
+    assert session.attempt is not None
+
+
+def test_at_60_columns_the_ranking_keeps_number_marker_and_verdict_and_draws_no_cpu_empty_columns(tmp_path,
+                                                                                                    monkeypatch,
+                                                                                                    checked_on):
+    session, console = make_session(tmp_path, monkeypatch,
+                                    engine_for(ReplayBackend(WRONG_REPLY, PREPARED_REPLY), checks=checked_on))
+    session.console.width = 60
+    session.module = inspect_module_source(RELU_MODULE)
+    session.handle(":best 2")
+    text = console.export_text(clear=False)
+    header = [line for line in text.splitlines() if "verdict" in line][-1]  # the ranking, after the live view
+    assert header.split()[:2] == ["#", "verdict"] and "vs eager" not in header and "kernel ms" not in header
+    assert re.search(r"(?m)^→ +2 +correct", text) and re.search(r"(?m)^ +1 +mismatch", text)
+    assert "…" not in "".join(line for line in text.splitlines() if "correct" in line or "mismatch" in line)
 
 
 def test_ctrl_c_during_best_keeps_the_finished_candidates(tmp_path, monkeypatch, stand_in_checks):
@@ -479,7 +542,7 @@ def test_the_live_view_stays_shorter_than_the_terminal():
 def samples_args(**given) -> argparse.Namespace:
     """The arguments `--samples K` gets from the main command line, with its defaults."""
     return argparse.Namespace(**{"out": None, "force": False, "file": None, "check_device": "auto", "trials": 5,
-                                 "jobs": 1, **given})
+                                 "jobs": 1, "generate_anyway": False, **given})
 
 
 def test_samples_on_the_command_line_writes_the_best_kernel_to_stdout(checked_on, capsys):

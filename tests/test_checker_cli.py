@@ -164,3 +164,56 @@ def test_a_kernel_the_parser_cannot_take_gets_a_verdict_in_both_report_modes(run
     assert result["verdict"] == "compile_error" and "no Python code defining ModelNew" in result["message"]
     report = runs["unparsable report"]
     assert report.returncode == 1 and "compile error" in report.stdout.lower() and "Traceback" not in report.stderr
+
+
+def test_swapped_files_stdin_and_a_syntax_error_name_what_the_user_gave(tmp_path):
+    """Swapped arguments said "no ModelNew found in the kernel"; `-` was refused; a syntax error named the sandbox's
+    copy (/tmp/kernelllm-judge-…/work/kernel.py) instead of the user's file."""
+    swapped = check_command(CASES_DIR / "relu_triton.py", CASES_DIR / "relu_reference.py")
+    assert swapped.returncode == 2 and "Traceback" not in swapped.stderr
+    assert "has no `Model` (it defines ModelNew, a kernel)" in swapped.stderr and "the order is REFERENCE KERNEL" \
+        in swapped.stderr
+    broken = tmp_path / "my_kernel.py"
+    broken.write_text("class ModelNew(nn.Module:\n    pass\n")
+    piped = subprocess.run([sys.executable, "-m", "repl.cli.check", str(CASES_DIR / "relu_reference.py"), "-",
+                            "--device", "cpu", "--trials", "1"], input=(CASES_DIR / "relu_triton.py").read_text(),
+                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    for arguments in [(), ("--json",)]:
+        result = check_command(CASES_DIR / "relu_reference.py", broken, "--device", "cpu", "--trials", "1",
+                               *arguments)
+        assert result.returncode == 1
+        assert f'File "{broken}", line 1' in (json.loads(result.stdout)["traceback"] if arguments else result.stdout)
+        assert "kernelllm-check-" not in result.stdout
+
+
+def test_a_check_shows_a_live_status_line_on_a_terminal_and_nothing_in_a_pipe():
+    """`check` of a large problem was a blank terminal for 34-133 s."""
+    import pexpect
+
+    arguments = [str(CASES_DIR / "relu_reference.py"), str(CASES_DIR / "relu_triton.py"), "--device", "cpu",
+                 "--trials", "1", "--json"]
+    child = pexpect.spawn(sys.executable, ["-m", "repl.cli.check", *arguments], cwd=str(PROJECT_ROOT),
+                          encoding="utf-8", dimensions=(40, 120))
+    try:
+        child.expect(r"checking relu_triton.py against relu_reference.py · \d+ s \(Ctrl-C stops\)", timeout=120)
+        child.expect(pexpect.EOF, timeout=300)
+    finally:
+        child.terminate(force=True)
+    piped = check_command(*arguments)
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_a_kernelbench_size_problem_is_checked_at_reduced_sizes_with_scale(tmp_path):
+    """1_Square at 4096x4096 timed out after 120 s of interpreter time with no hint; 19_ReLU was "too large"."""
+    problem = (PROJECT_ROOT / "tests" / "eval_problems" / "1_ReLU.py").read_text()
+    big = tmp_path / "19_ReLU.py"
+    big.write_text(problem.replace("batch_size = 4\n", "batch_size = 4096\n").replace("dim = 50\n", "dim = 393216\n"))
+    kernel = PROJECT_ROOT / "tests" / "eval_candidates" / "1_ReLU" / "good.py"
+    full = check_command(big, kernel, "--device", "cpu", "--trials", "1", "--json")
+    assert full.returncode == 2 and json.loads(full.stdout)["verdict"] == "too_large"
+    assert "--scale F checks it at reduced sizes on the CPU" in json.loads(full.stdout)["message"]
+    scaled = check_command(big, kernel, "--device", "cpu", "--trials", "1", "--scale", "0.001", "--json")
+    assert scaled.returncode == 0, scaled.stdout + scaled.stderr
+    assert json.loads(scaled.stdout)["message"].startswith(
+        "at reduced sizes (--scale 0.001: batch_size 4,096 → 4, dim 393,216 → 393): matches the reference")

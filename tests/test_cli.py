@@ -195,7 +195,8 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
     log = SessionLog.open(enabled=True, kind="samples")
     engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY, "```python\nclass ModelNew: pass\n```"),
                     log=log, checks=stand_in_checks(check))
-    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1)
+    args = argparse.Namespace(samples=2, out=None, force=False, file="relu.py", check_device="cpu", trials=2, jobs=1,
+                              generate_anyway=False)
     assert run_best_oneshot(engine, RELU_MODULE, args) == 0
     assert capsys.readouterr().out == PREPARED_KERNEL
     assert [(options["device"], options["trials"]) for options in checks] == [("cpu", 2), ("cpu", 2)]
@@ -203,3 +204,28 @@ def test_samples_logs_every_candidate_with_its_check_using_the_check_options(tmp
     assert sorted(entry.verdict for entry in entries) == ["correct", "mismatch"]
     assert {entry.source_name for entry in entries} == {"relu"}
     log.close()
+
+
+def test_bench_says_which_goals_a_comparable_run_missed_and_compares_no_other_run():
+    """`bench` showed CPU tiny-model figures against the 8B GPU goals, and a missed goal (2.09% against < 2) met."""
+    import io
+
+    from rich.console import Console
+
+    from repl.bench.decode import check_goals
+    from repl.cli.bench import results_table
+
+    def table_text(meta_extra: dict, options: dict) -> str:
+        meta = {"dtype": "bfloat16", "torch": "2", "transformers": "4", **meta_extra,
+                "options": {"prompt_tokens": 1, "new_tokens": 1, "samples": 8, "runs": 1, **options}}
+        results = {"meta": meta, "render": {"rate": 30.0, "overhead_percent": 2.09}}
+        results["goals"] = check_goals(results)
+        console = Console(file=io.StringIO(), width=200, record=True)
+        console.print(results_table(results))
+        return console.export_text()
+
+    on_gpu = table_text({"gpu": "NVIDIA H200"}, {"arch": "llama-3.1-8b"})
+    assert "< 2 MISSED" in on_gpu and "not compared" not in on_gpu
+    on_cpu = table_text({"cpu": "x86_64"}, {"arch": "tiny"})
+    assert "goal (8B on a GPU)" in on_cpu and "not compared with them" in on_cpu
+    assert "MISSED" not in on_cpu and " met" not in on_cpu

@@ -236,3 +236,59 @@ def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_mod
     assert sorted(path.name for path in kept.iterdir()) == [
         "sample_1.check.json", "sample_1.py", "sample_1.py.check.json", "sample_2.check.json", "sample_2.py",
         "sample_2.py.check.json"]
+
+
+def test_a_resume_with_other_samples_is_refused_and_one_with_nothing_left_loads_no_model(trained_model_dir, tmp_path):
+    """`--samples 3` over a file made with 2 said "already finished" with the old table; a resume loaded the model
+    with nothing to do; each run left a kernelllm-judge-* folder in $TMPDIR."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TMPDIR": str(temporary),
+                   "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run_eval(*arguments):
+        return subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--max-new-tokens", "600",
+                               "--device", "cpu", "--trials", "1", "--json", str(tmp_path / "r.json"), *arguments],
+                              cwd=REPO, capture_output=True, text=True, timeout=300, env=environment)
+
+    first = run_eval("--model", str(trained_model_dir), "--samples", "2")
+    assert first.returncode == 0, first.stderr
+    assert list(temporary.iterdir()) == []
+    other = run_eval("--model", str(trained_model_dir), "--samples", "3")
+    assert other.returncode == 2
+    assert "holds problems sampled 2 times and this run asks for --samples 3" in other.stderr
+    assert "Rerun with --samples 2 to resume, or give another --json" in other.stderr
+    resumed = run_eval("--model", str(tmp_path / "no-model"), "--samples", "2")  # loading it would fail
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 problem already finished" in resumed.stderr and "1_ReLU" in resumed.stdout
+    assert list(temporary.iterdir()) == []
+
+
+def test_a_problem_too_large_to_check_is_not_sampled_unless_asked(trained_model_dir, tmp_path):
+    """eval said "skipped" for 19_ReLU yet generated and logged replies for it; one-shot --samples sampled it too."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "19_ReLU.py").write_text(BIG_RELU)
+    home = tmp_path / "home"
+    common = ["--model", str(trained_model_dir), "--max-new-tokens", "600", "--temperature", "0.7", "--trials", "1"]
+    environment = {**os.environ, "KERNELLLM_HOME": str(home)}
+    evaluated = subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--device", "cpu",
+                                "--samples", "2", *common], cwd=REPO, capture_output=True, text=True, timeout=300,
+                               env=environment)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "19_ReLU skipped: not checkable here: too large for the CPU interpreter" in " ".join(
+        evaluated.stderr.split())
+    sampled = subprocess.run([sys.executable, str(REPO / "kernelllm.py"), "--file", str(problems / "19_ReLU.py"),
+                              "--samples", "2", "--check-device", "cpu", *common], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300, env=environment)
+    assert sampled.returncode == 2 and sampled.stdout == ""
+    assert "not checkable here: too large for the CPU interpreter" in sampled.stderr
+    assert "--generate-anyway samples it all the same" in " ".join(sampled.stderr.split())
+
+    from repl.log.session_log import SessionLog
+
+    with SessionLog.open(home / "session_log.db", enabled=True) as log:
+        assert log.recent(None) == []  # nothing was generated

@@ -71,11 +71,19 @@ def test_the_python_api_imports_from_anywhere(installed, tmp_path):
     assert Path(result.stdout.strip()).is_relative_to(installed.parent)  # the installed copy, not this tree
     # package data: the drafting seed ships with the package (else an installed tool drafts its first replies from
     # nothing, silently)
-    seed = run_installed([installed / "python", "-c", "from repl.fastpath.drafting_seed import SEED_FILE; "
-                          "print(SEED_FILE.is_relative_to(__import__('sys').prefix), len(SEED_FILE.read_text()))"],
+    seed = run_installed([installed / "python", "-c", "import kernelllm; "
+                          "from repl.fastpath.drafting_seed import SEED_FILE; print(SEED_FILE.is_relative_to(__import__('sys').prefix), len(SEED_FILE.read_text()))"],
                          tmp_path)
     assert seed.returncode == 0 and seed.stdout.split()[0] == "True" and int(seed.stdout.split()[1]) > 10000, \
         seed.stdout + seed.stderr
+
+
+def test_nothing_generic_is_installed_at_the_top_of_site_packages(installed):
+    """`pip install .` put a package named `repl` (a name an unrelated published project uses) into site-packages."""
+    (site_packages,) = (installed.parent / "lib").glob("python*/site-packages")
+    top = {path.name for path in site_packages.iterdir() if not path.name.endswith((".dist-info", ".pth"))}
+    assert top - {"__pycache__"} == {"kernelllm.py", "kernelllm_repl"}
+    assert (site_packages / "kernelllm_repl" / "repl" / "checker" / "judge" / "server.py").is_file()
 
 
 def test_the_package_depends_on_exactly_what_requirements_txt_lists(installed, tmp_path):

@@ -3,7 +3,7 @@
 import pytest
 
 from repl.engine.engine import Engine, EngineOptions
-from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError
+from repl.generation import FINISHED, INTERRUPTED, TRUNCATED, GenerationError, PromptTooLong
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt
 from repl.generation.model_loading import ModelLoadError, load_model
 from repl.core.prompt import build_prompt
@@ -151,6 +151,20 @@ def test_max_new_tokens_beyond_the_context_is_capped_to_the_room_the_prompt_leav
     list(stream)
     assert stream.reply.tokens == 64 - prompt_tokens and stream.reply.finish_reason == TRUNCATED
     assert type(stream).__name__ == ("LocalReplyStream" if path == "plain" else "FastReplyStream")
+
+
+@pytest.mark.parametrize("path", ["plain", "fast"])
+def test_a_prompt_that_leaves_too_little_room_for_a_kernel_is_refused_with_the_numbers(short_context_model, path):
+    """A 4,093-token module of 4,096 was generated into "Here is," (max_new_tokens capped at 3)."""
+    backend = LocalBackend(short_context_model) if path == "plain" else fast_eager_backend(short_context_model)
+    prompt = next(prompt for prompt in ("def relu(x):\n" + "x" * n for n in range(200))
+                  if 64 - encode_prompt(short_context_model.tokenizer, prompt).shape[1] in range(1, 8))
+    prompt_tokens = encode_prompt(short_context_model.tokenizer, prompt).shape[1]
+    with pytest.raises(PromptTooLong) as refusal:
+        backend.stream(prompt, SamplingSettings(temperature=0, max_new_tokens=100000))
+    assert str(refusal.value) == (f"the prompt is {prompt_tokens} tokens of the model's 64: it leaves "
+                                  f"{64 - prompt_tokens} for the reply, and a kernel needs at least 8; shorten the "
+                                  "module")
 
 
 def test_incremental_decoding_matches_a_full_decode(trained_model):

@@ -62,6 +62,17 @@ def test_log_to_a_pipe_shows_every_column_whole(home):
     assert "invalid_reference" in first and "…" not in result.stdout
 
 
+def test_reports_to_a_pipe_end_no_line_in_padding(home):
+    """Piped `check` and `log` padded every line with spaces up to the widest cell."""
+    listing = kernelllm("log", "-n", "3", home=home)
+    cases = REPO / "tests" / "checker_cases"
+    check = kernelllm("check", str(cases / "relu_reference.py"), str(cases / "relu_triton.py"), "--device", "cpu",
+                      "--trials", "1", home=home)
+    assert listing.returncode == 0 and check.returncode == 0, listing.stderr + check.stderr
+    for output in (listing.stdout, check.stdout):
+        assert output.strip() and not [line for line in output.splitlines() if line != line.rstrip()]
+
+
 @pytest.mark.parametrize("arguments", [["log", "--json"], ["log"]])
 def test_a_reader_that_goes_away_ends_the_command_quietly(home, arguments):
     result = into_closed_pipe(*arguments, home=home)
@@ -92,7 +103,32 @@ def test_a_one_shot_kernel_into_a_closed_pipe_ends_quietly_and_is_logged(trained
                               "--file", "relu.py", home=tmp_path)
     assert result.returncode == 141
     assert "tokens in" in result.stderr  # it generated, then found the reader gone
+    assert "\x1b" not in result.stderr and "(prefill)" not in result.stderr  # no live status line off a terminal
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr and "error" not in result.stderr
     with SessionLog.open(tmp_path / "session_log.db", enabled=True) as log:  # logged whatever became of stdout
         assert [(entry.source_name, entry.kernel, entry.state) for entry in log.recent(None)] == [
             ("relu", PREPARED_KERNEL, "stop")]
+
+
+def test_output_into_a_file_with_a_terminal_on_stdin_reads_the_module_and_writes_only_the_kernel(trained_model_dir,
+                                                                                                   tmp_path):
+    """`kernelllm.py > kernel.py` at a terminal ran the full-screen session into the file (escapes, ^M, no screen)."""
+    import pexpect
+
+    command = (f"exec {sys.executable} {REPO / 'kernelllm.py'} --model {trained_model_dir} --temperature 0 "
+               "--max-new-tokens 600 --no-log > kernel.py")
+    child = pexpect.spawn("/bin/sh", ["-c", command], cwd=str(tmp_path), encoding="utf-8", dimensions=(40, 120),
+                          env={**os.environ, "KERNELLLM_HOME": str(tmp_path / "home")})
+    try:
+        child.expect("Output is not a terminal: paste a module, then press Ctrl-D", timeout=120)
+        child.send(RELU_MODULE)
+        child.sendeof()
+        # stderr is the terminal: a live status line while the model reads the module and writes the kernel
+        child.expect(r"(reading the module \(prefill\)|generating: \d+ tokens[^·]*) · \d+ s \(Ctrl-C stops\)",
+                     timeout=300)
+        child.expect(pexpect.EOF, timeout=300)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        assert (tmp_path / "kernel.py").read_text().strip() == PREPARED_KERNEL.strip()
+    finally:
+        child.terminate(force=True)

@@ -95,7 +95,18 @@ def test_a_cancelled_stream_is_recorded_as_interrupted_before_the_backend_stops(
         gate.set()
         reader.join(30)
     assert not reader.is_alive()
-    assert [entry.finish_reason for entry in log.recent()] == ["interrupted"]  # the reader's own end, written over
+    assert log.recent() == []  # the reader's own end: no token came, so no entry is left
+
+
+def test_an_interrupted_reply_with_text_keeps_its_entry(tmp_path, stand_in_checks):
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    engine = Engine(backend_override=ReplayBackend(PREPARED_REPLY), log=log, checks=stand_in_checks(verdict_of_kernel))
+    stream = engine.stream_kernel(RELU_MODULE)
+    pieces = iter(stream)
+    next(pieces)
+    stream.cancel()
+    list(pieces)
+    assert [entry.finish_reason for entry in log.recent()] == ["interrupted"]
 
 
 def test_a_cancelled_check_leaves_the_entry_its_last_verdict(tmp_path, stand_in_checks):

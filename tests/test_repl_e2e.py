@@ -36,9 +36,9 @@ class Terminal:
     """The program's pseudo-terminal output replayed into a terminal emulator: tests wait for what the screen shows
     (prompt_toolkit redraws only the characters that change, so the raw byte stream is no place to look)."""
 
-    def __init__(self, child: pexpect.spawn):
+    def __init__(self, child: pexpect.spawn, columns: int = COLUMNS):
         self.child = child
-        self.screen = _AnsweringScreen(child, COLUMNS, ROWS, history=5000)
+        self.screen = _AnsweringScreen(child, columns, ROWS, history=5000)
         self.stream = pyte.Stream(self.screen)
 
     def text(self) -> str:
@@ -113,13 +113,16 @@ def test_paste_stream_save_run_and_quit(repl, tmp_path):
 def test_a_module_typed_without_bracketed_paste_is_the_module(repl):
     """Typed line by line (or pasted by a terminal without bracketed paste: the same keys), each line keeps the
     indentation it carries, and Enter waits for get_inputs() and get_init_inputs() (issue 24, item 4)."""
-    repl.send(RELU_MODULE.replace("\n", "\r"))
+    repl.send(RELU_MODULE.rstrip("\n").replace("\n", "\r"))  # to the end of its last line, KernelBench-style
     repl.wait_for("Enter: generate a Triton kernel for this module", timeout=60)  # a staircase never gets there
     screen = repl.text()
     prompt_at = screen.rindex("› " + RELU_MODULE.splitlines()[0])
     shown = [line[2:] for line in screen[prompt_at:].splitlines()[:len(RELU_MODULE.splitlines())]]
     assert shown == [line.rstrip() for line in RELU_MODULE.splitlines()]
     assert "tokens" not in screen  # nothing was submitted on the way
+    # A complete module submits on one Enter, though its last line is the indented `return` (needed two)
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
 
 
 def test_prompt_is_usable_while_the_model_loads_and_ctrl_d_exits(repl):
@@ -173,11 +176,11 @@ def test_ctrl_c_stops_a_stream_keeps_the_partial_reply_and_returns_to_the_prompt
     assert entries and entries[-1]["interrupted"] is True and entries[-1]["tokens"] > 0
 
 
-def spawn(arguments: list[str], tmp_path: Path, program: list[str] | None = None) -> Terminal:
+def spawn(arguments: list[str], tmp_path: Path, program: list[str] | None = None, columns: int = COLUMNS) -> Terminal:
     environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
     child = pexpect.spawn(sys.executable, (program or [str(REPO / "kernelllm.py")]) + arguments, cwd=str(tmp_path),
-                          env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
-    return Terminal(child)
+                          env=environment, encoding="utf-8", dimensions=(ROWS, columns))
+    return Terminal(child, columns)
 
 
 def test_the_prompt_comes_before_any_heavy_import(tmp_path):
@@ -219,5 +222,65 @@ def test_a_model_that_cannot_load_is_explained_and_model_switches_to_one_that_ca
         terminal.wait_for(r"this session[\s\S]*relu +\d+ +complete")  # labelled by what the module does
         terminal.send(":quit\r")
         terminal.child.expect(pexpect.EOF, timeout=60)
+    finally:
+        terminal.child.terminate(force=True)
+
+
+def test_a_module_too_long_for_the_model_changes_nothing_and_comes_back_to_the_input(repl):
+    """A refusal (28,834 tokens of 4,096) left "no kernel yet" for :show, and the refused text was gone."""
+    repl.send(PASTE_START + RELU_MODULE + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
+    long_module = RELU_MODULE + "".join(f"# note {n}: a comment line that makes the module long\n" for n in range(400))
+    repl.send(PASTE_START + long_module + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"the prompt is [\d,]+ tokens and the model's context holds 4,096")
+    repl.wait_for(r"Nothing changed[\s\S]*back in the input[\s\S]*# note 399")  # the text is in the input again
+    repl.send("\x03")  # Ctrl-C clears the input
+    repl.wait_for(r"(?m)^› *$")
+    repl.send(":show\r")
+    repl.wait_for(r":show[\s\S]*" + re.escape(PREPARED_KERNEL.splitlines()[-1].rstrip()))
+    assert "no kernel yet" not in repl.text()
+
+
+def test_best_k_beyond_what_the_device_holds_is_refused_with_the_bound(repl):
+    """:best 1000 started 1000 prefills (10.6 GB for the tiny model) and filled the log with empty entries."""
+    repl.send(PASTE_START + RELU_MODULE + PASTE_END)
+    repl.wait_for("Enter: generate")
+    repl.send("\r")
+    repl.wait_for(r"\d+ tokens · [\d.]+ tok/s · [\d.]+ s ─")
+    repl.send(":set temperature 0.7\r")
+    repl.wait_for("temperature = 0.7")
+    repl.send(":best 100000\r")
+    repl.wait_for(r"100000 samples cannot be generated together here: each holds about [\d,]+ MiB[\s\S]*at most "
+                  r"[\d,]+ at once", unwrapped=True)
+    repl.send(":history\r")
+    repl.wait_for(r"this session[\s\S]*relu +\d+ +complete")
+    assert "interrupted" not in repl.text()
+
+
+def test_at_60_columns_code_is_wrapped_not_cropped_and_tables_keep_what_matters(trained_model_dir, tmp_path):
+    """At 60 columns :show cropped code lines, and :history cut verdicts to `cor…` while GPU-only columns (always
+    – on a CPU) took the room."""
+    terminal = spawn(["--model", str(trained_model_dir), "--temperature", "0", "--max-new-tokens", "600"], tmp_path,
+                     columns=60)
+    try:
+        terminal.wait_for(r"model: trained-kernel-model")
+        terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
+        terminal.wait_for("Enter: generate")
+        terminal.send("\r")
+        terminal.wait_for(r"\d+ tokens · [\d.]+ tok/s")
+        terminal.send(":run --trials 1\r")
+        terminal.wait_for(r"verdict +correct", timeout=240)
+        terminal.send(":show\r")
+        terminal.wait_for(r"checked: correct")
+        shown = "".join(terminal.text()[terminal.text().rindex(":show"):].split())
+        for line in PREPARED_KERNEL.splitlines():
+            assert "".join(line.split()) in shown, line  # every character of each line, however wrapped
+        terminal.send(":history\r")
+        terminal.wait_for(r"(?m)^ +\d+ .*relu .*complete +correct *$")
+        assert "cor…" not in terminal.text() and "vs eager" not in terminal.text()  # no timing on a CPU
     finally:
         terminal.child.terminate(force=True)

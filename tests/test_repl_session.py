@@ -89,6 +89,28 @@ def test_save_uses_the_module_name_and_never_overwrites_without_force(tmp_path, 
     assert saved.read_text().endswith(KERNEL)
 
 
+def test_copy_puts_the_kernel_on_the_clipboard_through_osc_52(tmp_path, monkeypatch):
+    import base64
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(":copy")
+    assert "no kernel to copy" in output(console)
+    session.handle(RELU)
+    session.handle(":copy")
+    assert f"\x1b]52;c;{base64.b64encode(KERNEL.encode()).decode()}\x07" in console.file.getvalue()
+    assert "copied 5 lines to the clipboard" in output(console)
+
+
+def test_save_into_a_folder_uses_the_default_name_there(tmp_path, monkeypatch):
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    (tmp_path / "kernels").mkdir()
+    session.handle(":save kernels/")
+    session.handle(":save kernels --force")
+    assert (tmp_path / "kernels" / "relu_triton.py").read_text().endswith(KERNEL)
+    assert "exists" not in output(console)
+
+
 def test_save_into_a_missing_directory_reports_and_keeps_the_kernel(tmp_path, monkeypatch):
     session, _, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU)
@@ -163,6 +185,25 @@ def test_a_new_module_whose_generation_fails_leaves_no_kernel_of_the_old_one_cur
     session.handle(":run")
     session.handle(":save")
     assert not list(tmp_path.glob("*_triton.py")) and "torch.relu" not in output(console).split("context")[-1]
+
+
+def test_a_module_the_model_refuses_changes_nothing_current_and_comes_back(tmp_path, monkeypatch):
+    from repl.generation import PromptTooLong
+
+    session, backend, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    kept = session.attempt
+
+    def refuse(prompt, settings):
+        raise PromptTooLong("the prompt is 28,834 tokens and the model's context holds 4,096")
+
+    monkeypatch.setattr(backend, "stream", refuse)
+    longer = RELU.replace("torch.relu(x)", "torch.tanh(x)")
+    assert session.handle(longer) == longer  # back in the input, to shorten
+    assert session.attempt is kept and session.module.code == RELU
+    assert "Nothing changed" in output(console)
+    session.handle(":save")
+    assert (tmp_path / "relu_triton.py").exists()
 
 
 def test_regen_samples_again_for_the_same_module(tmp_path, monkeypatch):

@@ -472,6 +472,15 @@ def test_log_json_is_a_list_of_entries_with_the_documented_keys(log, home, runne
     assert [entry["id"] for entry in json.loads(run_log_command(home, runner, "--json", "-n", "1").stdout)] == [cut]
 
 
+def test_log_jsonl_is_one_entry_a_line_the_same_objects_as_json(log, home):
+    log_reply(log, check=CHECK)
+    log_reply(log, text="```python\nclass ModelNew", tokens=5, finish_reason=INTERRUPTED)
+    log.close()
+    lines = run_log_command(home, "standalone", "--jsonl").stdout.splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(run_log_command(home, "standalone", "--json").stdout)
+    assert len(lines) == 2
+
+
 def test_log_prints_a_table_of_entries(log, home):
     log_reply(log, check=CHECK)
     log.close()
@@ -617,6 +626,38 @@ def test_history_shows_this_sessions_entries_first_and_all_with_all(home):
     every = FakeSession(current).run(":history --all")
     assert "this session" not in every and every.index(f"\n  {first} ") < every.index(f"\n  {mine} ")
     current.close()
+
+
+def test_continue_restores_what_was_current_in_the_last_interactive_session(home):
+    """--continue resumed the last row of the log: an empty candidate of a :best, or a one-shot run from elsewhere."""
+    from repl.log.current import record_current
+
+    repl_session = SessionLog.open()
+    current = log_reply(repl_session)  # the kernel made current (a :pick, say)
+    log_reply(repl_session, code=SOFTMAX_MODULE)  # a later candidate of another module, not current
+    record_current(repl_session, repl_session.get(current).module_id, current)
+    repl_session.close()
+    oneshot = SessionLog.open(kind="oneshot")  # a one-shot run from another terminal, after it
+    log_reply(oneshot, code=SOFTMAX_MODULE)
+    oneshot.close()
+
+    session = FakeSession(SessionLog.open())
+    continue_last(session)
+    assert [entry.id for entry in session.opened] == [current]
+
+
+def test_continue_restores_a_module_that_had_no_kernel_yet(home):
+    from repl.log.current import record_current
+
+    repl_session = SessionLog.open()
+    log_reply(repl_session)
+    record_current(repl_session, repl_session.record_module(SOFTMAX_MODULE, source_name="23_Softmax"), None)
+    repl_session.close()
+    session = FakeSession(SessionLog.open())
+    session.module = session.source_name = None
+    continue_last(session)
+    assert session.opened == [] and session.module.code == SOFTMAX_MODULE and session.source_name == "23_Softmax"
+    assert "Continuing with 23_Softmax (no kernel yet" in session.console.file.getvalue()
 
 
 def test_continue_skips_a_session_still_running_elsewhere_but_not_one_that_died(home):

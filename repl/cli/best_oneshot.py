@@ -8,10 +8,12 @@ finished candidates is written); 2 for a module that cannot be checked.
 
 from pathlib import Path
 
-from repl.workflows.best_of import BestOfRun, CheckOptions
+from repl.checker import Verdict
+from repl.workflows.best_of import BestOfRun, CheckOptions, NotCheckableHere
 from repl.cli.kernel_output import export_attempt, say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.core.module_source import inspect_module_source
+from repl.core.wording import counted
 
 
 def run_best_oneshot(engine, code: str, args) -> int:
@@ -28,7 +30,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
     check = CheckOptions(device=args.check_device, trials=args.trials, jobs=args.jobs)
     if not wait_for_model(engine):
         return 1
-    say(f"sampling {k} candidates with {engine.model_state[1]}, checking each as it completes…")
+    too_many = engine.sample_bound_problem(code, k)
+    if too_many:
+        say(f"error: {too_many} (--samples)")
+        return 1
+    say(f"sampling {counted(k, 'candidate')} with {engine.model_state[1]}, checking each as it completes…")
 
     reported: set[int] = set()
 
@@ -39,7 +45,8 @@ def run_best_oneshot(engine, code: str, args) -> int:
             say(f"  candidate {candidate.index}: {verdict} ({candidate.tokens} tokens, {candidate.elapsed_s:.1f} s)")
 
     source_name = Path(args.file).stem if args.file else None
-    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name)
+    run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name,
+                    generate_anyway=args.generate_anyway)
     interrupted = False
     try:
         run.start()
@@ -55,6 +62,9 @@ def run_best_oneshot(engine, code: str, args) -> int:
                 break
             except KeyboardInterrupt:
                 continue
+    if isinstance(run.error, NotCheckableHere):
+        say(f"error: {one_line(run.error)}; --generate-anyway samples it all the same, unchecked")
+        return 2
     if run.error is not None:
         say(f"error: {one_line(run.error)}")
         return 1
@@ -63,7 +73,11 @@ def run_best_oneshot(engine, code: str, args) -> int:
     ranked = run.ranked()
     with_code = [candidate for candidate in ranked if candidate.attempt is not None and candidate.attempt.kernel]
     correct = [candidate for candidate in ranked if candidate.correct]
-    say(f"{len(correct)} of {len(ranked)} candidates correct")
+    unchecked = [candidate for candidate in ranked if candidate.verdict == Verdict.TOO_LARGE]
+    if unchecked:
+        say(f"{counted(len(ranked), 'candidate')}, not checkable here: {unchecked[0].check.message}")
+    else:
+        say(f"{len(correct)} of {counted(len(ranked), 'candidate')} correct")
     if not with_code:
         say("error: no candidate holds any code")
         return 130 if interrupted else 1
@@ -78,7 +92,9 @@ def run_best_oneshot(engine, code: str, args) -> int:
             summary += f", {100 * check_result.roofline['bandwidth_share']:.0f}% of measured bandwidth"
         if check_result.flags:
             summary += f" (flagged: {check_result.flags[0]})"
-    if not best.correct:
+    if unchecked:
+        say(f"writing candidate {best.index}, unchecked")
+    elif not best.correct:
         say(f"warning: no candidate is correct; writing the best-ranked ({summary}: "
             f"{check_result.message if check_result else 'not checked'})")
     else:

@@ -9,11 +9,14 @@ Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
+from repl.core.module_scaling import scale_inputs
+from repl.cli.live_status import live_status
 from repl.cli.options import TIMEOUT_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
 
@@ -48,7 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", metavar="REFERENCE",
                         help="the PyTorch module (Model, get_inputs, get_init_inputs)")
-    parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply")
+    parser.add_argument("kernel", metavar="KERNEL", help="the kernel: a .py defining ModelNew, or a saved reply (- for "
+                                                         "stdin, for either file)")
     by_precision = ("by the outputs' precision, as KernelBench's eval: 1e-4 for float32, 1e-2 for float16 and "
                     "bfloat16 and for a float32 problem computed in lowered precision (TF32 dots, half casts)")
     parser.add_argument("--atol", type=non_negative_float, default=DEFAULT_ATOL,
@@ -56,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
                         help="relative tolerance (default: as --atol's)")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--scale", type=positive_float, metavar="F",
+                        help="check at reduced sizes: the sizes get_inputs() uses (the module's whole-number "
+                             "constants that get_init_inputs() does not use) times F, e.g. 0.01 for a KernelBench "
+                             "problem on a CPU; said in the verdict")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--export", metavar="PATH",
                         help="when correct, also write a standalone module (torch and triton only) whose Model runs "
@@ -69,11 +77,22 @@ def run(args) -> int:
 
     from repl.checker import CheckResult, Verdict
 
+    scaled = None
     try:
+        if args.reference == args.kernel == "-":
+            raise ValueError("only one of REFERENCE and KERNEL can be read from stdin (-)")
+        if args.export and args.scale is not None:  # a kernel verified at other sizes is not shipped
+            raise ValueError("--export ships a kernel checked at the module's own sizes; leave out --scale")
         reference = _read(args.reference, "REFERENCE")
         kernel = _read(args.kernel, "KERNEL")
-        result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
-                              rtol=args.rtol, timeout=args.timeout)
+        swapped = _swapped(reference, kernel, args)
+        if swapped:
+            raise ValueError(swapped)
+        scaled = scale_inputs(reference, args.scale) if args.scale is not None else None
+        reference = scaled.code if scaled is not None else reference
+        with live_status(lambda: f"checking {Path(args.kernel).name} against {Path(args.reference).name}"):
+            result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
+                                  rtol=args.rtol, timeout=args.timeout)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -81,7 +100,13 @@ def run(args) -> int:
         if getattr(args, "debug", False):
             raise
         result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
-    print_report(result, as_json=args.json, debug=getattr(args, "debug", False))
+    if scaled is not None:  # said in the verdict: not the sizes the module gives
+        result = dataclasses.replace(result, message=f"at reduced sizes ({scaled.describe(args.scale)}): "
+                                                     f"{result.message}")
+    elif result.verdict in (Verdict.TIMEOUT, Verdict.TOO_LARGE) and result.device == "cpu-interpreter":
+        result = dataclasses.replace(result, message=f"{result.message}; --scale F checks it at reduced sizes on "
+                                                     "the CPU (e.g. --scale 0.01), --timeout SECONDS allows longer")
+    print_report(result, as_json=args.json, debug=getattr(args, "debug", False), kernel_name=args.kernel)
     if args.export and not export(args, reference, kernel, result):
         return EXIT_NOT_CORRECT if result.correct else exit_status(result.verdict)
     return exit_status(result.verdict)
@@ -96,9 +121,14 @@ def export(args, reference: str, kernel_text: str, result) -> bool:
                                model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol)
 
 
-def print_report(result, *, as_json: bool, debug: bool) -> None:
-    """The report, or at least the verdict and its message on one line should the report fail."""
+def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None = None) -> None:
+    """The report, or at least the verdict and its message on one line should the report fail; kernel_name: the
+    kernel's file as given, named instead of the sandbox's copy of it."""
+    from repl.ui.check_view import named_as_given, render_check_result
+
     if as_json:
+        result = dataclasses.replace(result, message=named_as_given(result.message, kernel_name),
+                                     traceback=named_as_given(result.traceback, kernel_name))
         try:
             text = json.dumps(result.to_json_dict())
         except (TypeError, ValueError):
@@ -106,11 +136,10 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
                                "message": str(result.message)})
         print(text)
         return
-    from repl.ui.check_view import render_check_result
     from repl.ui.console import report_console
 
     try:
-        report_console().print(render_check_result(result, full_traceback=debug))
+        report_console().print(render_check_result(result, full_traceback=debug, kernel_name=kernel_name))
     except BrokenPipeError:
         raise  # the reader has gone: nothing more to print
     except Exception:
@@ -132,7 +161,23 @@ def exit_status(verdict: str) -> int:
     return EXIT_NOT_CORRECT
 
 
+def _swapped(reference: str, kernel: str, args) -> str | None:
+    """Why the two files look given in the wrong order (one line), or None."""
+    from repl.core.extract import defines_model_new, extract_kernel_code
+    from repl.core.module_source import inspect_module_source
+
+    if "Model" in inspect_module_source(reference).module_classes:
+        return None
+    if defines_model_new(extract_kernel_code(reference) or reference) \
+            and "Model" in inspect_module_source(kernel).module_classes:
+        return (f"REFERENCE {args.reference} has no `Model` (it defines ModelNew, a kernel) and KERNEL {args.kernel} "
+                "defines Model: the order is REFERENCE KERNEL")
+    return None
+
+
 def _read(path: str, role: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
     try:
         return Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -66,6 +66,9 @@ def add_parser(subparsers) -> None:
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--generate-anyway", action="store_true",
+                        help="sample problems too large to check on this device all the same (default: not sampled, "
+                             "reported as not checkable here)")
     parser.add_argument("--tune", action="store_true",
                         help="tune each problem's best correct kernel as :tune does (launch parameters, each variant "
                              "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
@@ -116,13 +119,16 @@ def run(args) -> int:
         print(f"eval: error: {problem}", file=sys.stderr)
         return 2
     try:
-        if args.json_out:
-            read_results(args.json_out)  # refuse a file that is not ours before any work
+        finished = read_results(args.json_out) if args.json_out else []  # a file not ours: refused before any work
         problems = find_problems(args.problems)
         if args.selection:
             problems = select_problems(problems, args.selection)
     except (ResultsFileError, ValueError) as error:
         print(f"eval: error: {error}", file=sys.stderr)
+        return 2
+    differs = _resume_problem(args, finished, problems)
+    if differs:
+        print(f"eval: error: {differs}", file=sys.stderr)
         return 2
     err = report_console(sys.stderr)
     out = report_console(sys.stdout)
@@ -143,15 +149,32 @@ def run(args) -> int:
         log.close()
 
 
-def _evaluate(args, problems, err, out, log) -> int:
-    from repl.workflows.best_of import CheckOptions
-    from repl.workflows.eval_archive import EvalArchive
-    from repl.workflows.eval_results import ResultsFileError
-    from repl.workflows.evaluate import evaluate
-    from repl.engine.recorder import Recorder
+def _resume_problem(args, finished, problems) -> str | None:
+    """Why the results file cannot be resumed by this run (one line, with what differs and what to do), or None:
+    a problem sampled K times in it, and K' now, would mix two runs in one pass@k."""
+    if args.candidates or args.ray is not None:
+        return None
+    wanted = args.samples or 1
+    names = {problem.name for problem in problems}
+    other = sorted({result.n for result in finished if result.name in names and not result.too_large} - {wanted})
+    if not other:
+        return None
+    made = " or ".join(str(n) for n in other)
+    return (f"{args.json_out} holds problems sampled {made} times and this run asks for --samples {wanted}: resuming "
+            f"would mix them. Rerun with --samples {other[0]} to resume, or give another --json to start over")
 
+
+def _evaluate(args, problems, err, out, log) -> int:
+    from repl.workflows.eval_results import resumed_results
+    from repl.workflows.evaluate import evaluate, final_report
+
+    finished = resumed_results(args.json_out) if args.json_out else {}
+    engine = None
     if args.candidates:
-        _say_missing_candidates(args.candidates, problems, err)
+        missing = [p.name for p in problems if not any((Path(args.candidates) / p.name).glob("*"))]
+        if missing:
+            err.print(f"no candidates for {counted(len(missing), 'problem')}, counted as unsolved: "
+                      f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}", style="warn")
     fatal: tuple[type, ...] = ()  # errors that end the run with status 1 and one line
     if args.ray is not None:  # the workers load the model (or reach the server): nothing is loaded here
         try:
@@ -160,6 +183,9 @@ def _evaluate(args, problems, err, out, log) -> int:
             print(f"eval: error: {error}", file=sys.stderr)
             return 2
         fatal = eval_ray.cluster_errors()
+    elif args.json_out and all(problem.name in finished for problem in problems):  # no model to load
+        report = final_report(problems, finished, [problem.name for problem in problems], interrupted=False)
+        runner = lambda *arguments, **options: report  # noqa: E731
     else:
         engine = None if args.candidates else _load_engine(args, err)
         if engine is None and not args.candidates:
@@ -167,7 +193,21 @@ def _evaluate(args, problems, err, out, log) -> int:
         if engine is not None:  # the engine logs what it samples and checks, as in the session
             engine.record_to(log if log.enabled else None)
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
-                         concurrency=args.concurrency, checks=None if engine else args.checks, tune=args.tune)
+                         concurrency=args.concurrency, checks=None if engine else args.checks,
+                         generate_anyway=args.generate_anyway, tune=args.tune)
+
+    try:
+        return _run_and_report(args, runner, fatal, problems, err, out, log)
+    finally:
+        if engine is not None:
+            engine.close()  # its judges, and their folders in $TMPDIR
+
+
+def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
+    from repl.engine.recorder import Recorder
+    from repl.workflows.best_of import CheckOptions
+    from repl.workflows.eval_archive import EvalArchive
+    from repl.workflows.eval_results import ResultsFileError
 
     check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
     kernels = _kernels_dir(args)
@@ -221,13 +261,6 @@ def _evaluate(args, problems, err, out, log) -> int:
                   style="warn")
         return 130
     return 1 if report.unfinished else 0
-
-
-def _say_missing_candidates(candidates, problems, err) -> None:
-    missing = [p.name for p in problems if not any((Path(candidates) / p.name).glob("*"))]
-    if missing:
-        err.print(f"no candidates for {counted(len(missing), 'problem')}, counted as unsolved: "
-                  f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}", style="warn")
 
 
 def _load_engine(args, err):

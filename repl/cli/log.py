@@ -1,4 +1,4 @@
-"""`python kernelllm.py log [--json] [-n N] [--verdict V] [--module NAME] [--session ID|last]`: the session log from
+"""`python kernelllm.py log [--json|--jsonl] [-n N] [--verdict V] [--module NAME] [--session ID|last]`: the session log from
 the shell, as a table or as a JSON list; `log --kernel ID [--out FILE]` gives one entry's kernel.
 
 Also runnable alone (`python -m repl.cli.log`), which skips loading the rest of the command line.
@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of objects (id, time, session_id, module_name, tokens, interrupted, "
                              "verdict, kernel, reply, settings, timing, ...)")
+    parser.add_argument("--jsonl", action="store_true",
+                        help="print one JSON object a line, the same objects as --json (for jq, grep, streaming)")
     parser.add_argument("-n", type=int, default=DEFAULT_COUNT, metavar="N",
                         help=f"the last N entries (default {DEFAULT_COUNT}; 0 for all)")
     parser.add_argument("--verdict", choices=VERDICT_CHOICES, metavar="VERDICT",
@@ -108,12 +110,17 @@ def _show(entries, args, path) -> int:
 
         write_untrusted(json.dumps([entry.to_json_dict() for entry in entries], indent=2, ensure_ascii=False) + "\n")
         return 0
+    if args.jsonl:
+        from repl.ui.console import write_untrusted
+
+        write_untrusted("".join(json.dumps(entry.to_json_dict(), ensure_ascii=False) + "\n" for entry in entries))
+        return 0
     from repl.ui.console import report_console
     from repl.ui.history_commands import entries_table
 
     console = report_console()
     if entries:
-        console.print(entries_table(entries, with_session=True))
+        console.print(entries_table(entries, with_session=True, width=console.width))
     elif args.verdict or args.module or args.session:
         console.print("No entry of the session log matches.", style="hint")
     else:

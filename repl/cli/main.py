@@ -9,6 +9,7 @@ import sys
 from repl.cli.options import Parser, check_options, debug_option, engine_from, model_options, sampling_options
 from repl.ui.option_values import positive_int
 from repl.core.errors import one_line
+from repl.core.paths import use_user_cache_dir
 from repl.core.settings import greedy_samples_problem
 
 # Subcommands: each module defines add_parser(subparsers) and run(args) -> exit status.
@@ -18,7 +19,8 @@ DESCRIPTION = """\
 Turn a PyTorch nn.Module into Triton kernels with Meta's KernelLLM, check them, keep the best.
 
 With no arguments on a terminal: an interactive session (paste a module, watch the kernel stream in, :run, :save).
-With input piped in (or --file): the kernel alone is written to stdout (or --out); messages go to stderr.
+With input piped in (or --file), or output into a file or a pipe: the kernel alone is written to stdout (or --out);
+messages go to stderr.
 """
 
 
@@ -38,6 +40,9 @@ def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=positive_int, metavar="K",
                         help="with --file or piped input: sample K kernels, check them all (--check-device, --trials, "
                              "--jobs), write the fastest correct one (exit status 1 when none is correct)")
+    parser.add_argument("--generate-anyway", action="store_true",
+                        help="with --samples: sample a module too large to check on this device all the same, its "
+                             "kernels unchecked (default: refused as not checkable here)")
     parser.add_argument("--continue", dest="continue_last", action="store_true",
                         help="start with your last session's last entry as the current module and kernel")
     parser.add_argument("--no-log", action="store_true",
@@ -96,6 +101,7 @@ def _silence_closed_pipes() -> None:
 
 
 def _main(argv: list[str] | None, prog: str, checks) -> int:
+    use_user_cache_dir()  # before torch is imported here or in a judge
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
@@ -112,7 +118,8 @@ def _main(argv: list[str] | None, prog: str, checks) -> int:
             engine = engine_from(args)
         except ValueError as error:
             parser.error(one_line(error))
-        if args.file or not sys.stdin.isatty():
+        # stdout into a file or a pipe gets the kernel alone, even with a terminal on stdin: never a full screen
+        if args.file or not sys.stdin.isatty() or not sys.stdout.isatty():
             from repl.cli.oneshot import run_oneshot
 
             return run_oneshot(engine, args)
@@ -146,6 +153,8 @@ def run_interactive(engine, args) -> int:
     try:
         session.run()
     finally:
+        if session.module is not None:  # for the next --continue
+            engine.record_current(session.module.code, session.source_name, session.attempt)
         engine.close()
         log.close()
     return 0

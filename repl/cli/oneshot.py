@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from repl.cli.best_oneshot import run_best_oneshot
+from repl.cli.live_status import live_status
 from repl.cli.kernel_output import export_attempt, say, wait_for_model, write_kernel_output
 from repl.core.errors import one_line
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, GenerationError
@@ -44,6 +45,9 @@ def run_oneshot(engine, args) -> int:
     try:
         # The session's judge sizes the module (and prepares its checks while the model streams).
         too_large = engine.submit_module(module, source_name, check_device=args.check_device)
+        if too_large and args.samples is not None and not args.generate_anyway:  # no generation spent unchecked
+            say(f"error: not checkable here: {too_large}; --generate-anyway samples it all the same, unchecked")
+            return 2
         if too_large:
             say(f"warning: {too_large}")
         if args.samples is not None:
@@ -57,6 +61,9 @@ def run_oneshot(engine, args) -> int:
 def read_module(args) -> str | None:
     """The module's text from --file or stdin; None, with a message, when it cannot be read."""
     if not args.file:
+        if sys.stdin.isatty():  # stdout is a file or a pipe: the module is typed or pasted here
+            say("Output is not a terminal: paste a module, then press Ctrl-D on an empty line; only the kernel is "
+                "written to the output.")
         return sys.stdin.read()
     try:
         return Path(args.file).expanduser().read_text(encoding="utf-8")
@@ -94,10 +101,11 @@ def _generate(engine, module, args, source_name: str | None) -> int:
         say(f"generating with {engine.backend().description}…")  # inside: a Ctrl-C from here on cancels
         if stream.reply.note:
             say(f"note: {stream.reply.note}")
-        for _ in stream:
-            if time.monotonic() - last_report > 5:
-                say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
-                last_report = time.monotonic()
+        with live_status(lambda: _progress(stream.reply)) as live:
+            for _ in stream:
+                if not live and time.monotonic() - last_report > 5:  # off a terminal: a line now and then
+                    say(f"  {stream.reply.tokens} tokens, {stream.reply.elapsed_s:.0f} s")
+                    last_report = time.monotonic()
     except KeyboardInterrupt:
         stream.cancel()
         for _ in stream:  # to its end: the reply is final
@@ -125,3 +133,10 @@ def _generate(engine, module, args, source_name: str | None) -> int:
     return 0 if reply.finish_reason != INTERRUPTED else 130
 
 
+
+
+def _progress(reply) -> str:
+    if not reply.tokens:
+        return "reading the module (prefill)"
+    rate = f", {reply.tokens_per_second:.1f} tok/s" if reply.tokens_per_second else ""
+    return f"generating: {reply.tokens} tokens{rate}"

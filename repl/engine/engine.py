@@ -245,6 +245,12 @@ class Engine:
         streams = self.backend().stream_many(build_prompt(module.code), self.next_settings(settings), k)
         return [self._recorder.stream(stream, Attempt(module, stream.reply, source_name)) for stream in streams]
 
+    def sample_bound_problem(self, module_code: str, k: int, settings: SamplingSettings | None = None) -> str | None:
+        """Why k samples of a module cannot be generated together on this device (one line, with the bound), or
+        None when they can or nothing bounds them; waits for the model."""
+        bound = self.backend().most_samples(build_prompt(module_code), settings or self.settings)
+        return bound.refusal(k) if bound is not None and k > bound.most else None
+
     # -- modules and checks ------------------------------------------------------------------------------------
     def submit_module(self, module: ModuleSource | str, source_name: str | None = None, *,
                       check_device: str = "auto", wait_for_size: bool = True) -> str | None:
@@ -257,6 +263,10 @@ class Engine:
         if not module.runnable:
             return None
         return self.checks.prepare(module.code, check_device, size=wait_for_size)
+
+    def record_current(self, module_code: str, source_name: str | None, attempt: Attempt | None) -> None:
+        """Note in the log what is current as an interactive session ends (the module, its kernel): --continue."""
+        self._recorder.current(module_code, source_name, attempt)
 
     def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None,
               **options) -> CheckResult:

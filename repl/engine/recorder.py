@@ -5,7 +5,8 @@
 A reply's row is made when its stream is made, so rows keep the order replies were asked for (the candidates of
 a :best in their numbers' order); its text is written as the stream is read (at most every write_interval_s) and
 whole when it ends; a stream cancelled is recorded as interrupted at once (a backend still in prefill may take
-seconds to stop, and the session may end before it has).
+seconds to stop, and the session may end before it has), and its row removed once it ends without a token (Ctrl-C
+on a :best of many leaves no empty entries).
 """
 
 import dataclasses
@@ -16,6 +17,8 @@ from typing import Iterator
 from repl.engine.attempt import Attempt
 from repl.checker.result import Verdict
 from repl.generation import INTERRUPTED, ReplyStream
+from repl.core.module_source import inspect_module_source
+from repl.log.current import record_current
 from repl.log.session_log import SessionLog
 
 
@@ -48,6 +51,12 @@ class Recorder:
         attempt.log_id = self.log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
         self.log.finish_reply(attempt.log_id, attempt.reply)
         self.check(attempt)
+
+    def current(self, code: str, source_name: str | None, attempt: Attempt | None) -> None:
+        """What is current as the session ends: a module and, when it has one, its kernel's reply (--continue)."""
+        module_id = self.module(code, source_name, inspect_module_source(code).model_class)
+        reply_id = attempt.log_id if attempt is not None and attempt.module.code == code else None
+        record_current(self.log, module_id, reply_id)
 
     def check(self, attempt: Attempt) -> None:
         """The attempt's latest check (attempt.check), appended to its reply's checks; a cancelled check is no
@@ -87,4 +96,7 @@ class RecordedStream:
         finally:
             with self._ending:
                 self._ended = True
-                self._log.finish_reply(self.attempt.log_id, self.reply)
+                if self.reply.finish_reason == INTERRUPTED and not self.reply.text:
+                    self._log.discard_reply(self.attempt.log_id)  # stopped before its first token: nothing to keep
+                else:
+                    self._log.finish_reply(self.attempt.log_id, self.reply)

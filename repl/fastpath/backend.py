@@ -11,13 +11,12 @@ kernels: the fast decoder's last tier (it waits for the warm-up to end) wherever
 The plain path and the fast path draw differently from the same seed, and so do the tiers.
 """
 
-import os
 import queue
 import threading
 import time
-from pathlib import Path
 
 from repl.core.errors import one_line
+from repl.core.paths import use_user_cache_dir
 from repl.generation import Backend, Reply, check_many, fit_to_context
 from repl.fastpath.llama_math import unsupported_reason
 from repl.generation.local import IncrementalDecoder, LocalBackend, encode_prompt, settle_reply
@@ -88,14 +87,6 @@ class FastReplyStream:
                                  error=self._error)
         if held_back:
             yield held_back
-
-
-def use_user_cache_dir() -> None:
-    """Compiled kernels outlive the process: Inductor's cache (Triton's inside it) under the user's cache dir."""
-    import platformdirs
-
-    root = Path(platformdirs.user_cache_dir("kernelllm", appauthor=False))
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
 
 
 class FastLocalBackend(Backend):
@@ -263,6 +254,9 @@ class FastLocalBackend(Backend):
     def stream(self, prompt: str, settings: SamplingSettings):
         streams = self._stream(prompt, settings, 1)
         return streams[0] if streams else self.plain.stream(prompt, settings)
+
+    def most_samples(self, prompt: str, settings: SamplingSettings):
+        return self.plain.most_samples(prompt, settings)  # the plain path serves any k the fast one does not
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list:
         """k samples of one prompt decoded as one batch (the prompt is prefilled once), as LocalBackend.stream_many."""

@@ -6,10 +6,11 @@ far and the final state once iteration ends. A failure ends the reply as ``FAILE
 (and ``reply.transient`` when trying again may succeed), or raises ``GenerationError`` when the reply cannot start.
 
 A backend that knows its model's context (``context_tokens``) and tokenises the prompt (the local ones) refuses a
-prompt that does not fit and caps ``max_new_tokens`` to the room the prompt leaves (``fit_to_context``), saying so in
-``reply.note``; one that cannot count the prompt's tokens (the server backend) refuses only a ``max_new_tokens`` that
-alone exceeds the context. ``PromptTooLong`` (a GenerationError) comes from ``stream()`` or, for streams started one
-after another (``SequentialStreams``), from iterating a later one.
+prompt that does not fit or leaves too little room for a kernel, and caps ``max_new_tokens`` to the room the prompt
+leaves (``fit_to_context``), saying so in ``reply.note``; one that cannot count the prompt's tokens (the server
+backend) refuses only a ``max_new_tokens`` that alone exceeds the context. ``PromptTooLong`` (a GenerationError)
+comes from ``stream()`` or, for streams started one after another (``SequentialStreams``), from iterating a later
+one.
 
 To write a backend, subclass ``Backend``, give it a ``description`` and implement ``stream``; the rest has defaults
 (``stream_many`` samples one reply after another, ``wait_until_serving`` is ready at once, ``close`` does nothing).
@@ -123,6 +124,11 @@ class Backend(ABC):
         check_many(settings, k)
         return SequentialStreams(self, prompt, settings, k).streams
 
+    def most_samples(self, prompt: str, settings: SamplingSettings):
+        """How many replies to the prompt stream_many can hold at once (a sample_memory.SampleBound), or None where
+        that is unbounded or unknown (the default: replies one after another hold one at a time)."""
+        return None
+
     def wait_until_serving(self, timeout: float | None = None) -> bool:
         """Wait (up to timeout seconds; None: as long as it takes) until the backend serves at its full speed, for
         runs nobody reads token by token; True once it does. The default serves at full speed from the start; the
@@ -159,8 +165,8 @@ def check_many(settings: SamplingSettings, k: int) -> None:
 def fit_to_context(prompt_tokens: int, settings: SamplingSettings,
                    context_tokens: int | None) -> tuple[SamplingSettings, str | None]:
     """The settings a prompt of ``prompt_tokens`` can be served with in a context of ``context_tokens``, and a note
-    when max_new_tokens had to be capped (the reply gets only the room the prompt leaves); GenerationError (one line)
-    for a prompt that leaves no room at all. Checked before any work: past its context a model writes garbage, or
+    when max_new_tokens had to be capped (the reply gets only the room the prompt leaves); PromptTooLong (one line)
+    for a prompt that leaves no room, or too little for a kernel (least_reply_room). Checked before any work: past its context a model writes garbage, or
     nothing at all for minutes."""
     if context_tokens is None:
         return settings, None
@@ -170,9 +176,19 @@ def fit_to_context(prompt_tokens: int, settings: SamplingSettings,
     room = context_tokens - prompt_tokens
     if settings.max_new_tokens <= room:
         return settings, None
+    least = least_reply_room(context_tokens)
+    if room < least:  # a capped reply this short ends mid-sentence ("Here is,"), never with a kernel
+        raise PromptTooLong(f"the prompt is {prompt_tokens:,} tokens of the model's {context_tokens:,}: it leaves "
+                            f"{room:,} for the reply, and a kernel needs at least {least:,}; shorten the module")
     note = (f"max_new_tokens capped at {room:,} (from {settings.max_new_tokens:,}): the prompt takes "
             f"{prompt_tokens:,} of the model's {context_tokens:,} tokens of context")
     return dataclasses.replace(settings, max_new_tokens=room), note
+
+
+def least_reply_room(context_tokens: int) -> int:
+    """The fewest tokens a reply capped to the room its prompt leaves may have: a short Triton kernel takes a few
+    hundred (an eighth of a tiny test model's context)."""
+    return min(256, context_tokens // 8)
 
 
 def seeded(settings: SamplingSettings, offset: int) -> SamplingSettings:

@@ -18,6 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from repl.core.errors import one_line
 from repl.generation import (FAILED, FINISHED, INTERRUPTED, TRUNCATED, Backend, Reply, check_many, fit_to_context,
                              valid_text)
+from repl.generation.sample_memory import samples_that_fit
 from repl.generation.model_loading import LoadedModel
 from repl.core.settings import SamplingSettings
 
@@ -121,6 +122,10 @@ class LocalBackend(Backend):
 
     def stream(self, prompt: str, settings: SamplingSettings) -> "LocalReplyStream":
         return LocalBatchGeneration(self.loaded, prompt, settings, 1).streams[0]
+
+    def most_samples(self, prompt: str, settings: SamplingSettings):
+        return samples_that_fit(self.loaded, encode_prompt(self.loaded.tokenizer, prompt).shape[1],
+                                settings.max_new_tokens)
 
     def stream_many(self, prompt: str, settings: SamplingSettings, k: int) -> list["LocalReplyStream"]:
         """k samples of one prompt in one batched generate() (the prompt is encoded and prefilled once); each

@@ -173,7 +173,7 @@ def _not_cached_message(model_id: str, reason: str) -> str:
     return (f"{model_id} is not in the Hugging Face cache ({HF_HUB_CACHE}) and {reason}. "
             f"Download it on a connected machine with `hf download {model_id}`"
             f"{' (about 16 GB)' if model_id == DEFAULT_MODEL else ''}, "
-            "or start with --model PATH to a local copy.")
+            "or give the path of a local copy (--model PATH; :model PATH in a session).")
 
 
 def _describe_load_failure(model_id: str, error: Exception) -> str:

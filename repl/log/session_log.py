@@ -107,6 +107,13 @@ def m003_sessions(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX replies_session_id ON replies(session_id)")
 
 
+@migration
+def m004_session_current(db: sqlite3.Connection) -> None:
+    # What was current when an interactive session ended (its module, its kernel's reply): what --continue restores.
+    db.execute("ALTER TABLE sessions ADD COLUMN current_module_id INTEGER REFERENCES modules(id)")
+    db.execute("ALTER TABLE sessions ADD COLUMN current_reply_id INTEGER REFERENCES replies(id)")
+
+
 def migrate(db: sqlite3.Connection, migrations: list = MIGRATIONS) -> None:
     """Apply the migrations not yet recorded in _migrations, in order, in one transaction."""
     db.execute("BEGIN IMMEDIATE")
@@ -310,9 +317,7 @@ class SessionLog:
 
         def insert(db):
             now = _now()
-            if self.session_id is None:
-                self.session_id = db.execute("INSERT INTO sessions (started_at, pid, kind) VALUES (?, ?, ?)",
-                                             (now, os.getpid(), self.kind)).lastrowid
+            self._ensure_session(db)
             reply_id = db.execute(
                 "INSERT INTO replies (module_id, time, updated_at, model, temperature, top_p, max_new_tokens, seed, "
                 "session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -322,6 +327,12 @@ class SessionLog:
             return reply_id
 
         return self._run(insert)
+
+    def _ensure_session(self, db: sqlite3.Connection) -> None:
+        """This process's row in sessions, made with the first thing it records."""
+        if self.session_id is None:
+            self.session_id = db.execute("INSERT INTO sessions (started_at, pid, kind) VALUES (?, ?, ?)",
+                                         (_now(), os.getpid(), self.kind)).lastrowid
 
     def append_reply_text(self, reply_id: int | None, text: str, tokens: int) -> bool:
         """Record the reply so far, if write_interval_s has passed since its last write; True when it wrote."""
@@ -347,6 +358,11 @@ class SessionLog:
             "tokens_per_second = ?, updated_at = ? WHERE id = ?",
             (reply.text, reply.tokens, reply.finish_reason or INTERRUPTED, reply.error, reply.elapsed_s, first_token_s,
              reply.tokens_per_second, _now(), reply_id)))
+
+    def discard_reply(self, reply_id: int | None) -> None:
+        """Remove a reply's row (one stopped before its first token: an entry with nothing in it)."""
+        self._last_write.pop(reply_id, None)
+        self._run(lambda db: db.execute("DELETE FROM replies WHERE id = ?", (reply_id,)))
 
     def record_check(self, reply_id: int | None, result) -> None:
         """Append a check of the reply's kernel: a repl.checker.CheckResult or its to_json_dict()."""

@@ -8,7 +8,7 @@ They work on the ReplSession: ``session.module`` is what they sample for, ``sess
 
 from rich.text import Text
 
-from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions
+from repl.workflows.best_of import DEFAULT_FIX_TRIES, BestOfRun, Candidate, CheckOptions, NotCheckableHere
 from repl.checker import DEFAULT_TRIALS, Verdict
 from repl.core.errors import one_line
 from repl.ui import tune_commands
@@ -50,7 +50,10 @@ def pick_command(session, arguments):
     """Make candidate N of the last :best or :fix the current kernel."""
     if len(arguments) != 1:
         raise CommandError("usage: :pick N")
-    candidate = _candidate(session, arguments[0])
+    candidate = candidate_numbered(session, arguments[0])
+    if session.module is not None and candidate.attempt.module.code != session.module.code:
+        raise CommandError(f"candidate {candidate.index} belongs to the module of the last :best or :fix, not to the "
+                           "current one (:run would check it against this one); :best K samples for this module")
     session.attempt = candidate.attempt
     session.console.print(Text.assemble(f"Candidate {candidate.index} is now the current kernel (",
                                         verdict_text(candidate) if candidate.check else "not checked",
@@ -59,7 +62,7 @@ def pick_command(session, arguments):
 
 def show_candidate(session, n) -> None:
     """:show N — candidate N's kernel with its check result (or its reply, when it holds no code)."""
-    candidate = _candidate(session, n)
+    candidate = candidate_numbered(session, n)
     attempt = candidate.attempt
     footer = status_line(attempt.reply)
     if attempt.check is not None:
@@ -87,7 +90,8 @@ def _count_and_options(arguments: list[str], usage: str, default: int | None) ->
     return count, parse_options(arguments, CHECK_OPTIONS)
 
 
-def _candidate(session, word) -> Candidate:
+def candidate_numbered(session, word) -> Candidate:
+    """Candidate N of the last :best or :fix (CommandError when there is none)."""
     candidates = session.candidates
     if not candidates:
         raise CommandError("no candidates yet: :best K samples some")
@@ -112,6 +116,9 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
         raise CommandError("--jobs and --trials need a value of at least 1")
     if not session.wait_for_model():
         return
+    too_many = None if until_correct else session.engine.sample_bound_problem(session.module.code, k)
+    if too_many:  # :fix samples one try at a time
+        raise CommandError(too_many)
     check = CheckOptions(device=options.get("device") or session.check_device,
                          trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1))
     try:
@@ -129,6 +136,10 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
                 interrupted = True
                 run.cancel()
             view.update()
+    if isinstance(run.error, NotCheckableHere):  # nothing sampled: :regen generates for it all the same
+        session.console.print(f"{one_line(run.error)}; :regen generates a kernel all the same (unchecked)",
+                              style="warn")
+        return
     if run.error is not None and not isinstance(run.error, KeyboardInterrupt):
         session.console.print(one_line(run.error), style="bad")
     for note in run.notes():
@@ -145,7 +156,7 @@ def _conclude(session, run: BestOfRun, interrupted: bool, until_correct: bool) -
     session.candidates = ranked
     best = ranked[0]
     session.attempt = best.attempt
-    session.console.print(ranking_table(ranked, current=best))
+    session.console.print(ranking_table(ranked, current=best, width=session.console.width))
     correct = [c for c in ranked if c.correct]
     kept = f" (stopped: kept the {len(ranked)} finished)" if interrupted else ""
     if correct:

@@ -15,6 +15,7 @@ from rich.text import Text
 from repl.workflows.best_of import CHECKING, DONE, GENERATING, QUEUED, WAITING, Candidate
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED
 from repl.ui.check_view import share_of_peak
+from repl.ui.fitted_table import Column, fitted_table
 from repl.ui.stream_view import MAX_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL
 
 STATE_STYLES = {GENERATING: "accent", QUEUED: "hint", CHECKING: "accent", WAITING: "hint", DONE: ""}
@@ -112,27 +113,22 @@ def _number(value: float | None, digits: int = 3, suffix: str = "") -> str:
     return f"{value:.{digits}g}{suffix}"
 
 
-def ranking_table(ranked: list[Candidate], current: Candidate | None = None) -> Table:
-    """Candidates best first: verdict, max error, kernel time, speedup vs eager and vs torch.compile."""
-    table = Table(box=None, padding=(0, 2), header_style="hint", pad_edge=False)
-    for name, justify in [("", "left"), ("#", "right"), ("verdict", "left"), ("max error", "right"),
-                          ("kernel ms", "right"), ("vs eager", "right"), ("vs compile", "right"),
-                          ("of peak", "right"), ("tokens", "right"), ("note", "left")]:
-        table.add_column(name, justify=justify, no_wrap=name != "note", overflow="ellipsis")
+# The ranking's columns, the least important dropped first when the terminal is narrow (fitted_table).
+RANKING_COLUMNS = [
+    Column("", priority=9, always=True), Column("#", "right", priority=9), Column("verdict", priority=8),
+    Column("max error", "right", priority=3), Column("kernel ms", "right", priority=5),
+    Column("vs eager", "right", priority=6), Column("vs compile", "right", priority=2),
+    Column("of peak", "right", priority=1), Column("tokens", "right", priority=0),
+    Column("note", priority=4, wraps=True)]
+
+
+def ranking_table(ranked: list[Candidate], current: Candidate | None = None, width: int = 100_000) -> Table:
+    """Candidates best first: verdict, max error, kernel time, speedup vs eager and vs torch.compile; in `width`
+    columns (the console's), timings that no candidate has (on a CPU) not drawn."""
+    rows = []
     for candidate in ranked:
         check = candidate.check
-        note = ""
-        if check is not None and not check.correct:
-            note = check.message
-        elif check is not None and check.flags:
-            note = "flagged: " + check.flags[0]
-        elif check is not None and check.suspicious:
-            note = check.suspicious
-        elif check is not None and check.work and check.work.get("summary"):
-            note = check.work["summary"]
-        elif candidate.attempt is not None and candidate.attempt.reply.finish_reason == TRUNCATED:
-            note = "reply cut at max_new_tokens"
-        table.add_row(
+        rows.append([
             Text("→", style="accent") if candidate is current else "",
             str(candidate.index),
             verdict_text(candidate),
@@ -142,6 +138,21 @@ def ranking_table(ranked: list[Candidate], current: Candidate | None = None) -> 
             _number(check.speedup_vs_compiled if check else None, 3, "x"),
             share_of_peak(check),
             str(candidate.tokens),
-            Text(note, style="hint"),
-        )
-    return table
+            Text(_note(candidate), style="hint"),
+        ])
+    return fitted_table(RANKING_COLUMNS, rows, width, header_style="hint")
+
+
+def _note(candidate: Candidate) -> str:
+    check = candidate.check
+    if check is not None and not check.correct:
+        return check.message
+    if check is not None and check.flags:
+        return "flagged: " + check.flags[0]
+    if check is not None and check.suspicious:
+        return check.suspicious
+    if check is not None and check.work and check.work.get("summary"):
+        return check.work["summary"]
+    if candidate.attempt is not None and candidate.attempt.reply.finish_reason == TRUNCATED:
+        return "reply cut at max_new_tokens"
+    return ""

@@ -3,6 +3,8 @@
 Pure rendering: takes a CheckResult, returns something a rich Console prints; no I/O, no checking.
 """
 
+import re
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -13,15 +15,27 @@ from repl.ui.console import terminal_safe
 TRACEBACK_LINES = 12
 
 
-def render_check_result(result: CheckResult, *, full_traceback: bool = False):
+# Where a check runs the kernel: /tmp/kernelllm-judge-…/kernelllm-check-…/work/kernel.py
+SANDBOX_COPY = re.compile(r"/[^\s\"']*kernelllm-check-[^/\s\"']+/work/kernel\.py")
+
+
+def named_as_given(text: str | None, kernel_name: str | None) -> str | None:
+    """The kernel as the user named it (`check`'s KERNEL), not the sandbox's copy of it."""
+    if not text or not kernel_name:
+        return text
+    return SANDBOX_COPY.sub(lambda match: kernel_name, text)
+
+
+def render_check_result(result: CheckResult, *, full_traceback: bool = False, kernel_name: str | None = None):
     """The report: a two-column table, then the traceback (its first lines, or all of it with full_traceback) or,
-    for a worker that died without reporting, the last lines it printed."""
+    for a worker that died without reporting, the last lines it printed. kernel_name: the kernel's file as the user
+    gave it, shown instead of the sandbox's copy."""
     table = Table(show_header=False, box=None, padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
     table.add_column()
     table.add_row("verdict", Text(result.verdict.label, style=result.verdict.style))
     if result.message:
-        table.add_row("", Text(terminal_safe(result.message)))
+        table.add_row("", Text(terminal_safe(named_as_given(result.message, kernel_name))))
     if result.device:
         table.add_row("device", result.device)
     if result.trials:
@@ -53,7 +67,8 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False):
 
     parts = [table]
     if result.traceback:
-        text = terminal_safe(result.traceback if full_traceback else _user_frames_only(result.traceback))
+        text = result.traceback if full_traceback else _user_frames_only(result.traceback)
+        text = terminal_safe(named_as_given(text, kernel_name))
         parts.append(_excerpt("traceback", text, full_traceback, from_end=False))
     elif result.output_tail:
         parts.append(_excerpt("last output", terminal_safe(result.output_tail), full_traceback, from_end=True))

@@ -6,11 +6,19 @@ live here and, for the session log and best of k, in history_commands.py and bes
 session's public methods.
 """
 
+import difflib
 import shlex
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
 from repl.ui import best_commands, export_commands, history_commands, tune_commands
+from repl.ui.clipboard import copy_to_clipboard
+from repl.ui.console import syntax_theme
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 
 __all__ = ["COMMANDS", "Command", "CommandError", "parse", "resolve"]
@@ -35,8 +43,24 @@ class Command:
 # -- the commands of the session itself ------------------------------------------------------------------------------
 
 def help_command(session, arguments):
-    """Show the commands."""
-    session.show_help()
+    """Show the commands; :help CMD shows one."""
+    if len(arguments) > 1:
+        raise CommandError("usage: :help [COMMAND]")
+    shown = [resolve(arguments[0].lstrip(":"))] if arguments else COMMANDS.values()
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(no_wrap=True)  # a usage line is read whole
+    table.add_column()
+    for command in shown:
+        table.add_row(Text(command.usage, style="accent"), command.help)
+    session.console.print(table)
+    session.console.print("Enter submits a complete module or a command; Esc-Enter always submits. Commands may be "
+                          "shortened to a unique prefix (:sa for :save).", style="hint")
+
+
+def _no_arguments(arguments: list[str], name: str, instead: str) -> None:
+    """A command that takes no argument says so rather than ignoring one."""
+    if arguments:
+        raise CommandError(f":{name} takes no argument ({' '.join(arguments)}); {instead}")
 
 
 def run_command(session, arguments):
@@ -51,12 +75,16 @@ def save_command(session, arguments):
     force = "--force" in arguments
     paths = [word for word in arguments if word != "--force"]
     if len(paths) > 1:
-        raise CommandError("usage: :save [PATH] [--force]")
-    session.save_current(paths[0] if paths else None, force=force)
+        raise CommandError("usage: :save [PATH|DIR/] [--force]")
+    target, attempt = (paths[0] if paths else None), session.attempt
+    if target and attempt is not None and (target.endswith("/") or Path(target).expanduser().is_dir()):
+        target = str(Path(target) / attempt.module.suggested_filename(attempt.source_name))  # the default name there
+    session.save_current(target, force=force)
 
 
 def regen_command(session, arguments):
     """Sample another kernel for the same module."""
+    _no_arguments(arguments, "regen", ":best K samples K kernels")
     session.regenerate()
 
 
@@ -70,7 +98,38 @@ def show_command(session, arguments):
 
 def raw_command(session, arguments):
     """Show the model's whole reply, prose included."""
+    _no_arguments(arguments, "raw", ":show N shows candidate N of the last :best, its reply when it holds no code")
     session.show_raw()
+
+
+def copy_command(session, arguments):
+    """Copy the current kernel to the clipboard through the terminal (OSC 52: works over ssh where it is allowed)."""
+    _no_arguments(arguments, "copy", ":copy takes the current kernel (:pick N makes a candidate current)")
+    kernel = session.attempt.kernel if session.attempt is not None else None
+    if kernel is None:
+        raise CommandError("no kernel to copy: paste a module first (:raw shows a reply without code)")
+    session.console.print(copy_to_clipboard(session.console, kernel), style="hint")
+
+
+def diff_command(session, arguments):
+    """Show what differs between two kernels: candidates of the last :best or :fix by number, `.` the current one."""
+    if len(arguments) != 2:
+        raise CommandError("usage: :diff A B (candidate numbers, or . for the current kernel)")
+    (name_a, kernel_a), (name_b, kernel_b) = (_named_kernel(session, word) for word in arguments)
+    lines = list(difflib.unified_diff(kernel_a.splitlines(keepends=True), kernel_b.splitlines(keepends=True),
+                                      fromfile=name_a, tofile=name_b))
+    if not lines:
+        session.console.print(f"{name_a} and {name_b} are the same kernel.", style="hint")
+        return
+    session.console.print(Syntax("".join(lines).rstrip("\n"), "diff", theme=syntax_theme(), word_wrap=True,
+                                 background_color="default"))
+
+
+def _named_kernel(session, word: str) -> tuple[str, str]:
+    attempt = session.attempt if word == "." else best_commands.candidate_numbered(session, word).attempt
+    if attempt is None or attempt.kernel is None:
+        raise CommandError(f"{'the current reply' if word == '.' else 'candidate ' + word} holds no kernel")
+    return ("current kernel" if word == "." else f"candidate {word}"), attempt.kernel
 
 
 def load_command(session, arguments):
@@ -84,8 +143,11 @@ def load_command(session, arguments):
 def set_command(session, arguments):
     """Show the settings, or change one: temperature, top_p, max_new_tokens, seed; quantize none|int8|int4
     reloads the model."""
+    names = [name for name, _ in session.engine.settings.describe()] + ["quantize"]
     if not arguments:
         session.show_settings()
+    elif len(arguments) == 2 and arguments[0] not in names:
+        raise CommandError(f"unknown setting {arguments[0]!r}; settings: {', '.join(names)}")
     elif len(arguments) == 2:
         session.change_setting(*arguments)
     else:
@@ -104,6 +166,7 @@ def model_command(session, arguments):
 
 def quit_command(session, arguments):
     """Leave the session (Ctrl-D does the same)."""
+    _no_arguments(arguments, "quit", ":quit alone leaves")
     raise EOFError
 
 
@@ -112,19 +175,21 @@ def _table(*commands: Command) -> dict[str, Command]:
 
 
 COMMANDS: dict[str, Command] = _table(
-    Command(":help", help_command, aliases=("h", "?")),
+    Command(":help [COMMAND]", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
-    Command(":save [PATH] [--force]", save_command, takes_path=True),
+    Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
     Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
+    Command(":copy", copy_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
     Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
     Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
     Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
+    Command(":diff A B", diff_command),
     Command(":history [N] [--all]", history_commands.history_command),
     Command(":open ID", history_commands.open_command),
     Command(":model [PATH|ID]", model_command, takes_path=True),

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.theme import Theme
 
+from repl.ui.plain_output import TrailingSpaceStripper
+
 THEME = Theme({
     "ok": "bold green", "bad": "bold red", "warn": "yellow", "hint": "dim", "accent": "bold cyan",
 })
@@ -55,6 +57,7 @@ def report_console(file=None, **overrides) -> Console:
     file = file or sys.stdout
     if "width" not in overrides and not overrides.get("force_terminal") and not _is_terminal(file):
         overrides["width"] = UNCUT_WIDTH
+        file = TrailingSpaceStripper(file)
     return make_console(file, **overrides)
 
 

@@ -8,8 +8,10 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.core.module_source import inspect_module_source
+from repl.log.current import current_of_last_session
 from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
+from repl.ui.fitted_table import Column, fitted_table
 
 DEFAULT_HISTORY_LENGTH = 10
 
@@ -20,13 +22,14 @@ REPLY_STATES = {"stop": "complete", "length": "truncated", "interrupted": "inter
 
 def history_command(session, arguments):
     """List this session's last N entries (default 10, 0 for all), then earlier sessions' to fill up to N; --all lists
-    the last N of every session in order: time, module, tokens, verdict, speedup."""
+    every entry of every session in order (the last N with N): time, module, tokens, verdict, speedup."""
     every_session = "--all" in arguments
     words = [word for word in arguments if word != "--all"]
     if len(words) > 1 or (words and not words[0].isdigit()):
         raise CommandError("usage: :history [N] [--all]")
-    n = (int(words[0]) or None) if words else DEFAULT_HISTORY_LENGTH
+    n = (int(words[0]) or None) if words else None if every_session else DEFAULT_HISTORY_LENGTH
     log = _log(session)
+    hidden = n is not None and len(log.recent(n + 1)) > n  # older entries that this listing leaves out
     if every_session:
         sections = [("", log.recent(n))]
     else:
@@ -39,9 +42,10 @@ def history_command(session, arguments):
         return
     for title, entries in sections:
         if entries:
-            session.console.print(entries_table(entries, title=title or None))
-    session.console.print(":open ID makes an entry current again; :history --all lists every session in order.",
-                          style="hint")
+            session.console.print(entries_table(entries, title=title or None, width=session.console.width))
+    older = "Older entries are hidden (:history 0 or --all shows them); " if hidden else ""
+    session.console.print(f"{older}:open ID makes an entry current again; :history --all lists every session in "
+                          "order.", style="hint")
 
 
 def open_command(session, arguments):
@@ -57,9 +61,16 @@ def open_command(session, arguments):
 
 
 def continue_last(session) -> None:
-    """For --continue: make the last entry of your last finished session current (a session still running in another
-    terminal is skipped), or say there is none."""
-    entry = session.log.last_of_finished_sessions() if session.log.enabled else None
+    """For --continue: make what was current when your last interactive session ended current again, its module and
+    kernel (a session still running in another terminal is skipped; without one, the last entry of a finished
+    session), or say there is none."""
+    last = current_of_last_session(session.log) if session.log.enabled else None
+    entry = last[2] if last is not None else session.log.last_of_finished_sessions() if session.log.enabled else None
+    if last is not None and entry is None:  # a module without a kernel yet
+        session.module, session.source_name = inspect_module_source(last[0]), last[1]
+        label = session.source_name or session.module.main_operation or "the module"
+        session.console.print(f"Continuing with {label} (no kernel yet: :regen generates one).", style="hint")
+        return
     if entry is None:
         session.console.print("Nothing to continue: the session log is empty or off.", style="hint")
         return
@@ -98,22 +109,24 @@ def local_time(iso_time: str) -> str:
     return datetime.fromisoformat(iso_time).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def entries_table(entries: list[LogEntry], title: str | None = None, with_session: bool = False) -> Table:
-    """with_session: a column with each entry's session id (`log` from the shell filters by it)."""
-    table = Table(box=None, padding=(0, 1), header_style="accent", title=title, title_justify="left",
-                  title_style="hint")
-    columns = [("id", "right"), ("time", "left"), ("module", "left"), ("tokens", "right"), ("reply", "left"),
-               ("verdict", "left"), ("vs eager", "right")]
-    if with_session:
-        columns.insert(1, ("session", "right"))
-    for heading, justify in columns:
-        table.add_column(heading, justify=justify, no_wrap=heading in {"time", "module"})
+# The entries' columns, the least important dropped first when the terminal is narrow (fitted_table).
+ENTRY_COLUMNS = [Column("id", "right", priority=9), Column("session", "right", priority=1),
+                 Column("time", priority=3), Column("module", priority=8), Column("tokens", "right", priority=2),
+                 Column("reply", priority=5), Column("verdict", priority=7), Column("vs eager", "right", priority=6)]
+
+
+def entries_table(entries: list[LogEntry], title: str | None = None, with_session: bool = False,
+                  width: int = 100_000) -> Table:
+    """with_session: a column with each entry's session id (`log` from the shell filters by it); `width`: the
+    console's, which the least important columns make way in."""
+    rows = []
     for entry in entries:
         verdict_style = "ok" if entry.verdict == "correct" else "bad" if entry.verdict else "hint"
-        session = [str(entry.session_id or "")] if with_session else []
-        table.add_row(
-            str(entry.id), *session, local_time(entry.time), module_label(entry), str(entry.tokens),
+        rows.append([
+            str(entry.id), str(entry.session_id or "") if with_session else "", local_time(entry.time),
+            module_label(entry), str(entry.tokens),
             Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
             Text(entry.verdict or "not checked", style=verdict_style),
-            f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else "")
-    return table
+            f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else ""])
+    return fitted_table(ENTRY_COLUMNS, rows, width - 2, padding=(0, 1), pad_edge=True, header_style="accent",
+                        title=title, title_justify="left", title_style="hint")

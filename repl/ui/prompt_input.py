@@ -21,7 +21,7 @@ from repl.core.module_source import inspect_module_source
 
 def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
     """Enter submits a :command, or a complete module (its class, get_inputs() and get_init_inputs()) once the cursor
-    is at the end of an unindented (or blank) line. Typed keys and a paste from a terminal without bracketed paste
+    is at the end of an unindented (or blank) line, or of a `return` line. Typed keys and a paste from a terminal without bracketed paste
     arrive line by line: a module whose class is complete but whose get_inputs() is still to come is not submitted
     at the blank line between them (as PlainInput ends a module). Esc-Enter submits anything."""
     stripped = text.strip()
@@ -30,9 +30,15 @@ def enter_submits(text: str, cursor_at_end: bool = True) -> bool:
     if not cursor_at_end or not stripped:
         return False
     last_line = text.split("\n")[-1]
-    if last_line.startswith((" ", "\t")) and last_line.strip():
+    if last_line.startswith((" ", "\t")) and last_line.strip() and not _ends_a_function(last_line):
         return False
     return inspect_module_source(text).runnable
+
+
+def _ends_a_function(line: str) -> bool:
+    """An indented `return …` ends its function: a file that stops there without a newline (KernelBench's own do, on
+    get_init_inputs()'s return) is complete; any other indented line may have more of its block to come."""
+    return line.strip() == "return" or line.strip().startswith(("return ", "return["))
 
 
 def enter_hint(text: str) -> str:

@@ -18,10 +18,11 @@ from repl.engine.attempt import Attempt, attempt_from_log, given_reply, new_atte
 from repl.engine.engine import Engine
 from repl.core.errors import one_line
 from repl.core.extract import defines_model_new, extract_kernel_code
-from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, Reply
+from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, PromptTooLong, Reply
 from repl.core.kernel_file import kernel_header, write_kernel_file
 from repl.core.module_source import ModuleSource, inspect_module_source
 from repl.core.paths import history_file
+from repl.core.wording import counted
 from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
@@ -138,7 +139,9 @@ class ReplSession:
             self._reported_failure = (self.engine.options.model, message)
             self.console.print(f"The model could not be loaded: {message}", style="bad")
             self.console.print(":model PATH|HUB_ID loads another; pasted modules are kept (:regen generates for the "
-                               "last one).", style="hint")
+                               "last one). To try the tool without the weights: `python tests/tiny_models.py trained "
+                               "/tmp/tiny` in the repository, then :model /tmp/tiny (README, Quick start).",
+                               style="hint")
 
     def toolbar_text(self) -> str:
         state, message = self.engine.model_state
@@ -151,13 +154,15 @@ class ReplSession:
         return f"model: {message}…"
 
     # -- modules and generation ---------------------------------------------------------------------------------
-    def submit_module(self, code: str, source_name: str | None = None) -> str | None:
+    def submit_module(self, code: str, source_name: str | None = None, file: Path | None = None) -> str | None:
         """Generate for a submitted module. Enter submits only complete modules, so anything else came by Esc-Enter
         ("submit anyway"): Python without an nn.Module is sent as it is, with a warning; text that is not Python
         goes back into the input for editing."""
         module = inspect_module_source(code)
+        back = (f"{file} is unchanged: edit it and :load it again." if file is not None
+                else "It is back in the input: edit it and submit again.")
         if not module.is_python:
-            self.console.print(f"{module.problem()} It is back in the input: edit it and submit again.", style="bad")
+            self.console.print(f"{module.problem()} {back}", style="bad")
             return code
         if not module.is_module:
             self.console.print("No nn.Module subclass with forward() in it: sent to the model as it is (the prompt "
@@ -169,10 +174,15 @@ class ReplSession:
         too_large = self._submit(module, source_name)
         if too_large:  # said before generating: the kernels could not be checked here
             self.console.print(too_large, style="warn")
+        current = (self.module, self.source_name, self.attempt)
         if self.attempt is not None and self.attempt.module.code != module.code:
             self.attempt = None  # :show, :run and :save act on this module's kernel or on none, even if no reply comes
         self.module, self.source_name = module, source_name
-        self.generate()
+        if self.generate():  # the model cannot read it: what was current stays, the text comes back
+            self.module, self.source_name, self.attempt = current
+            self.console.print(f"Nothing changed (:show, :run and :regen act on what was current). {back}",
+                               style="hint")
+            return code
         return None
 
     def _submit(self, module, source_name: str | None) -> str | None:
@@ -184,11 +194,12 @@ class ReplSession:
         except KeyboardInterrupt:
             return None
 
-    def generate(self) -> None:
+    def generate(self) -> bool:
+        """Stream a kernel for the current module; True when the model refused its prompt (too long to read)."""
         if self.module is None:
             raise commands.CommandError("no module yet: paste one or :load FILE")
         if not self.wait_for_model():
-            return
+            return False
         self.report_model_failure()  # a switch that failed meanwhile: say which model generates
         # What libraries say from the prompt's encoding to the stream's end (a warning as generate() starts in its
         # thread, say) is held back, to be shown as notes after the stream: one span, so that none falls between.
@@ -198,7 +209,7 @@ class ReplSession:
                 try:
                     stream = self.engine.stream_kernel(self.module, source_name=self.source_name)
                 except GenerationError as error:
-                    stream, failure = None, str(error)
+                    stream, failure, refused = None, str(error), isinstance(error, PromptTooLong)
                 if stream is not None:
                     if stream.reply.note:  # e.g. max_new_tokens capped to the room the prompt leaves in the context
                         self.console.print(f"note: {stream.reply.note}", style="hint")
@@ -207,16 +218,17 @@ class ReplSession:
             self._print_notes(messages)
         if stream is None:
             self.console.print(failure, style="bad")
-            return
+            return refused
         attempt = dataclasses.replace(stream.attempt, reply=reply)
         print_finished_reply(self.console, attempt)
         # e.g. Ctrl-C in a :regen before any code (self.attempt is this module's: submit_module dropped any other)
         if attempt.kernel is None and self.attempt is not None:
             self.console.print("No kernel in this reply: the current kernel is still the one before (:show).",
                                style="hint")
-            return
+            return False
         # A new module's reply is current even without a kernel: :run and :save never act on another module's.
         self.attempt = attempt
+        return False
 
     def _print_notes(self, messages: LibraryMessages) -> None:
         for line in messages.lines:
@@ -288,8 +300,8 @@ class ReplSession:
         if is_kernel and "Model" not in inspect_module_source(code).module_classes:
             self.load_kernel(file, code)
             return
-        self.console.print(f"Loaded {file} ({len(code.splitlines())} lines).", style="hint")
-        self.submit_module(code, source_name=file.stem)
+        self.console.print(f"Loaded {file} ({counted(len(code.splitlines()), 'line')}).", style="hint")
+        self.submit_module(code, source_name=file.stem, file=file)
 
     def load_kernel(self, file: Path, text: str) -> None:
         """Make a kernel from a file the current kernel, for the current module: the module it is checked against
@@ -380,9 +392,9 @@ class ReplSession:
         except FileExistsError:
             raise commands.CommandError(f"{target} exists; :save {target} --force overwrites it") from None
         except OSError as error:
-            raise commands.CommandError(
-                f"could not write {target}: {error.strerror or one_line(error)}; the kernel is still here (:show)"
-            ) from None
+            folder = Path(target).expanduser().parent
+            why = f"the folder {folder} does not exist" if not folder.is_dir() else error.strerror or one_line(error)
+            raise commands.CommandError(f"could not write {target}: {why}; the kernel is still here (:show)") from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
         if syntax_error:
             self.console.print(f"It does not parse ({syntax_error}).", style="warn")
@@ -418,7 +430,7 @@ class ReplSession:
                 f"max_new_tokens {settings.max_new_tokens:,} cannot fit: the model's context holds {context:,} tokens, "
                 "prompt and reply together")
         self.engine.settings = settings
-        self.console.print(f"{name} = {getattr(self.engine.settings, name)}", style="hint")
+        self.console.print(f"{name} = {dict(settings.describe())[name]}", style="hint")
 
     def change_quantization(self, mode: str) -> None:
         if mode not in ("none", "int8", "int4"):
@@ -452,16 +464,6 @@ class ReplSession:
         reason = backend.reason if backend is not None else None
         if reason:
             self.console.print(reason, style="hint")
-
-    def show_help(self) -> None:
-        table = Table(show_header=False, box=None, padding=(0, 2))
-        table.add_column(no_wrap=True)  # a usage line is read whole
-        table.add_column()
-        for command in commands.COMMANDS.values():
-            table.add_row(Text(command.usage, style="accent"), command.help)
-        self.console.print(table)
-        self.console.print("Enter submits a complete module or a command; Esc-Enter always submits. "
-                           "Commands may be shortened to a unique prefix (:sa for :save).", style="hint")
 
 
 class _StreamReader:

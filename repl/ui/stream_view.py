@@ -23,6 +23,7 @@ from rich.segment import Segment, Segments
 from rich.syntax import Syntax
 from rich.text import Text
 
+from repl.core.wording import counted
 from repl.engine.attempt import Attempt
 from repl.generation import FAILED, INTERRUPTED, TRUNCATED, Reply
 from repl.ui.console import syntax_theme, terminal_safe
@@ -263,8 +264,9 @@ class _CollectingFile:
 def print_kernel(console: Console, code: str, title: str, footer: Text | None = None) -> None:
     """The kernel, highlighted, between two rules: no box and no gutter inside the code lines, so it copies cleanly."""
     console.print(Rule(Text(f" {title} ", style="accent"), style="hint"))
+    # Wrapped, never cropped: a narrow terminal must still show every character of the code.
     console.print(Syntax(terminal_safe(code).rstrip("\n"), "python", theme=syntax_theme(), line_numbers=False,
-                         word_wrap=False, background_color="default"))
+                         word_wrap=True, background_color="default"))
     console.print(Rule(footer or "", style="hint"))
 
 
@@ -275,7 +277,8 @@ def print_finished_reply(console: Console, attempt: Attempt, title: str = "kerne
         print_kernel(console, kernel, title, footer=status_line(reply))
         outside = _lines_outside_code(reply.text, kernel)
         if outside:
-            console.print(f"The reply has {outside} more line(s) of prose outside the code block; :raw shows them.",
+            console.print(f"The reply has {counted(outside, 'more line')} of prose outside the code block; :raw "
+                          "shows them.",
                           style="hint")
         if reply.finish_reason in (INTERRUPTED, TRUNCATED):
             console.print("The kernel may be incomplete (the reply was cut short); :regen samples a new one.",

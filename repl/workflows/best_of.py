@@ -44,6 +44,10 @@ TRANSIENT_RETRIES = 3
 DEFAULT_FIX_TRIES = 5  # :fix without N
 
 
+class NotCheckableHere(Exception):
+    """The problem is too large to check on the device: no candidate was sampled (the run's error, one line)."""
+
+
 @dataclass(eq=False)
 class Candidate:
     """One sampled (or given) kernel: its stable number, its progress, and once generation starts the Attempt (module,
@@ -181,7 +185,7 @@ class BestOfRun:
     def __init__(self, module: ModuleSource | str, k: int, *, engine: Engine, check: CheckOptions | None = None,
                  settings: SamplingSettings | None = None, until_correct: bool = False,
                  on_progress: Callable[[Candidate], None] | None = None, source_name: str | None = None,
-                 cancel: threading.Event | None = None):
+                 cancel: threading.Event | None = None, generate_anyway: bool = False):
         if k < 1:
             raise ValueError("the number of candidates must be at least 1")
         refuse_greedy_samples(settings or engine.settings, k)  # before any judge starts
@@ -194,6 +198,7 @@ class BestOfRun:
         self.until_correct = until_correct
         self.on_progress = on_progress or (lambda candidate: None)
         self.source_name = source_name
+        self.generate_anyway = generate_anyway  # sample a problem too large to check on the device all the same
         self.error: BaseException | None = None
         self.candidates = [Candidate(index=number) for number in range(1, k + 1)]
         self.generated: Future = Future()  # generation has ended (checks may still run)
@@ -251,9 +256,12 @@ class BestOfRun:
     # -- the work ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            # The judges build, study and (on a GPU) time the reference while the candidates stream.
-            self.engine.submit_module(self.module, self.source_name, check_device=self.check.device,
-                                      wait_for_size=False)
+            # The judges size the problem, then build, study and (on a GPU) time the reference while the candidates
+            # stream: no generation is spent on a problem that cannot be checked here, unless asked.
+            too_large = self.engine.submit_module(self.module, self.source_name, check_device=self.check.device,
+                                                  wait_for_size=not self.generate_anyway)
+            if too_large:
+                raise NotCheckableHere(f"not checkable here: {too_large}")
             together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
             streams = sample_streams(self.engine, self.module, self.k, self.settings, together=together,
                                      source_name=self.source_name)
@@ -342,7 +350,7 @@ class BestOfRun:
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        if not isinstance(error, PromptTooLong):
+        if not isinstance(error, (PromptTooLong, NotCheckableHere)):
             self.cancel()  # also the caller's event, which eval shares between its problems
             return
         # The module's own problem: no stream of it could start, and the other runs of an eval go on.

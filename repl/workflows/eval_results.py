@@ -48,7 +48,7 @@ class ProblemResult:
 
     @classmethod
     def too_large_for_the_model(cls, name: str, n: int, why: str) -> "ProblemResult":
-        """A problem whose prompt does not fit the model's context: its n samples were never generated."""
+        """A problem too large for the model's context or to check on the device: its n samples never generated."""
         record = {"file": None, "verdict": str(Verdict.TOO_LARGE), "message": why, "kernel_ms": None, "flagged": None}
         return cls(name=name, n=n, compiled=0, correct=0, pass_at=None, best=None, candidates=[record] * n, note=why)
 

@@ -11,7 +11,7 @@ from repl.core.module_source import inspect_module_source
 from repl.engine.attempt import Attempt, given_reply
 from repl.engine.engine import Engine
 from repl.generation import PromptTooLong
-from repl.workflows.best_of import BestOfRun, Candidate, CheckOptions, submit_candidate
+from repl.workflows.best_of import BestOfRun, Candidate, CheckOptions, NotCheckableHere, submit_candidate
 from repl.checker import Verdict
 from repl.workflows.eval_archive import candidate_output
 from repl.workflows.eval_problems import Problem
@@ -44,7 +44,7 @@ class ProblemRun:
     def result(self) -> ProblemResult | None:
         """Once `finished` is done: the problem's result, None when cancel stopped it mid-problem (a rerun does it
         again); raises the error that stopped it."""
-        if isinstance(self.error, PromptTooLong):  # the model cannot read this problem: too large, as for a device
+        if isinstance(self.error, (PromptTooLong, NotCheckableHere)):  # too large for the model or the device
             return ProblemResult.too_large_for_the_model(self.problem.name, self.run.k, str(self.error))
         if self.error is not None:
             raise self.error
@@ -59,13 +59,14 @@ class ProblemRun:
 
 def start_problem(problem: Problem, engine: Engine, check: CheckOptions, cancel: threading.Event, *,
                   given: list[tuple[str, str]] | None = None, samples: int | None = None,
-                  on_candidate: Callable[[Candidate], None] = lambda candidate: None) -> ProblemRun:
+                  on_candidate: Callable[[Candidate], None] = lambda candidate: None,
+                  generate_anyway: bool = False) -> ProblemRun:
     """Begin one problem: `samples` candidates generated with `engine`, each checked on its judges as it completes,
     or the `given` (file name, text) candidates sent straight to them. Returns at once. The one per-problem step,
     shared by the local loop (evaluate) and the Ray workers (repl/workflows/ray/worker.py)."""
     if given is None:
         run = BestOfRun(problem.code, samples or 1, engine=engine, check=check, on_progress=on_candidate,
-                        source_name=problem.name, cancel=cancel).start()
+                        source_name=problem.name, cancel=cancel, generate_anyway=generate_anyway).start()
         return ProblemRun(problem, run.finished, run)
     module = inspect_module_source(problem.code)
     candidates = [Candidate(index=number, name=name,

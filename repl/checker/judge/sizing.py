@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 from repl.checker.loading import init_arguments
 from repl.core.errors import one_line
+from repl.core.memory import machine_memory_available
 
 INTERPRETER_ELEMENTS_PER_S = 50e6  # an upper bound on the Triton interpreter's rate; see the module docstring
 WHAT_TO_DO_CPU = "check it on a GPU (--device cuda) or lower the sizes in get_inputs()"
@@ -261,22 +262,8 @@ def available_memory_bytes(on_cuda: bool, memory_limit_bytes: int | None = None,
     from repl.checker.sandbox import default_memory_limit_bytes
 
     cap = memory_limit_bytes or default_memory_limit_bytes()
-    available = _memory_available_bytes()
+    available = machine_memory_available()
     return min(cap, available) if available else cap
-
-
-def _memory_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 # -- asking before generating ------------------------------------------------------------------------------------------
