@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
-from repl.cli.options import TIMEOUT_HELP, check_options
+from repl.cli.options import TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
                         help="relative tolerance (default: as --atol's)")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--export", metavar="PATH",
                         help="when correct, also write a standalone module (torch and triton only) whose Model runs "
@@ -65,10 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from repl.checker import check_kernel
+    from repl.checker import check_kernel, trust_references
 
     from repl.checker import CheckResult, Verdict
 
+    trust_references(args.trust_problems)
     try:
         reference = _read(args.reference, "REFERENCE")
         kernel = _read(args.kernel, "KERNEL")
