@@ -1,0 +1,102 @@
+"""The judge runs the reference (the user's module) confined: a reference that tries to write outside, reach a TCP
+server on loopback, read the user's HOME or connect to the socket TMUX names is refused each time, as `check` runs
+it; with --trust-problems it runs unconfined (and each attempt works: the test can tell). A normal check stays
+correct, and the candidates nested inside the confined judge keep their layers."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from repl.checker.sandbox import namespace_prefix
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CASES = Path(__file__).resolve().parent / "judge_confinement_cases"
+CHECKER_CASES = Path(__file__).resolve().parent / "checker_cases"
+# The one layer a candidate of a confined judge lacks, only where the caller is root (docs/checker.md).
+ROOT_PROC_NOTE = "other processes visible under /proc"
+
+pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and namespace_prefix()),
+                                reason="no user namespaces on this machine")
+
+
+class Listener:
+    """A listening socket (TCP on loopback, or unix) that counts the connections it accepts."""
+
+    def __init__(self, family: int, address):
+        self.socket = socket.socket(family)
+        self.socket.bind(address)
+        self.socket.listen()
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            connection.close()
+
+
+@pytest.fixture
+def targets(monkeypatch):
+    """What the reference attacks, outside /tmp (the judge's /tmp is private anyway): a scratch folder in the
+    project (in the judge's read-only view), a HOME with a secret file, a TCP server and a unix socket named by TMUX."""
+    scratch = PROJECT_ROOT / f".judge-test-{uuid.uuid4().hex[:8]}"
+    (scratch / "home").mkdir(parents=True)
+    (scratch / "home" / "secret.txt").write_text("the user's secret")
+    tcp = Listener(socket.AF_INET, ("127.0.0.1", 0))
+    unix = Listener(socket.AF_UNIX, str(scratch / "tmux"))
+    monkeypatch.setenv("HOME", str(scratch / "home"))
+    monkeypatch.setenv("TMUX", f"{scratch / 'tmux'},1,0")
+    monkeypatch.setenv("KERNELLLM_TEST_SOCKET", str(scratch / "tmux"))
+    monkeypatch.setenv("KERNELLLM_TEST_OUTSIDE_FILE", str(scratch / "outside.txt"))
+    monkeypatch.setenv("KERNELLLM_TEST_TCP_PORT", str(tcp.socket.getsockname()[1]))
+    monkeypatch.setenv("KERNELLLM_TEST_HOME_FILE", str(scratch / "home" / "secret.txt"))
+    yield scratch, tcp, unix
+    for listener in (tcp, unix):
+        listener.socket.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check(*flags: str) -> tuple[dict, float]:
+    started = time.monotonic()
+    ran = subprocess.run([sys.executable, "-m", "repl.cli.check", CASES / "escape_reference.py",
+                          CHECKER_CASES / "add_triton.py", "--device", "cpu", "--json", "--trials", "2", *flags],
+                         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300, env=os.environ)
+    assert ran.stdout.strip(), ran.stderr[-3000:]
+    return json.loads(ran.stdout), time.monotonic() - started
+
+
+def test_a_reference_cannot_write_outside_reach_the_network_read_home_or_a_host_socket(targets):
+    scratch, tcp, unix = targets
+    result, elapsed = check()
+    assert result["verdict"] == "correct", result["message"]
+    assert not (scratch / "outside.txt").exists()
+    assert (tcp.accepted, unix.accepted) == (0, 0)
+    unexpected = [note for note in result["notes"] if "module ran with" in note or "namespaces" in note
+                  or ("/proc" in note and not (os.geteuid() == 0 and ROOT_PROC_NOTE in note))]
+    assert unexpected == [], "the judge or its candidates lost a layer"
+    print(f"confined check: {elapsed:.1f} s")
+
+
+def test_trust_problems_runs_the_reference_unconfined(targets):
+    scratch, tcp, unix = targets
+    result, elapsed = check("--trust-problems")
+    assert result["verdict"] == "invalid_reference"
+    for escape in ("wrote outside", "reached the loopback TCP server", "read HOME (the user's secret)",
+                   "reached the TMUX socket"):
+        assert escape in result["message"]
+    assert (scratch / "outside.txt").exists()
+    assert (tcp.accepted, unix.accepted) == (1, 1)
+    print(f"unconfined check: {elapsed:.1f} s")
