@@ -22,6 +22,7 @@ from repl.checker.defaults import GRACE_S, JUDGE_START_S, PREPARE_TIMEOUT_S
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.sandbox import (SANDBOX_ROOT_VARIABLE, PipeCollector, is_secret_name, kill_process_tree,
                                   start_confined)
+from repl.checker.sandbox.limits import judge_memory_limit_bytes
 from repl.checker.sandbox.processes import children, kill_tree
 from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 
@@ -91,8 +92,11 @@ class JudgeProcess:
             os.mkdir(os.path.join(self.sandbox_root, name))
         passed = {name: value for name, value in os.environ.items()
                   if name.startswith("KERNELLLM_") and not is_secret_name(name)}
+        if device == "cuda":
+            make_uvm_device_node()
         return start_confined([*argv, "--confined"], sandbox_dir=Path(self.sandbox_root), gpu=device == "cuda",
                               cuda_visible_devices=cuda_visible_devices, pass_fds=fds, judge=True,
+                              memory_limit_bytes=judge_memory_limit_bytes(),
                               extra_env={**passed, SANDBOX_ROOT_VARIABLE: self.sandbox_root}, **streams)
 
     def _unconfined_environment(self, cuda_visible_devices: str | None) -> dict[str, str]:
@@ -359,6 +363,14 @@ class JudgeProcess:
         except subprocess.TimeoutExpired:
             pass
 
+
+
+def make_uvm_device_node() -> None:
+    """/dev/nvidia-uvm exists only once a process has asked for it (CUDA runs the setuid nvidia-modprobe); the
+    judge's view binds the device nodes present when it starts, and no_new_privs keeps it from asking itself."""
+    if not os.path.exists("/dev/nvidia-uvm") and shutil.which("nvidia-modprobe"):
+        subprocess.run(["nvidia-modprobe", "-u", "-c=0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=False)
 
 
 class Preparing:

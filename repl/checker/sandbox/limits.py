@@ -38,6 +38,12 @@ def default_memory_limit_bytes() -> int:
     return max(4 * 1024**3, physical // 2)
 
 
+def judge_memory_limit_bytes() -> int:
+    """A confined judge's bound, its candidates included: nine tenths of the RAM (a reference may be large; a runaway
+    one must not take the machine down)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 9 // 10
+
+
 def memory_exceeded(process: subprocess.Popen) -> str | None:
     """One line when the total-memory bound killed the process (watchdog or cgroup OOM), else None."""
     confinement = getattr(process, "confinement", None)
