@@ -1,7 +1,7 @@
 """The judge runs the reference (the user's module) confined: a reference that tries to write outside, reach a TCP
 server on loopback, read the user's HOME or connect to the socket TMUX names is refused each time, as `check` runs
-it; with --trust-problems it runs unconfined (and each attempt works: the test can tell). A normal check stays
-correct, and the candidates nested inside the confined judge keep their layers."""
+it and as `eval` runs a folder; with --trust-problems it runs unconfined (and each attempt works: the test can
+tell). A normal check stays correct, and the candidates nested inside the confined judge keep their layers."""
 
 import json
 import os
@@ -100,3 +100,28 @@ def test_trust_problems_runs_the_reference_unconfined(targets):
     assert (scratch / "outside.txt").exists()
     assert (tcp.accepted, unix.accepted) == (1, 1)
     print(f"unconfined check: {elapsed:.1f} s")
+
+
+def evaluate(folder: Path, *flags: str) -> dict:
+    """`eval` over a folder holding the escaping reference as its one problem, and a+b as its one candidate."""
+    (folder / "problems").mkdir(exist_ok=True)
+    shutil.copy(CASES / "escape_reference.py", folder / "problems" / "1_escape.py")
+    (folder / "candidates" / "1_escape").mkdir(parents=True, exist_ok=True)
+    shutil.copy(CHECKER_CASES / "add_triton.py", folder / "candidates" / "1_escape" / "add.py")
+    results = folder / f"results{len(flags)}.json"
+    ran = subprocess.run([sys.executable, "kernelllm.py", "eval", folder / "problems", "--candidates",
+                          folder / "candidates", "--device", "cpu", "--json", results, *flags],
+                         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300, env=os.environ)
+    assert results.exists(), ran.stderr[-3000:]
+    [candidate] = json.loads(results.read_text())["problems"][0]["candidates"]
+    return candidate
+
+
+def test_eval_runs_a_downloaded_problem_confined_unless_trusted(targets, tmp_path):
+    scratch, tcp, unix = targets
+    candidate = evaluate(tmp_path)
+    assert candidate["verdict"] == "correct", candidate["message"]
+    assert not (scratch / "outside.txt").exists() and (tcp.accepted, unix.accepted) == (0, 0)
+    candidate = evaluate(tmp_path, "--trust-problems")
+    assert candidate["verdict"] == "invalid_reference" and "read HOME" in candidate["message"]
+    assert (scratch / "outside.txt").exists() and (tcp.accepted, unix.accepted) == (1, 1)
