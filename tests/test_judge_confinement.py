@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from repl.checker.sandbox import namespace_prefix
+from repl.checker.sandbox import (SANDBOX_ROOT_VARIABLE, kill_process_tree, make_sandbox_dir, namespace_prefix,
+                                  remove_sandbox_dir, start_confined)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CASES = Path(__file__).resolve().parent / "judge_confinement_cases"
@@ -125,3 +126,31 @@ def test_eval_runs_a_downloaded_problem_confined_unless_trusted(targets, tmp_pat
     candidate = evaluate(tmp_path, "--trust-problems")
     assert candidate["verdict"] == "invalid_reference" and "read HOME" in candidate["message"]
     assert (scratch / "outside.txt").exists() and (tcp.accepted, unix.accepted) == (1, 1)
+
+
+# tests/test_confinement.py's cases whose harness works from inside a judge's sandbox: the others need a writable
+# folder in the project, the host's /dev or loopback, or a test process that is not its namespace's pid 1.
+NESTED_CONFINEMENT_TESTS = ("proc_cannot or left_behind or environment_holds or no_capability or keyrings or descriptor"
+                            " or exit_status or disk_is_size or forked_children or threads_that_were"
+                            " or fork_server_that_dies or clears_its_parent")
+
+
+def test_candidates_started_inside_a_confined_judge_keep_their_layers():
+    """The confinement tests run as a confined judge runs (its sandbox, its syscall filter): each candidate they
+    start nests inside it, and each layer they test still holds."""
+    sandbox_dir = make_sandbox_dir()
+    program = ("import sys; from repl.checker.sandbox.syscall_filter import install_syscall_filter; "
+               "assert install_syscall_filter(namespaces=True) == []; import pytest; "
+               "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1], '-k', sys.argv[2]]))")
+    process, notes = start_confined(
+        [sys.executable, "-c", program, str(PROJECT_ROOT / "tests" / "test_confinement.py"), NESTED_CONFINEMENT_TESTS],
+        sandbox_dir=sandbox_dir, gpu=False, judge=True, extra_env={SANDBOX_ROOT_VARIABLE: str(sandbox_dir)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output = process.communicate(timeout=600)[0].decode(errors="replace")
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    assert notes == []
+    assert process.returncode == 0, output[-4000:]
+    assert " passed" in output.splitlines()[-1] and "failed" not in output.splitlines()[-1]

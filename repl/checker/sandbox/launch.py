@@ -62,8 +62,11 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     env = {**worker_environment(base_env, sandbox_dir, cuda_visible_devices), **(extra_env or {})}
     popen_kwargs.setdefault("cwd", sandbox_dir / "work")
     limit = memory_limit_bytes or limits.default_memory_limit_bytes()
-    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=limits.make_cgroup(limit, cpu=not judge),
-                                     cpu_cgroup=limits.make_cpu_cgroup(quota=not judge))
+    if judge:
+        cgroup, cpu_cgroup = limits.make_cgroup(limit, cpu=False), limits.make_cpu_cgroup(quota=False)
+    else:
+        cgroup, cpu_cgroup = limits.make_cgroup(limit), limits.make_cpu_cgroup()
+    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=cgroup, cpu_cgroup=cpu_cgroup)
     namespaces = bool(view.namespace_prefix())
     prefix = view.namespace_prefix() or view.network_cut_prefix()
     notes = []
