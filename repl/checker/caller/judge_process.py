@@ -2,11 +2,10 @@
 
 The judge runs confined (sandbox.start_confined with judge=True: it runs the user's module, which may come from
 anywhere; `trust_references` turns that off), in its own session (the caller's process group is not its, nor the
-candidates'); it reports on
-private pipes (fd numbers in argv), never on stdout, which the reference may print to. The judge enforces each
-check's timeout on the candidate itself; this side only guards against the judge itself being stuck (a reference
-that hangs) or dying (a reference that crashes it), and turns either into `invalid_reference` when the judge was
-running the reference at the time.
+candidates'); it reports on private pipes (fd numbers in argv), never on stdout, which the reference may print to.
+The judge enforces each check's timeout on the candidate itself; this side only guards against the judge itself
+being stuck (a reference that hangs) or dying (a reference that crashes it), and turns either into
+`invalid_reference` when the judge was running the reference at the time.
 """
 
 import os

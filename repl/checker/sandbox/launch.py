@@ -53,8 +53,8 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     the server cannot serve, a new process is started.
     judge: the process is the judge (judge/server.py), which confines candidates of its own inside this sandbox:
     its cgroups stay writable to it (its candidates' go below them), with no CPU quota (one core is its own),
-    /proc without mounts over parts of it, where the caller is not root (its candidates can then mount theirs), room for its candidates' processes. extra_env: variables
-    set after the allow-list.
+    /proc without mounts over parts of it where the caller is not root (its candidates can then mount theirs), room
+    for its candidates' processes, CAP_SETFCAP kept. extra_env: variables set after the allow-list.
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
     sandbox_dir = Path(sandbox_dir)
     base_env = popen_kwargs.pop("env", None)

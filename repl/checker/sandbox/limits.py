@@ -111,7 +111,8 @@ def limit_cpu_time(seconds: float) -> None:
 
 def make_cgroup(limit: int, cpu: bool = True) -> Path | None:
     """A memory cgroup (v2, or v1's memory controller) below this process's own, limited to `limit` with no swap on
-    top (and, with `cpu`, v2's CPU quota); None where this user may not make one. The init stage moves itself in before anything else runs."""
+    top (and, with `cpu`, v2's CPU quota); None where this user may not make one. The init stage moves itself in
+    before anything else runs."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

@@ -147,7 +147,8 @@ def drop_capabilities(keep: tuple[int, ...] = ()) -> bool:
     privilege for uid 0 after an exec (SECBIT_NOROOT, locked), an empty bounding set. `keep`: capabilities kept
     across exec as ambient ones (a judge keeps CAP_SETFCAP, which cannot undo the view)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop, pr_set_securebits, pr_cap_ambient, pr_cap_ambient_raise, pr_cap_ambient_clear_all = 24, 28, 47, 2, 4
+    pr_capbset_drop, pr_set_securebits, pr_cap_ambient = 24, 28, 47
+    pr_cap_ambient_raise, pr_cap_ambient_clear_all = 2, 4
     noroot, noroot_locked, no_setuid_fixup, no_setuid_fixup_locked = 1, 2, 4, 8
     last_cap = int(read_text(Path("/proc/sys/kernel/cap_last_cap")).strip() or 40)
     for cap in range(last_cap + 1):
