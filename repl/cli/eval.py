@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from, model_options,
-                              sampling_options)
+from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
+                              model_options, sampling_options)
 from repl.ui.option_values import positive_float, positive_int
 from repl.core.settings import greedy_samples_problem
 from repl.core.wording import counted
