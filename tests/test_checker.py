@@ -17,6 +17,7 @@ import pytest
 from checker_suite import CASES, CASES_DIR, check_all
 from processes import processes_with, wait_until
 from repl.checker import VERDICTS, Checker, check_kernel
+from repl.checker.caller import judge_process
 from repl.checker.sandbox import namespace_prefix, network_cut_prefix
 
 RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
@@ -208,7 +209,7 @@ def test_candidates_are_forked_from_the_judges_fork_server_unless_it_is_turned_o
         monkeypatch.setenv("KERNELLLM_FORK_SERVER", "0")
     with Checker(device="cpu") as checker:
         result = checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text())
-        judge = checker.judges.idle[0].process.pid  # its spare candidate is started by now
+        [judge] = _judge_servers(checker)  # its spare candidate is started by now
         servers = [pid for pid in _children(judge) if "repl.checker.candidate.fork_server" in _command_line(pid)]
         below = [pid for pid in _descendants(judge) if pid != judge]
         started_anew = [pid for pid in below if "repl.checker.candidate.main" in _command_line(pid)]
@@ -218,6 +219,12 @@ def test_candidates_are_forked_from_the_judges_fork_server_unless_it_is_turned_o
         else:
             assert servers == [] and started_anew
     assert result.verdict == "correct", result.message
+
+
+def _judge_servers(checker) -> list[int]:
+    """The judges' own processes (a confined judge runs below the unshare tool, whose command line names it too)."""
+    return [pid for judge in checker.judges.live for pid in [judge.process.pid, *_descendants(judge.process.pid)]
+            if _command_line(pid).startswith(f"{sys.executable} -m repl.checker.judge.server ")]
 
 
 def _children(pid: int) -> list[int]:
@@ -309,9 +316,9 @@ def test_no_sandbox_folder_outlives_its_judge_also_one_that_was_killed(tmp_path,
     checker = Checker(device="cpu")
     try:
         assert checker.check(RELU_REFERENCE, (CASES_DIR / "relu_triton.py").read_text()).verdict == "correct"
-        assert list(tmp_path.rglob("kernelllm-check-*"))  # the next candidate's, started ahead
-        judges = [pid for pid in processes_with("repl.checker.judge.server")
-                  if f"TMPDIR={tmp_path}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+        # The judge's folder, where the next candidate's (started ahead) is: on the host, or in its sandbox's tmpfs.
+        assert list(tmp_path.glob("kernelllm-judge-*"))
+        judges = _judge_servers(checker)
         assert judges
         for pid in judges:
             os.kill(pid, signal.SIGKILL)
@@ -474,6 +481,7 @@ def test_the_reference_runs_while_every_process_of_the_candidate_is_stopped(tmp_
     report = tmp_path / "states.jsonl"
     monkeypatch.setenv("KERNELLLM_TEST_MARKER", marker)
     monkeypatch.setenv("KERNELLLM_TEST_REPORT", str(report))
+    monkeypatch.setattr(judge_process, "CONFINE_REFERENCES", False)  # the reference reports into the test's folder
     try:
         result = check_kernel((CASES_DIR / "relu_reference_watching.py").read_text(),
                               (CASES_DIR / "busy_children_triton.py").read_text(), device="cpu", trials=3)

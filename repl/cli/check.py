@@ -17,7 +17,7 @@ from pathlib import Path
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.core.module_scaling import scale_inputs
 from repl.cli.live_status import live_status
-from repl.cli.options import TIMEOUT_HELP, check_options
+from repl.cli.options import TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="check at reduced sizes: the sizes get_inputs() uses (the module's whole-number "
                              "constants that get_init_inputs() does not use) times F, e.g. 0.01 for a KernelBench "
                              "problem on a CPU; said in the verdict")
+    parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--export", metavar="PATH",
                         help="when correct, also write a standalone module (torch and triton only) whose Model runs "
@@ -73,10 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from repl.checker import check_kernel
+    from repl.checker import check_kernel, trust_references
 
     from repl.checker import CheckResult, Verdict
 
+    trust_references(args.trust_problems)
     scaled = None
     try:
         if args.reference == args.kernel == "-":

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray
-from repl.cli.options import TIMEOUT_HELP, check_options, debug_option, engine_from, model_options, sampling_options
+from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
+                              model_options, sampling_options)
 from repl.ui.option_values import positive_float, positive_int
 from repl.core.settings import greedy_samples_problem
 from repl.core.wording import counted
@@ -33,9 +34,10 @@ geometric-mean speedup. With --json OUT, results are written after each problem 
 finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
 sampled replies and their checks also go into the session log.
 
-Every problem is run unconfined, with your rights, in the checker's judge process (it is the trusted reference;
-only the kernels are confined): evaluate only a problems folder you have read, or run inside a container
-(docs/trust.md).
+Every problem (its Model, sizing, the reference's outputs) runs confined in the checker's judge process: no network,
+a read-only view of the files with a private HOME and /tmp, no host sockets, no secrets in its environment. A problem
+that must read a data file or reach the network fails so; --trust-problems runs the problems with your rights,
+unconfined: only for a folder you have read (docs/trust.md).
 """
 
 def add_parser(subparsers) -> None:
@@ -73,6 +75,7 @@ def add_parser(subparsers) -> None:
                         help="tune each problem's best correct kernel as :tune does (launch parameters, each variant "
                              "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
                              "tuning; needs a GPU (on the CPU one line says so and the run goes on untuned)")
+    parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
     eval_ray.add_options(parser)
 
 
@@ -113,7 +116,10 @@ def run(args) -> int:
     from repl.log.session_log import SessionLog
     from repl.ui.console import report_console
 
+    from repl.checker import trust_references
+
     args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
+    trust_references(args.trust_problems)
     problem = _argument_problem(args)
     if problem:
         print(f"eval: error: {problem}", file=sys.stderr)

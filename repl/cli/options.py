@@ -18,6 +18,9 @@ from repl.ui.option_values import (QUANTIZE_CHOICES, device_name, non_negative_f
                                 quantize_list)
 from repl.core.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
+TRUST_PROBLEMS_HELP = ("run the problems (the reference modules) with your rights, unconfined: for a reference that "
+                       "reads a data file or needs the network; only for problems you have read (default: confined: "
+                       "no network, read-only files, private HOME and /tmp)")
 TIMEOUT_HELP = (f"seconds the kernel may take: loading it and running every trial (default: {DEFAULT_TIMEOUT_S:g}). "
                 "The checker's own work (preparing the problem, starting the sandbox, running the reference) is not "
                 "counted, so a whole check can take longer")

@@ -1,10 +1,11 @@
 """The caller's side of a judge: start it, send it checks, read its answers, and replace it when it dies.
 
-The judge runs in its own session (the caller's process group is not its, nor the candidates'); it reports on
-private pipes (fd numbers in argv), never on stdout, which the reference may print to. The judge enforces each
-check's timeout on the candidate itself; this side only guards against the judge itself being stuck (a reference
-that hangs) or dying (a reference that crashes it), and turns either into `invalid_reference` when the judge was
-running the reference at the time.
+The judge runs confined (sandbox.start_confined with judge=True: it runs the user's module, which may come from
+anywhere; `trust_references` turns that off), in its own session (the caller's process group is not its, nor the
+candidates'); it reports on private pipes (fd numbers in argv), never on stdout, which the reference may print to.
+The judge enforces each check's timeout on the candidate itself; this side only guards against the judge itself
+being stuck (a reference that hangs) or dying (a reference that crashes it), and turns either into
+`invalid_reference` when the judge was running the reference at the time.
 """
 
 import os
@@ -20,13 +21,23 @@ from pathlib import Path
 
 from repl.checker.defaults import GRACE_S, JUDGE_START_S, PREPARE_TIMEOUT_S
 from repl.checker.result import CheckResult, Verdict
-from repl.checker.sandbox import SANDBOX_ROOT_VARIABLE, PipeCollector, is_secret_name
+from repl.checker.sandbox import (SANDBOX_ROOT_VARIABLE, PipeCollector, is_secret_name, kill_process_tree,
+                                  start_confined)
+from repl.checker.sandbox.limits import judge_memory_limit_bytes
 from repl.checker.sandbox.processes import children, kill_tree
 from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 OUTPUT_TAIL_BYTES = 16 * 1024
 CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is stopped instead
+CONFINE_REFERENCES = True  # judges started from now on run the reference confined (trust_references)
+
+
+def trust_references(trusted: bool) -> None:
+    """`--trust-problems`: judges started from now on run the reference (the user's module) with the user's rights,
+    unconfined, as a reference that reads a data file or a dataset beside it needs; by default they are confined."""
+    global CONFINE_REFERENCES
+    CONFINE_REFERENCES = not trusted
 
 
 class JudgeProcess:
@@ -41,25 +52,26 @@ class JudgeProcess:
                  spares: int | None):
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
-        env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
         # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
-        # (stuck, or its caller gone) cannot remove them itself.
+        # (stuck, or its caller gone) cannot remove them itself. Confined, that folder is its own sandbox too.
         self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")  # removed by close(), or below
-        env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-        env.pop("TRITON_INTERPRET", None)
-        if cuda_visible_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         argv = [sys.executable, "-m", "repl.checker.judge.server", "--requests", str(request_read), "--replies",
                 str(reply_write), "--device", device]
         if spares is not None:
             argv += ["--spares", str(spares)]
         if memory_limit_bytes:
             argv += ["--memory-limit", str(memory_limit_bytes)]
+        self.confined = CONFINE_REFERENCES
+        self.notes: list[str] = []  # the confinement layers this machine refused the judge
+        streams = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            self.process = subprocess.Popen(argv, pass_fds=(request_read, reply_write), env=env, cwd=PROJECT_ROOT,
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            if self.confined:
+                self.process, self.notes = self._start_confined(argv, device, cuda_visible_devices,
+                                                                (request_read, reply_write), streams)
+            else:
+                self.process = subprocess.Popen(argv, pass_fds=(request_read, reply_write), cwd=PROJECT_ROOT,
+                                                env=self._unconfined_environment(cuda_visible_devices),
+                                                start_new_session=True, **streams)
         except BaseException:
             os.close(reply_read)
             os.close(request_write)
@@ -73,6 +85,29 @@ class JudgeProcess:
         self.ready = False
         self._output = PipeCollector(self.process.stdout, limit_bytes=OUTPUT_TAIL_BYTES, keep="tail")
         self._sending = threading.Lock()  # a preparation may be sent while another thread checks
+
+    def _start_confined(self, argv, device, cuda_visible_devices, fds, streams):
+        """The judge in a sandbox of its own (sandbox/: namespaces, read-only view, private HOME and /tmp, no
+        network, host sockets covered), its candidates' sandboxes inside it; the syscall filter it installs itself."""
+        for name in ("home", "tmp", "shm", "work"):
+            os.mkdir(os.path.join(self.sandbox_root, name))
+        passed = {name: value for name, value in os.environ.items()
+                  if name.startswith("KERNELLLM_") and not is_secret_name(name)}
+        if device == "cuda":
+            make_uvm_device_node()
+        return start_confined([*argv, "--confined"], sandbox_dir=Path(self.sandbox_root), gpu=device == "cuda",
+                              cuda_visible_devices=cuda_visible_devices, pass_fds=fds, judge=True,
+                              memory_limit_bytes=judge_memory_limit_bytes(),
+                              extra_env={**passed, SANDBOX_ROOT_VARIABLE: self.sandbox_root}, **streams)
+
+    def _unconfined_environment(self, cuda_visible_devices: str | None) -> dict[str, str]:
+        env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
+        env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        env.pop("TRITON_INTERPRET", None)
+        if cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        return env
 
     def alive(self) -> bool:
         return self.channel.read_fd is not None and self.process.poll() is None
@@ -107,6 +142,7 @@ class JudgeProcess:
             self.close()
             return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start: {message.get('failed')}")
         self.ready = True
+        self.notes += [str(note) for note in message.get("notes") or [] if isinstance(note, str)]
         if self.preparing is not None:  # sent while it started: its time counts from now
             self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
         return None
@@ -172,7 +208,9 @@ class JudgeProcess:
                 if self.preparing is not None:  # a preparation sent meanwhile starts only now
                     self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
                 try:
-                    return CheckResult.from_json_dict(message["result"])
+                    result = CheckResult.from_json_dict(message["result"])
+                    result.notes += [f"the module ran with {note}" for note in self.notes if note not in result.notes]
+                    return result
                 except (ValueError, TypeError) as error:
                     return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
                                        message=f"the judge's answer could not be read ({error})")
@@ -314,6 +352,9 @@ class JudgeProcess:
         if self.process.poll() is None:  # stuck: its candidates first (a judge killed alone would leave them)
             for child in children(self.process.pid):
                 kill_tree(child)
+        if self.confined:  # its PID namespace, its group and its cgroup
+            kill_process_tree(self.process)
+            return
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -323,6 +364,14 @@ class JudgeProcess:
         except subprocess.TimeoutExpired:
             pass
 
+
+
+def make_uvm_device_node() -> None:
+    """/dev/nvidia-uvm exists only once a process has asked for it (CUDA runs the setuid nvidia-modprobe); the
+    judge's view binds the device nodes present when it starts, and no_new_privs keeps it from asking itself."""
+    if not os.path.exists("/dev/nvidia-uvm") and shutil.which("nvidia-modprobe"):
+        subprocess.run(["nvidia-modprobe", "-u", "-c=0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=False)
 
 
 class Preparing:

@@ -35,6 +35,7 @@ from repl.checker.judge.problems import Judge
 from repl.checker.loading import describe, traceback_text
 from repl.checker.result import CheckResult, Verdict, bounded_json_dict
 from repl.checker.sandbox.launch import SANDBOX_ROOT_VARIABLE
+from repl.checker.sandbox.syscall_filter import install_syscall_filter
 from repl.checker.sandbox.processes import become_subreaper, children, kill_tree
 from repl.checker.wire import Channel, PeerGone, WireError
 
@@ -170,7 +171,14 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--memory-limit", type=int, default=0)
     parser.add_argument("--spares", type=int, default=None)
+    parser.add_argument("--confined", action="store_true", help="started in a sandbox: add the syscall filter")
     options = parser.parse_args()
+    # Before any reference runs; namespaces and mounts stay allowed: its candidates' sandboxes are made with them.
+    notes = install_syscall_filter(namespaces=True) if options.confined else []
+    if options.confined:  # its candidates may see it under /proc (where the caller is root): not its memory
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     for fd in (options.requests, options.replies):
         os.set_inheritable(fd, False)
     become_subreaper()  # orphans of candidates come here, where kill_orphans finds them
@@ -182,7 +190,7 @@ def main() -> None:
         channel.send({"failed": describe(error)})
         remove_sandbox_root()  # each way out removes the candidates' folders: os._exit runs no atexit hook
         os._exit(1)
-    channel.send({"ready": True})
+    channel.send({"ready": True, "notes": notes})
     JudgeServer(channel, judge).serve()
     judge.pool.close()
     remove_sandbox_root()

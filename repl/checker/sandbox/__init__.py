@@ -28,7 +28,9 @@ holds CUDA or the model) that cannot reach, change or disturb anything outside i
   HOME, TMPDIR and the caches point into the sandbox.
 
 The judge (judge/candidates.py) starts each candidate with `start_confined`; the candidate calls `confine_self`
-before it loads any candidate code.
+before it loads any candidate code. The judge itself is started with `start_confined(..., judge=True)`
+(caller/judge_process.py): the same layers but Landlock, CAP_SETFCAP kept and namespaces allowed by its syscall
+filter, so that its candidates' sandboxes nest inside its own.
 
 One file per concern: `environment.py` (the allow-list), `view.py` (namespaces and the mount view, capabilities),
 `limits.py` (cgroups, the memory watchdog, rlimits), `landlock.py`, `pipes.py` (the capped pipe reader),

@@ -16,7 +16,7 @@ if __name__ == "__main__":  # started as a script with -I -S: the project's root
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from repl.checker.sandbox.limits import WATCHDOG_NOTE, lower_limits  # noqa: E402
-from repl.checker.sandbox.view import build_view, drop_capabilities  # noqa: E402
+from repl.checker.sandbox.view import CAP_SETFCAP, build_view, drop_capabilities  # noqa: E402
 
 
 def enter_sandbox(spec: dict) -> None:
@@ -31,7 +31,8 @@ def enter_sandbox(spec: dict) -> None:
             Path(spec["cgroup"], "cgroup.procs").write_text("0")
         except OSError:
             spec["cgroup"] = None
-            spec["cpu_bounded"] = spec.get("cpu_cgroup") is not None  # v2 keeps the quota in that cgroup
+            # v2 keeps the quota in that cgroup; a judge has none
+            spec["cpu_bounded"] = spec.get("judge") or spec.get("cpu_cgroup") is not None
     if spec.get("cpu_cgroup"):
         try:
             Path(spec["cpu_cgroup"], "cgroup.procs").write_text("0")
@@ -47,7 +48,8 @@ def enter_sandbox(spec: dict) -> None:
         notes.append(f"{WATCHDOG_NOTE} (no memory cgroup could be made or joined here): it counts resident "
                      "memory, not shared memory that no process maps")
     os.chdir(spec["cwd"])
-    if spec["user_namespace"] and not drop_capabilities():
+    keep = (CAP_SETFCAP,) if spec.get("judge") else ()  # a judge maps root in its candidates' namespaces
+    if spec["user_namespace"] and not drop_capabilities(keep):
         notes.append("capabilities in the namespace not dropped: the candidate could unmount the view's covers")
     with os.fdopen(spec["report_fd"], "w") as report:
         report.write(json.dumps(notes) + "\n")

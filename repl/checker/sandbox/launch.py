@@ -40,7 +40,8 @@ def remove_sandbox_dir(path: Path) -> None:
 
 def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visible_devices: str | None = None,
                    pass_fds: tuple[int, ...] = (), memory_limit_bytes: int | None = None,
-                   disk_limit_bytes: int = DISK_LIMIT_BYTES, fork_server=None, **popen_kwargs):
+                   disk_limit_bytes: int = DISK_LIMIT_BYTES, fork_server=None, judge: bool = False,
+                   extra_env: dict[str, str] | None = None, **popen_kwargs):
     """Start argv confined (see the package docstring, sandbox/__init__.py), in a session of its own, with sandbox_dir/work as its
     working directory. Returns the process and one-line notes naming the layers this OS could not apply.
 
@@ -50,15 +51,22 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     fork_server (fork_server.ForkServer): where namespaces are available and argv runs this Python, the process is
     forked from it (a fork_server.ForkedProcess: the same confinement, without importing torch again); else, or when
     the server cannot serve, a new process is started.
+    judge: the process is the judge (judge/server.py), which confines candidates of its own inside this sandbox:
+    its cgroups stay writable to it (its candidates' go below them), with no CPU quota (one core is its own),
+    /proc without mounts over parts of it where the caller is not root (its candidates can then mount theirs), room
+    for its candidates' processes, CAP_SETFCAP kept. extra_env: variables set after the allow-list.
     Always end with kill_process_tree(process), also after it exited: that removes its cgroup."""
     sandbox_dir = Path(sandbox_dir)
     base_env = popen_kwargs.pop("env", None)
     base_env = dict(os.environ if base_env is None else base_env)
-    env = worker_environment(base_env, sandbox_dir, cuda_visible_devices)
+    env = {**worker_environment(base_env, sandbox_dir, cuda_visible_devices), **(extra_env or {})}
     popen_kwargs.setdefault("cwd", sandbox_dir / "work")
     limit = memory_limit_bytes or limits.default_memory_limit_bytes()
-    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=limits.make_cgroup(limit),
-                                     cpu_cgroup=limits.make_cpu_cgroup())
+    if judge:
+        cgroup, cpu_cgroup = limits.make_cgroup(limit, cpu=False), limits.make_cpu_cgroup(quota=False)
+    else:
+        cgroup, cpu_cgroup = limits.make_cgroup(limit), limits.make_cpu_cgroup()
+    confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=cgroup, cpu_cgroup=cpu_cgroup)
     namespaces = bool(view.namespace_prefix())
     prefix = view.namespace_prefix() or view.network_cut_prefix()
     notes = []
@@ -79,8 +87,11 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         "gpu": gpu,
         "cgroup": str(confinement.cgroup) if confinement.cgroup else None,
         "cpu_cgroup": str(confinement.cpu_cgroup) if confinement.cpu_cgroup else None,
-        "cpu_bounded": confinement.cpu_cgroup is not None or limits.cpu_bounded_by(confinement.cgroup),
-        "max_processes": max(limits.MAX_PROCESSES, 8 * (os.cpu_count() or 1)),
+        "cpu_bounded": judge or confinement.cpu_cgroup is not None or limits.cpu_bounded_by(confinement.cgroup),
+        "max_processes": max(limits.MAX_PROCESSES, 8 * (os.cpu_count() or 1)) * (4 if judge else 1),
+        "judge": judge,
+        "host_root": os.geteuid() == 0,
+        "writable": [str(path) for path in (confinement.cgroup, confinement.cpu_cgroup) if judge and path],
         "cwd": str(popen_kwargs["cwd"]),
         **(view.view_plan(base_env, sandbox_dir, gpu) if namespaces else {}),
     }

@@ -38,6 +38,12 @@ def default_memory_limit_bytes() -> int:
     return max(4 * 1024**3, physical // 2)
 
 
+def judge_memory_limit_bytes() -> int:
+    """A confined judge's bound, its candidates included: nine tenths of the RAM (a reference may be large; a runaway
+    one must not take the machine down)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 9 // 10
+
+
 def memory_exceeded(process: subprocess.Popen) -> str | None:
     """One line when the total-memory bound killed the process (watchdog or cgroup OOM), else None."""
     confinement = getattr(process, "confinement", None)
@@ -103,9 +109,10 @@ def limit_cpu_time(seconds: float) -> None:
 # ---- total memory: a cgroup where one can be made, else a watchdog ------------------------------------------------
 
 
-def make_cgroup(limit: int) -> Path | None:
+def make_cgroup(limit: int, cpu: bool = True) -> Path | None:
     """A memory cgroup (v2, or v1's memory controller) below this process's own, limited to `limit` with no swap on
-    top; None where this user may not make one. The init stage moves itself in before anything else runs."""
+    top (and, with `cpu`, v2's CPU quota); None where this user may not make one. The init stage moves itself in
+    before anything else runs."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -118,7 +125,7 @@ def make_cgroup(limit: int) -> Path | None:
             enabled = read_text(base / path.lstrip("/") / "cgroup.subtree_control").split() if base else []
             if "memory" not in enabled:
                 continue
-            if "cpu" in enabled:
+            if cpu and "cpu" in enabled:
                 files["cpu.max"] = f"{cpu_cores_for_candidates() * CPU_PERIOD_US} {CPU_PERIOD_US}"
         elif "memory" in controllers.split(","):
             base = Path("/sys/fs/cgroup/memory")
@@ -151,9 +158,10 @@ def cpu_bounded_by(cgroup: Path | None) -> bool:
     return cgroup is not None and read_text(cgroup / "cpu.max").split()[:1] not in ([], ["max"])
 
 
-def make_cpu_cgroup() -> Path | None:
-    """Under cgroup v1, a cpu cgroup below this process's own whose quota is cpu_cores_for_candidates() cores; None
-    elsewhere (v2 keeps the quota in the memory cgroup) or where this user may not make one."""
+def make_cpu_cgroup(quota: bool = True) -> Path | None:
+    """Under cgroup v1, a cpu cgroup below this process's own whose quota is cpu_cores_for_candidates() cores (none
+    without `quota`: a judge's, where its candidates' go); None elsewhere (v2 keeps the quota in the memory cgroup)
+    or where this user may not make one."""
     for line in read_text(Path("/proc/self/cgroup")).splitlines():
         _, controllers, path = line.split(":", 2)
         if "cpu" not in controllers.split(","):
@@ -167,7 +175,7 @@ def make_cpu_cgroup() -> Path | None:
             return None
         try:
             (cgroup / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-            (cgroup / "cpu.cfs_quota_us").write_text(str(cpu_cores_for_candidates() * CPU_PERIOD_US))
+            (cgroup / "cpu.cfs_quota_us").write_text(str(cpu_cores_for_candidates() * CPU_PERIOD_US if quota else -1))
             return cgroup
         except OSError:
             remove_cgroup(cgroup)

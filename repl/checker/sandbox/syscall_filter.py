@@ -33,6 +33,7 @@ DENIED = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
     "fsmount", "fspick", "mount_setattr",
 )
+NAMESPACE_CALLS = DENIED[DENIED.index("unshare"):]
 CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 ALLOWED_SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 HIGHEST_FAMILY_CHECKED = 16
@@ -47,31 +48,34 @@ def load_binding():
     return seccomp
 
 
-def install_syscall_filter() -> list[str]:
+def install_syscall_filter(namespaces: bool = False) -> list[str]:
     """Installs the filter on this process and everything it starts; returns one-line notes on what it could not
-    do (an empty list when the filter is in place)."""
+    do (an empty list when the filter is in place). namespaces: new namespaces and mounts stay allowed (the judge,
+    which confines its candidates with them; each candidate then adds the whole filter)."""
     try:
         seccomp = load_binding()
     except (ImportError, RuntimeError, OSError) as error:
         return [f"no syscall filter (libseccomp's Python binding is not available: {error}): keyrings, io_uring, "
                 "bpf and perf_event_open stay reachable"]
     try:
-        build_filter(seccomp).load()
+        build_filter(seccomp, namespaces).load()
     except (OSError, RuntimeError, ValueError) as error:
         return [f"no syscall filter (seccomp refused it: {error}): keyrings, io_uring, bpf and perf_event_open stay "
                 "reachable"]
     return []
 
 
-def build_filter(seccomp):
+def build_filter(seccomp, namespaces: bool = False):
     deny = seccomp.ERRNO(errno.EPERM)
     syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
     syscall_filter.set_attr(seccomp.Attr.CTL_TSYNC, 1)
     for name in DENIED:
+        if namespaces and name in NAMESPACE_CALLS:
+            continue
         number = seccomp.resolve_syscall(seccomp.Arch.NATIVE, name)
         if number != -1:  # -1: unknown to this libseccomp; other negative numbers: not on this architecture
             syscall_filter.add_rule(deny, number)
-    for flag in CLONE_NAMESPACE_FLAGS:
+    for flag in () if namespaces else CLONE_NAMESPACE_FLAGS:
         syscall_filter.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     syscall_filter.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     no_family = seccomp.ERRNO(errno.EAFNOSUPPORT)

@@ -138,16 +138,21 @@ _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 
-def drop_capabilities() -> bool:
+CAP_SETFCAP = 31  # what a namespace's creator needs to map root in it (a judge's candidates' namespaces)
+
+
+def drop_capabilities(keep: tuple[int, ...] = ()) -> bool:
     """Root in the user namespace holds every capability there, enough to unmount what hides the user's files.
     Gone now (effective, permitted, inheritable: the fork server's children never exec) and for good: no root
-    privilege for uid 0 after an exec (SECBIT_NOROOT, locked), an empty bounding set, no ambient ones."""
+    privilege for uid 0 after an exec (SECBIT_NOROOT, locked), an empty bounding set. `keep`: capabilities kept
+    across exec as ambient ones (a judge keeps CAP_SETFCAP, which cannot undo the view)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop, pr_set_securebits, pr_cap_ambient, pr_cap_ambient_clear_all = 24, 28, 47, 4
+    pr_capbset_drop, pr_set_securebits, pr_cap_ambient = 24, 28, 47
+    pr_cap_ambient_raise, pr_cap_ambient_clear_all = 2, 4
     noroot, noroot_locked, no_setuid_fixup, no_setuid_fixup_locked = 1, 2, 4, 8
     last_cap = int(read_text(Path("/proc/sys/kernel/cap_last_cap")).strip() or 40)
     for cap in range(last_cap + 1):
-        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+        if cap not in keep and libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
             return False
     libc.prctl(pr_cap_ambient, pr_cap_ambient_clear_all, 0, 0, 0)
     bits = noroot | noroot_locked | no_setuid_fixup | no_setuid_fixup_locked
@@ -161,7 +166,14 @@ def drop_capabilities() -> bool:
         _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
     linux_capability_version_3 = 0x20080522
-    return libc.capset(ctypes.byref(Header(linux_capability_version_3, 0)), (Data * 2)()) == 0
+    kept = (Data * 2)()
+    for cap in keep:
+        kept[cap // 32].effective |= 1 << cap % 32
+        kept[cap // 32].permitted |= 1 << cap % 32
+        kept[cap // 32].inheritable |= 1 << cap % 32
+    if libc.capset(ctypes.byref(Header(linux_capability_version_3, 0)), kept) != 0:
+        return False
+    return all(libc.prctl(pr_cap_ambient, pr_cap_ambient_raise, cap, 0, 0) == 0 for cap in keep)
 
 
 def build_view(spec: dict, notes: list[str]) -> None:
@@ -213,6 +225,7 @@ def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
                         if not os.path.isdir(path))
     devices = {path: mounts.path_fd(path) for path in nodes if os.path.exists(path)}
     _make_everything_read_only(mounts, notes)
+    _writable_again(mounts, spec.get("writable", []), notes)
     empties = _cover_directories(mounts, spec, keep, _seed_sandbox(mounts, spec, host_sandbox))
     _minimal_dev(mounts, devices, sandbox_dir)
     empties.append("/dev")
@@ -220,7 +233,18 @@ def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
     for path in empties:
         mounts.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID |
                      (_MS_NOEXEC if path == "/dev" else _MS_NODEV))
-    _private_proc(mounts, notes)
+    # Unless the caller is root: in the namespace it is still the host's root to sysctl, with or without capabilities.
+    _private_proc(mounts, notes, whole=spec.get("judge", False) and not spec.get("host_root", True))
+
+
+def _writable_again(mounts: _Mounts, paths: list[str], notes: list[str]) -> None:
+    """A judge's own cgroups, where its candidates' cgroups are made: each bound over itself, writable."""
+    for path in paths:
+        try:
+            mounts.mount(path, path, None, _MS_BIND)
+            mounts.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        except OSError as error:
+            notes.append(f"{path} stays read-only ({error.strerror}): no cgroups for its candidates")
 
 
 def _make_everything_read_only(mounts: _Mounts, notes: list[str]) -> None:
@@ -301,11 +325,15 @@ def _hide_host_sockets(mounts: _Mounts, sockets: list[str], null: int | None, no
                 notes.append(f"host socket {path} still reachable ({error.strerror})")
 
 
-def _private_proc(mounts: _Mounts, notes: list[str]) -> None:
+def _private_proc(mounts: _Mounts, notes: list[str], whole: bool) -> None:
+    """A /proc of the PID namespace, its kernel settings read-only unless `whole`: mounts over parts of a judge's
+    /proc would keep its candidates from mounting theirs."""
     try:
         mounts.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as error:
         notes.append(f"other processes visible under /proc (a private /proc could not be mounted: {error.strerror})")
+        return
+    if whole:
         return
     # Where the caller is root, root in the namespace is the host's root to sysctl and sysrq: read-only, as in docker.
     for path in PROC_READ_ONLY:
