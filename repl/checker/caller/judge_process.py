@@ -33,6 +33,10 @@ CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is 
 CONFINE_REFERENCES = True  # judges started from now on run the reference confined (trust_references)
 
 
+UNCONFINED_ON_CUDA = ("no confinement: on a GPU the reference is not confined yet (docs/trust.md); check modules "
+                      "from others on the CPU, or in a container")
+
+
 def trust_references(trusted: bool) -> None:
     """`--trust-problems`: judges started from now on run the reference (the user's module) with the user's rights,
     unconfined, as a reference that reads a data file or a dataset beside it needs; by default they are confined."""
@@ -61,8 +65,10 @@ class JudgeProcess:
             argv += ["--spares", str(spares)]
         if memory_limit_bytes:
             argv += ["--memory-limit", str(memory_limit_bytes)]
-        self.confined = CONFINE_REFERENCES
-        self.notes: list[str] = []  # the confinement layers this machine refused the judge
+        # On a GPU the confined judge's candidates could not reach CUDA (cudaGetDeviceCount: error 304 on an H200,
+        # 2026-12-02, docs/trust.md): there the reference runs unconfined, and every verdict says so.
+        self.confined = CONFINE_REFERENCES and device != "cuda"
+        self.notes: list[str] = [] if self.confined or not CONFINE_REFERENCES else [UNCONFINED_ON_CUDA]
         streams = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             if self.confined:
