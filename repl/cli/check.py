@@ -80,7 +80,8 @@ def run(args) -> int:
     except Exception as error:  # whatever the kernel held: a verdict is still printed
         if getattr(args, "debug", False):
             raise
-        result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
+        result = CheckResult(verdict=Verdict.CHECKER_ERROR,
+                             message=f"the check failed, not the kernel: {type(error).__name__}: {error}"[:500])
     print_report(result, as_json=args.json, debug=getattr(args, "debug", False))
     if args.export and not export(args, reference, kernel, result):
         return EXIT_NOT_CORRECT if result.correct else exit_status(result.verdict)
@@ -122,12 +123,13 @@ def print_report(result, *, as_json: bool, debug: bool) -> None:
 
 
 def exit_status(verdict: str) -> int:
-    """0 correct; 2 when the problem, not the kernel, stopped the check (invalid_reference, too_large); else 1."""
+    """0 correct; 2 when the problem or the checker, not the kernel, stopped the check (invalid_reference, too_large,
+    checker_error); else 1."""
     from repl.checker import Verdict
 
     if verdict == Verdict.CORRECT:
         return EXIT_CORRECT
-    if verdict in (Verdict.INVALID_REFERENCE, Verdict.TOO_LARGE):
+    if verdict in (Verdict.INVALID_REFERENCE, Verdict.TOO_LARGE, Verdict.CHECKER_ERROR):
         return EXIT_UNUSABLE
     return EXIT_NOT_CORRECT
 

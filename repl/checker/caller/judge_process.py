@@ -98,14 +98,14 @@ class JudgeProcess:
             if deadline is not None:
                 return CheckResult(verdict=Verdict.TIMEOUT, message="the judge is still starting")
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start within {JUDGE_START_S:g} s")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message=f"the judge did not start within {JUDGE_START_S:g} s")
         except (PeerGone, WireError):
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message="the judge did not start",
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message="the judge did not start",
                                output_tail=self.output_tail())
         if not message.get("ready"):
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start: {message.get('failed')}")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message=f"the judge did not start: {message.get('failed')}")
         self.ready = True
         if self.preparing is not None:  # sent while it started: its time counts from now
             self.preparing.deadline = max(self.preparing.deadline, time.monotonic() + PREPARE_TIMEOUT_S)
@@ -119,7 +119,7 @@ class JudgeProcess:
             self.send(request)
         except PeerGone:
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message="the judge died before the check")
         stage, alone, deadline, cancel_sent = "queued", True, None, None
         limit = float(request["timeout"])
         # Queued, the check waits for the judge's preparation to reach the end of a step: one sent, until its
@@ -174,7 +174,7 @@ class JudgeProcess:
                 try:
                     return CheckResult.from_json_dict(message["result"])
                 except (ValueError, TypeError) as error:
-                    return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
+                    return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label,
                                        message=f"the judge's answer could not be read ({error})")
 
     def start_preparing(self, prepare_id: int, reference_code: str) -> bool:
@@ -262,7 +262,7 @@ class JudgeProcess:
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference did not finish within {PREPARE_TIMEOUT_S:g} s while it was "
                                        "prepared; the judge was stopped", output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, output_tail=self.output_tail(),
+        return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label, output_tail=self.output_tail(),
                            message=f"the judge was stuck preparing another module for {PREPARE_TIMEOUT_S:g} s (its "
                                    "reference hangs) and was stopped; check again")
 
@@ -286,7 +286,8 @@ class JudgeProcess:
         if stage == "reference" and alone:
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference crashed the judge ({how})", output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, message=f"the judge died ({how})",
+        # The judge runs no kernel code and a candidate cannot signal it: its death is the checker's failure.
+        return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label, message=f"the judge died ({how})",
                            output_tail=self.output_tail())
 
     def close(self, grace_s: float = 3.0) -> None:

@@ -9,7 +9,7 @@ import threading
 import time
 
 from repl.checker.judge.candidate_replies import clean_reply
-from repl.checker.judge.ended import Ended
+from repl.checker.judge.ended import Ended, checker_failed
 from repl.checker.result import Verdict
 from repl.checker.sandbox.processes import continue_processes, kill_orphans, stop_tree
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError
@@ -142,12 +142,14 @@ class CandidatePool:
                 if stopped.reason == "cancelled":
                     raise Ended(Verdict.CANCELLED, "check cancelled before the candidate started")
                 raise Ended(Verdict.TIMEOUT, "no candidate process was ready in time")
-            except (PeerGone, WireError) as error:
+            except (PeerGone, WireError) as error:  # no kernel code has run in it yet: the checker's failure
                 message = f"the candidate process did not start: {error}; {candidate.death_message()}"
                 tail = candidate.output_tail()
                 candidate.kill()
                 if attempt == 2:
-                    raise Ended(Verdict.CRASH, message, output_tail=tail)
+                    failed = checker_failed(message)
+                    failed.output_tail = tail
+                    raise failed
 
     def top_up(self) -> None:
         """Start spares until `spares` are starting or ready (take() does after each check; a preparation before the

@@ -13,10 +13,10 @@ import time
 
 from repl.checker.judge.candidate_replies import clean_reply
 from repl.checker.judge.candidates import CANDIDATE_START_S, CandidateProcess
-from repl.checker.judge.ended import Ended
+from repl.checker.judge.ended import CHECKER_FAILED, Ended, checker_failed
 from repl.checker.judge.problems import Judge, Problem
 from repl.checker.judge.valid_for import find_valid_for
-from repl.checker.loading import describe, tensor_bytes
+from repl.checker.loading import describe, tensor_bytes, traceback_text
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.wire import PeerGone, Stopped, WireError, decode, encode_at
 from repl.core.wording import counted
@@ -109,6 +109,9 @@ class CheckRun:
             result = self.result(ended.verdict, ended.message, ended.traceback)
             result.output_tail = ended.output_tail
             return result
+        except Exception as error:  # the judge's own code (comparison, timing, roofline...): never the kernel's fault
+            return self.result(Verdict.CHECKER_ERROR, f"{CHECKER_FAILED}: {describe(error)}",
+                               traceback_text(error, (__file__,)))
         if not self.judge.on_cuda and not self.timing_wanted:
             result.message += "; timing unavailable under the Triton interpreter"
         return result
@@ -157,13 +160,17 @@ class CheckRun:
         in shared memory). before_sending: called once the request's bytes are copied, before they are sent."""
         channel = self.candidate.channel
         max_blob = max_blob or OUTPUT_SLACK_BYTES
-        try:
+        try:  # the request is the judge's own data: failing to frame it is the checker's failure
             channel.expect(max_blob)
+            frame = channel.frame(request, blob)
+        except WireError as error:
+            self.candidate.kill()
+            raise checker_failed(f"the request to the candidate cannot be sent: {error}")
+        try:
             transfer_s = (len(blob) + max_blob) * TRANSFER_S_PER_BYTE
             self.deadline += transfer_s
             if transfer_s >= 0.1:
                 self.stage("candidate")
-            frame = channel.frame(request, blob)
             if before_sending is not None:
                 before_sending()
             channel.send_frame(frame, deadline=self.deadline, cancel=self.cancel)
