@@ -34,12 +34,14 @@ def run(judge, patch) -> None:
 
 def main() -> None:
     import repl.checker.judge.compare as compare
+    import repl.checker.judge.problem_facts as problem_facts
 
     judge = problems.Judge("cpu", None, "", spares=0)
     patches = {
         "compare": (compare, "compare_outputs", failing(ZeroDivisionError("the comparison's own bug"))),
         "frame": (Channel, "frame", failing(WireError("the judge's own request cannot be framed"))),
         "start": (CandidateProcess, "wait_ready", failing(PeerGone("the fork server could not start it"))),
+        "study": (problem_facts, "study_problem", failing(IndexError("the study's own bug"))),
         "none": (compare, "compare_outputs", compare.compare_outputs),
     }
     for name in sys.argv[1:]:
