@@ -327,7 +327,8 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
     assert [name for name in env if not is_allowed_env_name(name) and name not in set_by_the_sandbox] == []
     assert "planted" not in env.values()
     assert env["TRITON_PRINT_AUTOTUNING"] == "1"  # allowed names do pass
-    assert "kernelllm-check-" in env["HOME"] and env["TMPDIR"].startswith(env["HOME"].rsplit("/", 1)[0])
+    assert env["HOME"].endswith("/home") and env["TMPDIR"] == env["HOME"].removesuffix("home") + "tmp"
+    assert "kernelllm" not in env["HOME"]  # a folder named for the checker is a tell
 
 
 @needs_namespaces

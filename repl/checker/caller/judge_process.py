@@ -44,7 +44,7 @@ class JudgeProcess:
         env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
         # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
         # (stuck, or its caller gone) cannot remove them itself.
-        self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")  # removed by close(), or below
+        self.sandbox_root = tempfile.mkdtemp()  # removed by close(), or below; no name a candidate could read as a tell
         env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
         env.pop("TRITON_INTERPRET", None)

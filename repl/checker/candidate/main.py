@@ -31,7 +31,7 @@ from repl.core.extract import extract_kernel_code
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
-KERNEL_PATH = os.path.join(os.getcwd(), "kernel.py")  # the judge starts this process in its work directory
+KERNEL_FILES: set[str] = set()  # the kernel's file, its name drawn per check (disguise.py)
 _HARD_CODED_SIZES = re.compile(r"^\s*[xyzr]\d?numel\s*=\s*\d+\s*$|\bassert_size_stride\(", re.MULTILINE)
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its frames are as large as the problem
 
@@ -40,7 +40,7 @@ class Failure(Exception):
     def __init__(self, kind: str, message: str, error: BaseException | None = None):
         super().__init__(message)
         self.kind, self.message = kind, message
-        self.traceback = traceback_text(error, (KERNEL_PATH,)) if error is not None else None
+        self.traceback = traceback_text(error, tuple(KERNEL_FILES)) if error is not None else None
 
 
 class Candidate:
@@ -57,7 +57,7 @@ class Candidate:
             from repl.checker.cuda_on_cpu import enable_triton_interpreter, install_cuda_on_cpu
 
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
-            install_cuda_on_cpu([KERNEL_PATH])
+            install_cuda_on_cpu(KERNEL_FILES)
             from repl.checker.candidate.interpreter_libdevice import install_interpreter_libdevice
 
             install_interpreter_libdevice()  # Inductor's libdevice.erf, tanh, pow... return None there otherwise
@@ -91,9 +91,13 @@ class Candidate:
         data = decode(request["data"], blob)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))
-        sys.argv = [KERNEL_PATH]  # as `python kernel.py` would have it: the checker's own arguments are a tell
+        from repl.checker.candidate.disguise import draw_kernel_path, look_like_a_users_run
+
+        path = draw_kernel_path(os.environ.get("HOME") or os.getcwd())
+        KERNEL_FILES.add(path)
+        look_like_a_users_run(path)  # the checker's folder, arguments and command line are tells
         try:
-            module = import_source(code, KERNEL_PATH, write_file=True)
+            module = import_source(code, path, write_file=True)
         except BaseException as error:
             raise Failure("compile_error", f"kernel does not import: {describe(error)}", error)
         if not hasattr(module, "ModelNew"):
@@ -250,7 +254,7 @@ def main() -> None:
             data = b""
         except BaseException as error:  # the candidate broke the process's own machinery
             message = {"error": {"kind": "runtime_error", "message": describe(error),
-                                 "traceback": traceback_text(error, (KERNEL_PATH,))}}
+                                 "traceback": traceback_text(error, tuple(KERNEL_FILES))}}
             data = b""
         try:
             channel.send(message, data)
