@@ -313,6 +313,7 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
     for name in ("HF_TOKEN", "FOO_SECRET_THING", "OPENAI_API_KEY", "SOME_TOOL_SETTING"):
         monkeypatch.setenv(name, "planted")
     monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the caller has none: the sandbox adds none (it would be a tell)
     if _started_by.get("server"):  # a fork server started now, by a caller whose environment holds the secrets
         _started_by["server"] = ForkServer("cpu")
     try:
@@ -323,9 +324,10 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
     env = ran.report["environ"]
     assert "planted" not in ran.report["initial"]  # nor in what the process (or its fork server) started with
     # PYTHONUSERBASE where a user site exists, PYTHONDONTWRITEBYTECODE where the caller has it
-    set_by_the_sandbox = {"HOME", "TMPDIR", "PYTHONPATH", "PYTHONUSERBASE", "PYTHONDONTWRITEBYTECODE"}
+    set_by_the_sandbox = {"HOME", "TMPDIR", "PYTHONUSERBASE", "PYTHONDONTWRITEBYTECODE"}
     assert [name for name in env if not is_allowed_env_name(name) and name not in set_by_the_sandbox] == []
     assert "planted" not in env.values()
+    assert "PYTHONPATH" not in env and "PYTHONPATH=" not in ran.report["initial"]
     assert env["TRITON_PRINT_AUTOTUNING"] == "1"  # allowed names do pass
     assert env["HOME"].endswith("/home") and env["TMPDIR"] == env["HOME"].removesuffix("home") + "tmp"
     assert "kernelllm" not in env["HOME"]  # a folder named for the checker is a tell

@@ -1,11 +1,12 @@
 """What a kernel sees of where it runs, made to look like a user's own run: a project folder and a file name drawn
-per check (never ``kernel.py`` in a fixed folder), ``sys.argv`` and ``/proc/self/cmdline`` as ``python NAME.py``
-would have them. A kernel that behaves only when checked must then find subtler tells; the checker's own modules
-in ``sys.modules`` stay (no in-process disguise can hide them)."""
+per check (never ``kernel.py`` in a fixed folder); ``sys.argv``, ``sys.path[0]`` and ``/proc/self/cmdline`` as
+``python NAME.py`` would have them. A kernel that behaves only when checked must then find subtler tells; the
+checker's own modules in ``sys.modules`` stay (no in-process disguise can hide them)."""
 
 import ctypes
 import os
 import secrets
+from pathlib import Path
 
 PROJECTS = ("kernels", "triton-kernels", "fused-ops", "llm-kernels", "experiments", "gpu-ops", "model-opt", "src",
             "triton-playground", "perf", "ops", "inference")
@@ -25,8 +26,11 @@ def look_like_a_users_run(kernel_path: str) -> None:
     """The working folder, sys.argv and the process's command line as `cd FOLDER; python NAME.py` leaves them."""
     import sys
 
-    os.chdir(os.path.dirname(kernel_path))
+    folder = os.path.dirname(kernel_path)
+    os.chdir(folder)
     sys.argv = [os.path.basename(kernel_path)]
+    checkout = str(Path(__file__).resolve().parents[3])  # still importable, last, for the checker's later imports
+    sys.path[:] = [folder, *(path for path in sys.path if path != checkout), checkout]
     rewrite_cmdline(f"python {sys.argv[0]}")
 
 

@@ -1,6 +1,7 @@
 """The candidate process: runs one untrusted kernel, confined, and answers the judge in plain data.
 
-Started by the judge ahead of need (`python -m repl.checker.candidate.main`), it gets ready before any candidate exists:
+Started by the judge ahead of need (`python repl/checker/candidate/main.py`, a script: no PYTHONPATH names the
+checkout), it gets ready before any candidate exists:
 1. torch and triton imported (Triton's interpreter on the CPU), the CUDA-to-CPU mapping (CPU) or the CUDA context
    and the timer (GPU), one small kernel compiled and launched (triton_warmup.py), the Inductor compat names and the
    launch recorder installed;
@@ -23,12 +24,16 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 
-from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
+if __name__ == "__main__" and not __package__:  # started as a script: no PYTHONPATH naming the checkout (a tell)
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,  # noqa: E402
                                   traceback_text)
-from repl.checker.sandbox.limits import limit_cpu_time
-from repl.core.extract import extract_kernel_code
-from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
+from repl.checker.sandbox.limits import limit_cpu_time  # noqa: E402
+from repl.core.extract import extract_kernel_code  # noqa: E402
+from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode  # noqa: E402
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
 KERNEL_FILES: set[str] = set()  # the kernel's file, its name drawn per check (disguise.py)
