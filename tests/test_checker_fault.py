@@ -24,14 +24,14 @@ def test_checker_error_is_not_the_kernels_fault_and_exits_2():
 
 def test_a_real_judges_own_failures_are_the_checkers_fault():
     # A real judge and candidate in a process of their own, one judge function at a time replaced by a failing double.
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "judge_with_faults.py"), "study", "none", "compare",
-                           "frame", "start"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=400)
+    faults = ["study", "none", "compare", "frame", "start"]
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "judge_with_faults.py"), *faults], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     study, control, compare, frame, start = [json.loads(line) for line in done.stdout.splitlines()]
     assert control["verdict"] == "correct", control  # the harness alone changes nothing
-    for result, said in ((study, "studying the reference: IndexError"), (compare, "the comparison's own bug"), (frame, "cannot be sent"),
-                         (start, "the candidate process did not start")):
+    for result, said in ((study, "studying the reference: IndexError"), (compare, "the comparison's own bug"),
+                         (frame, "cannot be sent"), (start, "the candidate process did not start")):
         assert result["verdict"] == "checker_error", result
         assert result["message"].startswith("the checker failed, not the kernel") and said in result["message"]
 
