@@ -404,18 +404,18 @@ class CheckRun:
         result.suspicious = "; ".join(flags) or None
 
     def fair_baseline(self, problem: Problem, result: CheckResult) -> None:
-        """A kernel computing float32 in TF32 is compared with eager allowed the same (eager_ms, and so the speedup
-        that ranks it, is that one); the note gives both."""
-        from repl.checker.judge.speed import time_reference_in_tf32
+        """A kernel computing float32 in TF32 is compared with eager and torch.compile allowed the same
+        (fair_baseline.py): eager_ms and compiled_ms, and so the speedups that rank it, are those; the note gives
+        both figures of each."""
+        from repl.checker.judge.fair_baseline import fair_figures, time_references_in_tf32
 
         self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
-        time_reference_in_tf32(self.judge, problem)
+        time_references_in_tf32(self.judge, problem)
         self.stage("candidate")
-        if problem.eager_tf32_ms:
-            result.eager_ms = problem.eager_tf32_ms
-            result.notes.append(f"eager timed with TF32 allowed, as the kernel computes: {problem.eager_tf32_ms:.4g} "
-                                f"ms (without TF32 {problem.eager_ms:.4g} ms); the speedup over eager is against it "
-                                "(torch.compile's is not: compiled without TF32)")
+        fair = fair_figures(problem.eager_ms, problem.compiled_ms, problem.eager_tf32_ms, problem.compiled_tf32_ms)
+        result.eager_ms, result.compiled_ms = fair.eager_ms, fair.compiled_ms
+        if fair.note:
+            result.notes.append(fair.note)
 
     # ---- the record ----------------------------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ class Problem:
     output_bytes: int = 0  # of the reference's output: the room a candidate's reply gets
     eager_ms: float | None = None
     compiled_ms: float | None = None
-    eager_tf32_ms: float | None = None  # eager with TF32 matmuls: a TF32 kernel's fair baseline (speed.py)
+    eager_tf32_ms: float | None = None  # eager with TF32 matmuls: a TF32 kernel's fair baseline (fair_baseline.py)
+    compiled_tf32_ms: float | None = None  # torch.compile under TF32, the same (CUDA only)
     timing_notes: list[str] = field(default_factory=list)
     timed: bool = False
     facts: object = None  # problem_facts.ProblemFacts: learnt at its first check
