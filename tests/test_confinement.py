@@ -334,6 +334,13 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
 
 
 @needs_namespaces
+def test_no_folder_variable_or_command_line_tells_a_process_that_it_is_confined(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # a user's shell without one: the sandbox must not add it
+    tells = run_case("tells.py").report["tells"]
+    print(f"\ntells left: {tells}")  # PID 1 and the cgroup's name stay (docs/checker.md, Tells)
+    assert not {"PYTHONPATH", "HOME", "TMPDIR", "cwd", "cmdline"} & set(tells), tells
+
+
 def test_the_users_home_and_its_secrets_are_hidden(outside_dir, monkeypatch):
     (outside_dir / "token").write_text("hf_secret")
     monkeypatch.setenv("HOME", str(outside_dir))
