@@ -19,6 +19,15 @@ def failing(error):
     return fail
 
 
+def garbling(load_request):
+    """The judge's load request with its init data garbled (a tensor entry past the end of its bytes)."""
+    def garbled(self, problem):
+        request = load_request(self, problem)
+        request["data"] = {"$tensor": [0, 1 << 30], "dtype": "float32", "shape": [3]}
+        return request
+    return garbled
+
+
 def run(judge, patch) -> None:
     owner, name, replacement = patch
     original = getattr(owner, name)
@@ -42,6 +51,7 @@ def main() -> None:
         "frame": (Channel, "frame", failing(WireError("the judge's own request cannot be framed"))),
         "start": (CandidateProcess, "wait_ready", failing(PeerGone("the fork server could not start it"))),
         "study": (problem_facts, "study_problem", failing(IndexError("the study's own bug"))),
+        "garbled": (check.CheckRun, "load_request", garbling(check.CheckRun.load_request)),
         "none": (compare, "compare_outputs", compare.compare_outputs),
     }
     for name in sys.argv[1:]:

@@ -24,14 +24,15 @@ def test_checker_error_is_not_the_kernels_fault_and_exits_2():
 
 def test_a_real_judges_own_failures_are_the_checkers_fault():
     # A real judge and candidate in a process of their own, one judge function at a time replaced by a failing double.
-    faults = ["study", "none", "compare", "frame", "start"]
+    faults = ["study", "none", "compare", "frame", "start", "garbled"]
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "judge_with_faults.py"), *faults], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    study, control, compare, frame, start = [json.loads(line) for line in done.stdout.splitlines()]
+    study, control, compare, frame, start, garbled = [json.loads(line) for line in done.stdout.splitlines()]
     assert control["verdict"] == "correct", control  # the harness alone changes nothing
     for result, said in ((study, "studying the reference: IndexError"), (compare, "the comparison's own bug"),
-                         (frame, "cannot be sent"), (start, "the candidate process did not start")):
+                         (frame, "cannot be sent"), (start, "the candidate process did not start"),
+                         (garbled, "(in the candidate process): the reference's weights and init arguments")):
         assert result["verdict"] == "checker_error", result
         assert result["message"].startswith("the checker failed, not the kernel") and said in result["message"]
 

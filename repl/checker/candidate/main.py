@@ -93,7 +93,11 @@ class Candidate:
             raise Failure("compile_error", f"kernel cannot be parsed: {describe(error)}", error)
         if code is None:
             raise Failure("compile_error", "no Python code defining ModelNew found in the kernel")
-        data = decode(request["data"], blob)
+        try:  # the judge's own data, decoded before any of the kernel's code runs
+            data = decode(request["data"], blob)
+        except Exception as error:
+            raise Failure("checker_error", f"the reference's weights and init arguments cannot be decoded here: "
+                                           f"{describe(error)}", error)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))
         from repl.checker.candidate.disguise import draw_kernel_path, look_like_a_users_run

@@ -193,8 +193,11 @@ class CheckRun:
         if error:
             kind = error.get("kind")
             verdict = {"compile_error": Verdict.COMPILE_ERROR, "bad_output": Verdict.MISMATCH,
-                       "crash": Verdict.CRASH}.get(kind, Verdict.RUNTIME_ERROR)
-            raise Ended(verdict, str(error.get("message", "")), error.get("traceback"))
+                       "crash": Verdict.CRASH, "checker_error": Verdict.CHECKER_ERROR}.get(kind, Verdict.RUNTIME_ERROR)
+            message = str(error.get("message", ""))
+            if verdict is Verdict.CHECKER_ERROR:  # said by the candidate: never a pass, whoever wrote it
+                message = f"{CHECKER_FAILED} (in the candidate process): {message}"
+            raise Ended(verdict, message, error.get("traceback"))
         return reply, data
 
     def trial(self, problem: Problem, *, skip_launches: bool, label: str, ready=None, record: bool = True):
