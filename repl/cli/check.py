@@ -1,9 +1,9 @@
 """`check REFERENCE KERNEL`: is this kernel right, and is it faster? One check in an isolated worker.
 
-Exit status: 0 correct; 1 not correct (any reason); 2 the reference is unusable, the problem is too large for the
-device, or the arguments are wrong (a missing file, --device cuda without a GPU, ...), with a one-line message on
-stderr. With --json, stdout holds exactly one JSON object (CheckResult.to_json_dict()); without it, a short rich
-report.
+Exit status: 0 correct; 1 not correct (the kernel's fault, or cancelled); 2 the reference is unusable, the problem
+is too large for the device, the checker itself failed (checker_error), or the arguments are wrong (a missing
+file, --device cuda without a GPU, ...), with a one-line message on stderr. With --json, stdout holds exactly one
+JSON object (CheckResult.to_json_dict()); without it, a short rich report.
 
 Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
 """
@@ -25,7 +25,8 @@ sets, which Triton kernels really launched, and on a GPU the median time against
 Without a GPU (or with --device cpu) the kernel runs under Triton's CPU interpreter: correctness only, no timing.
 
 REFERENCE defines Model, get_inputs() and get_init_inputs(). KERNEL is a .py defining ModelNew, or a saved model
-reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2 unusable reference or arguments.
+reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2 unusable reference, the checker's
+own failure, or arguments.
 """
 
 
