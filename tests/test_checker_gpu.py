@@ -120,3 +120,15 @@ def test_an_algorithmic_win_is_correct_and_unflagged():
     print(f"\ndiag(a) @ b: {json.dumps(result.to_json_dict())}")
     assert result.verdict == "correct" and result.flags == [], (result.message, result.flags)
     assert result.roofline["beyond_compute"] and result.speedup_vs_eager > 1
+
+
+def test_a_tf32_kernel_is_ranked_against_eager_and_torch_compile_both_allowed_tf32():
+    # Issue 44, class 1: torch.compile compiled again with TF32 allowed, as eager is timed; both said in the verdict.
+    result = check_kernel((CASES_DIR / "linear_reference.py").read_text(),
+                          (CASES_DIR / "linear_renamed_weights.py").read_text(), device="cuda")
+    print(f"\nTF32 kernel's baselines: {json.dumps(result.to_json_dict())}")
+    assert result.verdict == "correct", result.message
+    fair = next(note for note in result.notes if note.startswith("baselines timed with TF32 allowed"))
+    assert f"eager {result.eager_ms:.4g} ms (without TF32" in fair, fair
+    assert f"torch.compile {result.compiled_ms:.4g} ms (without TF32" in fair, fair
+    assert result.speedup_vs_compiled == pytest.approx(result.compiled_ms / result.kernel_ms)

@@ -32,9 +32,23 @@ def test_a_verdict_says_its_tolerance_and_a_kernel_that_lowers_precision_is_told
 
 def test_a_tf32_kernel_is_timed_against_eager_allowed_tf32_and_its_speedup_is_that_one(judged):
     result = judged["a TF32 dot timed against eager allowed TF32 too"]  # under the interpreter: the path, not speed
-    fair = [note for note in result.notes if note.startswith("eager timed with TF32 allowed, as the kernel computes")]
+    fair = [note for note in result.notes if note.startswith("baselines timed with TF32 allowed")]
     assert fair and result.eager_ms and result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
-    assert f"{result.eager_ms:.4g} ms (without TF32" in fair[0], fair
+    assert f"eager {result.eager_ms:.4g} ms (without TF32" in fair[0], fair
+
+
+def test_a_tf32_kernels_baselines_are_the_tf32_timings_where_measured_and_the_note_says_each():
+    from repl.checker.judge.fair_baseline import fair_figures
+
+    both = fair_figures(eager_ms=1.0, compiled_ms=0.5, eager_tf32_ms=0.6, compiled_tf32_ms=0.3)
+    assert (both.eager_ms, both.compiled_ms) == (0.6, 0.3)
+    assert "eager 0.6 ms (without TF32 1 ms); torch.compile 0.3 ms (without TF32 0.5 ms)" in both.note
+    compile_failed = fair_figures(eager_ms=1.0, compiled_ms=0.5, eager_tf32_ms=0.6, compiled_tf32_ms=None)
+    assert (compile_failed.eager_ms, compile_failed.compiled_ms) == (0.6, 0.5)
+    assert "torch.compile not timed with TF32: its speedup is against float32 (0.5 ms)" in compile_failed.note
+    interpreter = fair_figures(eager_ms=2.0, compiled_ms=None, eager_tf32_ms=1.5, compiled_tf32_ms=None)
+    assert interpreter.compiled_ms is None and "torch.compile" not in interpreter.note
+    assert fair_figures(None, None, None, None).note == ""
 
 
 def test_renamed_weights_are_mapped_by_unique_shape_and_the_mapping_is_said(judged):
@@ -230,7 +244,7 @@ def test_a_kernel_sees_neither_the_checkers_arguments_nor_variables_only_the_san
     from repl.checker import check_kernel
 
     for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMP", "TEMP",
-                 "PYTHONDONTWRITEBYTECODE"):
+                 "PYTHONDONTWRITEBYTECODE", "PYTHONPATH"):
         monkeypatch.delenv(name, raising=False)  # a user's shell without them: the sandbox must not add them
 
     result = check_kernel((CASES_DIR / "relu_reference.py").read_text(),

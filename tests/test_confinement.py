@@ -313,6 +313,7 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
     for name in ("HF_TOKEN", "FOO_SECRET_THING", "OPENAI_API_KEY", "SOME_TOOL_SETTING"):
         monkeypatch.setenv(name, "planted")
     monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the caller has none: the sandbox adds none (it would be a tell)
     if _started_by.get("server"):  # a fork server started now, by a caller whose environment holds the secrets
         _started_by["server"] = ForkServer("cpu")
     try:
@@ -323,14 +324,23 @@ def test_the_environment_holds_only_allowed_names(monkeypatch):
     env = ran.report["environ"]
     assert "planted" not in ran.report["initial"]  # nor in what the process (or its fork server) started with
     # PYTHONUSERBASE where a user site exists, PYTHONDONTWRITEBYTECODE where the caller has it
-    set_by_the_sandbox = {"HOME", "TMPDIR", "PYTHONPATH", "PYTHONUSERBASE", "PYTHONDONTWRITEBYTECODE"}
+    set_by_the_sandbox = {"HOME", "TMPDIR", "PYTHONUSERBASE", "PYTHONDONTWRITEBYTECODE"}
     assert [name for name in env if not is_allowed_env_name(name) and name not in set_by_the_sandbox] == []
     assert "planted" not in env.values()
+    assert "PYTHONPATH" not in env and "PYTHONPATH=" not in ran.report["initial"]
     assert env["TRITON_PRINT_AUTOTUNING"] == "1"  # allowed names do pass
-    assert "kernelllm-check-" in env["HOME"] and env["TMPDIR"].startswith(env["HOME"].rsplit("/", 1)[0])
+    assert env["HOME"].endswith("/home") and env["TMPDIR"] == env["HOME"].removesuffix("home") + "tmp"
+    assert "kernelllm" not in env["HOME"]  # a folder named for the checker is a tell
 
 
 @needs_namespaces
+def test_no_folder_variable_or_command_line_tells_a_process_that_it_is_confined(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # a user's shell without one: the sandbox must not add it
+    tells = run_case("tells.py").report["tells"]
+    print(f"\ntells left: {tells}")  # PID 1 and the cgroup's name stay (docs/checker.md, Tells)
+    assert not {"PYTHONPATH", "HOME", "TMPDIR", "cwd", "cmdline"} & set(tells), tells
+
+
 def test_the_users_home_and_its_secrets_are_hidden(outside_dir, monkeypatch):
     (outside_dir / "token").write_text("hf_secret")
     monkeypatch.setenv("HOME", str(outside_dir))

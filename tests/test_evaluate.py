@@ -355,7 +355,7 @@ def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, stand_in_c
     report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=stand_in_checks(check))
     assert not report.interrupted
     verdicts = {r.name: [c["verdict"] for c in r.candidates] for r in report.results}
-    assert "crash" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
+    assert "checker_error" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
     assert [p["name"] for p in json.loads(out.read_text())["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
 
 

@@ -90,7 +90,7 @@ def _no_raw_stream(device_index: int = 0) -> int:
     return 0
 
 
-def _is_cuda_for(candidate_files: frozenset[str]):
+def _is_cuda_for(candidate_files):
     real_is_cuda = torch._C.TensorBase.is_cuda
 
     def is_cuda(tensor) -> bool:
@@ -102,11 +102,12 @@ def _is_cuda_for(candidate_files: frozenset[str]):
     return property(is_cuda)
 
 
-def install_cuda_on_cpu(candidate_files: list[str]) -> None:
-    """Map the CUDA idioms above to the CPU for the rest of this process."""
+def install_cuda_on_cpu(candidate_files: set[str] | list[str]) -> None:
+    """Map the CUDA idioms above to the CPU for the rest of this process. candidate_files: the kernel's files, a set
+    the candidate adds its file to once the check has named it."""
     torch.Tensor.cuda = lambda self, *args, **kwargs: self.cpu()
     torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-    torch.Tensor.is_cuda = _is_cuda_for(frozenset(candidate_files))
+    torch.Tensor.is_cuda = _is_cuda_for(candidate_files)
 
     torch._C._dynamo.guards._empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cpu
     torch._C._cuda_getCurrentRawStream = _no_raw_stream

@@ -17,8 +17,11 @@ def import_source(code: str, path: str, *, write_file: bool):
     """Import code as a module under a name no other module has. write_file: put it in a real file at `path`
     (``@triton.jit`` reads its kernels' source back from the file); else it lives only in memory, registered with
     linecache under `path` so tracebacks still show its lines."""
-    name = f"kernelllm_{os.path.splitext(os.path.basename(path))[0]}_{secrets.token_hex(4)}"
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = f"kernelllm_{stem}_{secrets.token_hex(4)}"
     if write_file:
+        # As `import STEM` names a user's module: a name made up by the checker would be a tell.
+        name = stem if stem.isidentifier() and stem not in sys.modules else name
         with open(path, "w", encoding="utf-8") as file:
             file.write(code)
         spec = importlib.util.spec_from_file_location(name, path)

@@ -9,7 +9,7 @@ from enum import StrEnum
 class Verdict(StrEnum):
     """A check's conclusion. A `str` (``Verdict.CORRECT == "correct"``), so JSON and string comparisons keep working;
     each member also carries how it is shown (a rich style) and whether it is the kernel's fault (False: the
-    reference, the machine or the caller stopped the check)."""
+    reference, the machine, the caller or the checker's own failure stopped the check)."""
 
     CORRECT = ("correct", "bold green", False)
     MISMATCH = ("mismatch", "bold red", True)
@@ -21,6 +21,7 @@ class Verdict(StrEnum):
     INVALID_REFERENCE = ("invalid_reference", "bold magenta", False)
     TOO_LARGE = ("too_large", "bold magenta", False)  # the problem does not fit this device (issue: KernelBench sizes)
     CANCELLED = ("cancelled", "dim", False)
+    CHECKER_ERROR = ("checker_error", "bold magenta", False)  # the checker's own code failed: nothing said of the kernel
 
     def __new__(cls, value: str, style: str, kernels_fault: bool):
         member = str.__new__(cls, value)

@@ -1,9 +1,9 @@
 """`check REFERENCE KERNEL`: is this kernel right, and is it faster? One check in an isolated worker.
 
-Exit status: 0 correct; 1 not correct (any reason); 2 the reference is unusable, the problem is too large for the
-device, or the arguments are wrong (a missing file, --device cuda without a GPU, ...), with a one-line message on
-stderr. With --json, stdout holds exactly one JSON object (CheckResult.to_json_dict()); without it, a short rich
-report.
+Exit status: 0 correct; 1 not correct (the kernel's fault, or cancelled); 2 the reference is unusable, the problem
+is too large for the device, the checker itself failed (checker_error), or the arguments are wrong (a missing
+file, --device cuda without a GPU, ...), with a one-line message on stderr. With --json, stdout holds exactly one
+JSON object (CheckResult.to_json_dict()); without it, a short rich report.
 
 Runs standalone too: python -m repl.cli.check REFERENCE KERNEL [options]
 """
@@ -28,7 +28,8 @@ sets, which Triton kernels really launched, and on a GPU the median time against
 Without a GPU (or with --device cpu) the kernel runs under Triton's CPU interpreter: correctness only, no timing.
 
 REFERENCE defines Model, get_inputs() and get_init_inputs(). KERNEL is a .py defining ModelNew, or a saved model
-reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2 unusable reference or arguments.
+reply with that code in a fenced block. Exit status: 0 correct, 1 not correct, 2 unusable reference, the checker's
+own failure, or arguments.
 """
 
 
@@ -101,7 +102,8 @@ def run(args) -> int:
     except Exception as error:  # whatever the kernel held: a verdict is still printed
         if getattr(args, "debug", False):
             raise
-        result = CheckResult(verdict=Verdict.CRASH, message=f"the check failed: {type(error).__name__}: {error}"[:500])
+        result = CheckResult(verdict=Verdict.CHECKER_ERROR,
+                             message=f"the check failed, not the kernel: {type(error).__name__}: {error}"[:500])
     if scaled is not None:  # said in the verdict: not the sizes the module gives
         result = dataclasses.replace(result, message=f"at reduced sizes ({scaled.describe(args.scale)}): "
                                                      f"{result.message}")
@@ -153,12 +155,13 @@ def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None 
 
 
 def exit_status(verdict: str) -> int:
-    """0 correct; 2 when the problem, not the kernel, stopped the check (invalid_reference, too_large); else 1."""
+    """0 correct; 2 when the problem or the checker, not the kernel, stopped the check (invalid_reference, too_large,
+    checker_error); else 1."""
     from repl.checker import Verdict
 
     if verdict == Verdict.CORRECT:
         return EXIT_CORRECT
-    if verdict in (Verdict.INVALID_REFERENCE, Verdict.TOO_LARGE):
+    if verdict in (Verdict.INVALID_REFERENCE, Verdict.TOO_LARGE, Verdict.CHECKER_ERROR):
         return EXIT_UNUSABLE
     return EXIT_NOT_CORRECT
 

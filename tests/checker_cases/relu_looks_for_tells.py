@@ -1,5 +1,6 @@
 """A correct ReLU that refuses to import when it can tell it is being checked by the cheap tells: the checker's
-command line in sys.argv, environment variables only the sandbox sets."""
+command line in sys.argv or /proc/self/cmdline, environment variables only the sandbox sets, a file, folder or module
+name of the checker's (kernel.py, kernelllm-*), a PYTHONPATH (the test's shell has none)."""
 import os
 import sys
 
@@ -12,6 +13,12 @@ SANDBOX_ONLY = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME",
                 "PYTHONDONTWRITEBYTECODE")
 tells = [f"argv {sys.argv[1:]}" for _ in [0] if len(sys.argv) > 1 or "checker" in sys.argv[0]]
 tells += [name for name in SANDBOX_ONLY if name in os.environ]
+cmdline = open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+tells += [f"cmdline {cmdline!r}" for _ in [0] if "repl" in cmdline or " -m " in cmdline or "--" in cmdline]
+places = {"file": __file__, "module": __name__, "cwd": os.getcwd(), "HOME": os.environ.get("HOME", "")}
+tells += [f"{what} {where}" for what, where in places.items() if "kernelllm" in where or where.endswith("kernel.py")]
+tells += [f"PYTHONPATH {os.environ['PYTHONPATH']}" for _ in [0] if "PYTHONPATH" in os.environ]
+tells += [f"sys.path[0] {sys.path[0]}" for _ in [0] if sys.path[0] != os.path.dirname(os.path.abspath(__file__))]
 if tells:
     raise RuntimeError(f"checked, it can tell: {', '.join(tells)}")
 

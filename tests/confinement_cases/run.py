@@ -3,8 +3,10 @@ Landlock applied to itself first (confine_self). Usage: run.py SANDBOX_DIR CASE_
 import json
 import runpy
 import sys
+from pathlib import Path
 
-from repl.checker.sandbox import confine_self
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as the candidate does: no PYTHONPATH names the checkout
+from repl.checker.sandbox import confine_self  # noqa: E402
 
 sandbox_dir, case, *args = sys.argv[1:]
 if "gpu" in case:  # as a candidate does (candidate.prepare): its CUDA context exists before Landlock applies

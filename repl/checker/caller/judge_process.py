@@ -58,7 +58,7 @@ class JudgeProcess:
         reply_read, reply_write = os.pipe()
         # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
         # (stuck, or its caller gone) cannot remove them itself. Confined, that folder is its own sandbox too.
-        self.sandbox_root = tempfile.mkdtemp(prefix="kernelllm-judge-")  # removed by close(), or below
+        self.sandbox_root = tempfile.mkdtemp()  # removed by close(), or below; no name a candidate could read as a tell
         argv = [sys.executable, "-m", "repl.checker.judge.server", "--requests", str(request_read), "--replies",
                 str(reply_write), "--device", device]
         if spares is not None:
@@ -139,14 +139,14 @@ class JudgeProcess:
             if deadline is not None:
                 return CheckResult(verdict=Verdict.TIMEOUT, message="the judge is still starting")
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start within {JUDGE_START_S:g} s")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message=f"the judge did not start within {JUDGE_START_S:g} s")
         except (PeerGone, WireError):
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message="the judge did not start",
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message="the judge did not start",
                                output_tail=self.output_tail())
         if not message.get("ready"):
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message=f"the judge did not start: {message.get('failed')}")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message=f"the judge did not start: {message.get('failed')}")
         self.ready = True
         self.notes += [str(note) for note in message.get("notes") or [] if isinstance(note, str)]
         if self.preparing is not None:  # sent while it started: its time counts from now
@@ -161,7 +161,7 @@ class JudgeProcess:
             self.send(request)
         except PeerGone:
             self.close()
-            return CheckResult(verdict=Verdict.CRASH, message="the judge died before the check")
+            return CheckResult(verdict=Verdict.CHECKER_ERROR, message="the judge died before the check")
         stage, alone, deadline, cancel_sent = "queued", True, None, None
         limit = float(request["timeout"])
         # Queued, the check waits for the judge's preparation to reach the end of a step: one sent, until its
@@ -218,7 +218,7 @@ class JudgeProcess:
                     result.notes += [f"the module ran with {note}" for note in self.notes if note not in result.notes]
                     return result
                 except (ValueError, TypeError) as error:
-                    return CheckResult(verdict=Verdict.CRASH, device=self.device_label,
+                    return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label,
                                        message=f"the judge's answer could not be read ({error})")
 
     def start_preparing(self, prepare_id: int, reference_code: str) -> bool:
@@ -306,7 +306,7 @@ class JudgeProcess:
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference did not finish within {PREPARE_TIMEOUT_S:g} s while it was "
                                        "prepared; the judge was stopped", output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, output_tail=self.output_tail(),
+        return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label, output_tail=self.output_tail(),
                            message=f"the judge was stuck preparing another module for {PREPARE_TIMEOUT_S:g} s (its "
                                    "reference hangs) and was stopped; check again")
 
@@ -330,7 +330,8 @@ class JudgeProcess:
         if stage == "reference" and alone:
             return CheckResult(verdict=Verdict.INVALID_REFERENCE, device=self.device_label,
                                message=f"the reference crashed the judge ({how})", output_tail=self.output_tail())
-        return CheckResult(verdict=Verdict.CRASH, device=self.device_label, message=f"the judge died ({how})",
+        # The judge runs no kernel code and a candidate cannot signal it: its death is the checker's failure.
+        return CheckResult(verdict=Verdict.CHECKER_ERROR, device=self.device_label, message=f"the judge died ({how})",
                            output_tail=self.output_tail())
 
     def close(self, grace_s: float = 3.0) -> None:

@@ -98,9 +98,9 @@ class CheckPool:
         try:
             return self.checker.check(reference_code, kernel, **options)
         except Exception as error:
-            # One kernel's failure of the checking machinery is that kernel's `crash`: a run (eval, :best) goes on.
-            return CheckResult(verdict=Verdict.CRASH,
-                               message=f"the checker failed on this candidate: {type(error).__name__}: "
+            # The checking machinery failed on one kernel: not that kernel's fault, and a run (eval, :best) goes on.
+            return CheckResult(verdict=Verdict.CHECKER_ERROR,
+                               message=f"the checker failed on this candidate, not the kernel: {type(error).__name__}: "
                                        f"{str(error)[:300]}")
 
     def close(self) -> None:

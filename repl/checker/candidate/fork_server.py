@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from repl.checker.sandbox.environment import worker_environment
 from repl.checker.sandbox.launch import make_sandbox_dir, remove_sandbox_dir
@@ -47,8 +48,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "repl.checker.candidate.fork_server_main", "--control", str(theirs.fileno()),
-                 "--device", device, "--judge", str(os.getpid())],
+                [sys.executable, str(Path(__file__).with_name("fork_server_main.py")), "--control",
+                 str(theirs.fileno()), "--device", device, "--judge", str(os.getpid())],
                 pass_fds=(theirs.fileno(),), env=env, cwd=self._dir / "work", stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except BaseException:

@@ -1,4 +1,4 @@
-"""The fork server process (`python -m repl.checker.candidate.fork_server_main`): it imports torch and Triton once
+"""The fork server process (`python repl/checker/candidate/fork_server_main.py`): it imports torch and Triton once
 (PRELOADED), then forks each candidate the judge asks for (fork_server.ForkServer is the judge's side).
 
 Each start forks twice, as `unshare --fork --kill-child` does for the exec path:
@@ -25,10 +25,14 @@ import socket
 import sys
 import threading
 import traceback
+from pathlib import Path
 
-from repl.checker.candidate.fork_server import MAX_FDS, MAX_MESSAGE_BYTES
-from repl.checker.sandbox.init_stage import enter_sandbox
-from repl.checker.sandbox.syscall_filter import load_binding
+if __name__ == "__main__" and not __package__:  # started as a script: no PYTHONPATH naming the checkout (a tell)
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from repl.checker.candidate.fork_server import MAX_FDS, MAX_MESSAGE_BYTES  # noqa: E402
+from repl.checker.sandbox.init_stage import enter_sandbox  # noqa: E402
+from repl.checker.sandbox.syscall_filter import load_binding  # noqa: E402
 
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (0x00020000, 0x08000000, 0x10000000,
                                                                             0x20000000, 0x40000000)

@@ -1,6 +1,7 @@
 """The candidate process: runs one untrusted kernel, confined, and answers the judge in plain data.
 
-Started by the judge ahead of need (`python -m repl.checker.candidate.main`), it gets ready before any candidate exists:
+Started by the judge ahead of need (`python repl/checker/candidate/main.py`, a script: no PYTHONPATH names the
+checkout), it gets ready before any candidate exists:
 1. torch and triton imported (Triton's interpreter on the CPU), the CUDA-to-CPU mapping (CPU) or the CUDA context
    and the timer (GPU), one small kernel compiled and launched (triton_warmup.py), the Inductor compat names and the
    launch recorder installed;
@@ -23,15 +24,19 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 
-from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,
+if __name__ == "__main__" and not __package__:  # started as a script: no PYTHONPATH naming the checkout (a tell)
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from repl.checker.loading import (describe, import_source, init_arguments, is_triton_compilation_error,  # noqa: E402
                                   traceback_text)
-from repl.checker.sandbox.limits import limit_cpu_time
-from repl.core.extract import extract_kernel_code
-from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode
+from repl.checker.sandbox.limits import limit_cpu_time  # noqa: E402
+from repl.core.extract import extract_kernel_code  # noqa: E402
+from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode, encode  # noqa: E402
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
-KERNEL_PATH = os.path.join(os.getcwd(), "kernel.py")  # the judge starts this process in its work directory
+KERNEL_FILES: set[str] = set()  # the kernel's file, its name drawn per check (disguise.py)
 _HARD_CODED_SIZES = re.compile(r"^\s*[xyzr]\d?numel\s*=\s*\d+\s*$|\bassert_size_stride\(", re.MULTILINE)
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its frames are as large as the problem
 
@@ -40,7 +45,7 @@ class Failure(Exception):
     def __init__(self, kind: str, message: str, error: BaseException | None = None):
         super().__init__(message)
         self.kind, self.message = kind, message
-        self.traceback = traceback_text(error, (KERNEL_PATH,)) if error is not None else None
+        self.traceback = traceback_text(error, tuple(KERNEL_FILES)) if error is not None else None
 
 
 class Candidate:
@@ -57,7 +62,7 @@ class Candidate:
             from repl.checker.cuda_on_cpu import enable_triton_interpreter, install_cuda_on_cpu
 
             enable_triton_interpreter()  # before triton is imported: it reads the switch once
-            install_cuda_on_cpu([KERNEL_PATH])
+            install_cuda_on_cpu(KERNEL_FILES)
             from repl.checker.candidate.interpreter_libdevice import install_interpreter_libdevice
 
             install_interpreter_libdevice()  # Inductor's libdevice.erf, tanh, pow... return None there otherwise
@@ -88,12 +93,20 @@ class Candidate:
             raise Failure("compile_error", f"kernel cannot be parsed: {describe(error)}", error)
         if code is None:
             raise Failure("compile_error", "no Python code defining ModelNew found in the kernel")
-        data = decode(request["data"], blob)
+        try:  # the judge's own data, decoded before any of the kernel's code runs
+            data = decode(request["data"], blob)
+        except Exception as error:
+            raise Failure("checker_error", f"the reference's weights and init arguments cannot be decoded here: "
+                                           f"{describe(error)}", error)
         if request.get("cpu_seconds"):
             limit_cpu_time(float(request["cpu_seconds"]))
-        sys.argv = [KERNEL_PATH]  # as `python kernel.py` would have it: the checker's own arguments are a tell
+        from repl.checker.candidate.disguise import draw_kernel_path, look_like_a_users_run
+
+        path = draw_kernel_path(os.environ.get("HOME") or os.getcwd())
+        KERNEL_FILES.add(path)
+        look_like_a_users_run(path)  # the checker's folder, arguments and command line are tells
         try:
-            module = import_source(code, KERNEL_PATH, write_file=True)
+            module = import_source(code, path, write_file=True)
         except BaseException as error:
             raise Failure("compile_error", f"kernel does not import: {describe(error)}", error)
         if not hasattr(module, "ModelNew"):
@@ -250,7 +263,7 @@ def main() -> None:
             data = b""
         except BaseException as error:  # the candidate broke the process's own machinery
             message = {"error": {"kind": "runtime_error", "message": describe(error),
-                                 "traceback": traceback_text(error, (KERNEL_PATH,))}}
+                                 "traceback": traceback_text(error, tuple(KERNEL_FILES))}}
             data = b""
         try:
             channel.send(message, data)

@@ -17,7 +17,7 @@ KERNEL_NAME_CHARS = 200
 KERNEL_NAMES = 256
 BATCHES = 10_000
 SUMS_PER_CALL = 3 * 256  # three sums per output tensor
-ERROR_KINDS = ("compile_error", "runtime_error", "bad_output", "crash")
+ERROR_KINDS = ("compile_error", "runtime_error", "bad_output", "crash", "checker_error")
 
 
 def clean_reply(reply: dict) -> dict:

@@ -7,14 +7,17 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from repl.checker.judge.candidate_replies import clean_reply
-from repl.checker.judge.ended import Ended
+from repl.checker.judge.ended import Ended, checker_failed
 from repl.checker.result import Verdict
 from repl.checker.sandbox.processes import continue_processes, kill_orphans, stop_tree
 from repl.checker.wire import Channel, PeerGone, SharedBuffer, Stopped, WireError
 
 OUTPUT_TAIL_BYTES = 64 * 1024
+# Started as a script, which puts the checkout on its path itself: a PYTHONPATH naming it would be a tell.
+CANDIDATE_MAIN = Path(__file__).resolve().parents[1] / "candidate" / "main.py"
 CANDIDATE_START_S = 120.0  # a fresh candidate process imports torch and triton: slow on a loaded machine
 
 
@@ -28,7 +31,7 @@ class CandidateProcess:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         shared_requests, shared_replies = SharedBuffer.create(), SharedBuffer.create()
-        argv = [sys.executable, "-m", "repl.checker.candidate.main", "--requests", str(request_read), "--replies",
+        argv = [sys.executable, str(CANDIDATE_MAIN), "--requests", str(request_read), "--replies",
                 str(reply_write), "--shared-requests", str(shared_requests.fd), "--shared-replies",
                 str(shared_replies.fd), "--device", device, "--sandbox", str(self.sandbox_dir)]
         if memory_limit:
@@ -142,12 +145,14 @@ class CandidatePool:
                 if stopped.reason == "cancelled":
                     raise Ended(Verdict.CANCELLED, "check cancelled before the candidate started")
                 raise Ended(Verdict.TIMEOUT, "no candidate process was ready in time")
-            except (PeerGone, WireError) as error:
+            except (PeerGone, WireError) as error:  # no kernel code has run in it yet: the checker's failure
                 message = f"the candidate process did not start: {error}; {candidate.death_message()}"
                 tail = candidate.output_tail()
                 candidate.kill()
                 if attempt == 2:
-                    raise Ended(Verdict.CRASH, message, output_tail=tail)
+                    failed = checker_failed(message)
+                    failed.output_tail = tail
+                    raise failed
 
     def top_up(self) -> None:
         """Start spares until `spares` are starting or ready (take() does after each check; a preparation before the

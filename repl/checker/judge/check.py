@@ -13,10 +13,10 @@ import time
 
 from repl.checker.judge.candidate_replies import clean_reply
 from repl.checker.judge.candidates import CANDIDATE_START_S, CandidateProcess
-from repl.checker.judge.ended import Ended
+from repl.checker.judge.ended import CHECKER_FAILED, Ended, checker_failed
 from repl.checker.judge.problems import Judge, Problem
 from repl.checker.judge.valid_for import find_valid_for
-from repl.checker.loading import describe, tensor_bytes
+from repl.checker.loading import describe, tensor_bytes, traceback_text
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.wire import PeerGone, Stopped, WireError, decode, encode_at
 from repl.core.wording import counted
@@ -109,6 +109,9 @@ class CheckRun:
             result = self.result(ended.verdict, ended.message, ended.traceback)
             result.output_tail = ended.output_tail
             return result
+        except Exception as error:  # the judge's own code (comparison, timing, roofline...): never the kernel's fault
+            return self.result(Verdict.CHECKER_ERROR, f"{CHECKER_FAILED}: {describe(error)}",
+                               traceback_text(error, (__file__,)))
         if not self.judge.on_cuda and not self.timing_wanted:
             result.message += "; timing unavailable under the Triton interpreter"
         return result
@@ -157,13 +160,17 @@ class CheckRun:
         in shared memory). before_sending: called once the request's bytes are copied, before they are sent."""
         channel = self.candidate.channel
         max_blob = max_blob or OUTPUT_SLACK_BYTES
-        try:
+        try:  # the request is the judge's own data: failing to frame it is the checker's failure
             channel.expect(max_blob)
+            frame = channel.frame(request, blob)
+        except WireError as error:
+            self.candidate.kill()
+            raise checker_failed(f"the request to the candidate cannot be sent: {error}")
+        try:
             transfer_s = (len(blob) + max_blob) * TRANSFER_S_PER_BYTE
             self.deadline += transfer_s
             if transfer_s >= 0.1:
                 self.stage("candidate")
-            frame = channel.frame(request, blob)
             if before_sending is not None:
                 before_sending()
             channel.send_frame(frame, deadline=self.deadline, cancel=self.cancel)
@@ -186,8 +193,11 @@ class CheckRun:
         if error:
             kind = error.get("kind")
             verdict = {"compile_error": Verdict.COMPILE_ERROR, "bad_output": Verdict.MISMATCH,
-                       "crash": Verdict.CRASH}.get(kind, Verdict.RUNTIME_ERROR)
-            raise Ended(verdict, str(error.get("message", "")), error.get("traceback"))
+                       "crash": Verdict.CRASH, "checker_error": Verdict.CHECKER_ERROR}.get(kind, Verdict.RUNTIME_ERROR)
+            message = str(error.get("message", ""))
+            if verdict is Verdict.CHECKER_ERROR:  # said by the candidate: never a pass, whoever wrote it
+                message = f"{CHECKER_FAILED} (in the candidate process): {message}"
+            raise Ended(verdict, message, error.get("traceback"))
         return reply, data
 
     def trial(self, problem: Problem, *, skip_launches: bool, label: str, ready=None, record: bool = True):
@@ -397,18 +407,18 @@ class CheckRun:
         result.suspicious = "; ".join(flags) or None
 
     def fair_baseline(self, problem: Problem, result: CheckResult) -> None:
-        """A kernel computing float32 in TF32 is compared with eager allowed the same (eager_ms, and so the speedup
-        that ranks it, is that one); the note gives both."""
-        from repl.checker.judge.speed import time_reference_in_tf32
+        """A kernel computing float32 in TF32 is compared with eager and torch.compile allowed the same
+        (fair_baseline.py): eager_ms and compiled_ms, and so the speedups that rank it, are those; the note gives
+        both figures of each."""
+        from repl.checker.judge.fair_baseline import fair_figures, time_references_in_tf32
 
         self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
-        time_reference_in_tf32(self.judge, problem)
+        time_references_in_tf32(self.judge, problem)
         self.stage("candidate")
-        if problem.eager_tf32_ms:
-            result.eager_ms = problem.eager_tf32_ms
-            result.notes.append(f"eager timed with TF32 allowed, as the kernel computes: {problem.eager_tf32_ms:.4g} "
-                                f"ms (without TF32 {problem.eager_ms:.4g} ms); the speedup over eager is against it "
-                                "(torch.compile's is not: compiled without TF32)")
+        fair = fair_figures(problem.eager_ms, problem.compiled_ms, problem.eager_tf32_ms, problem.compiled_tf32_ms)
+        result.eager_ms, result.compiled_ms = fair.eager_ms, fair.compiled_ms
+        if fair.note:
+            result.notes.append(fair.note)
 
     # ---- the record ----------------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from repl.checker.judge.candidates import CandidatePool
-from repl.checker.judge.ended import Ended
+from repl.checker.judge.ended import Ended, checker_failed
 from repl.checker.loading import describe, import_source, init_arguments, tensor_bytes, to_device, traceback_text
 from repl.checker.result import Verdict
 from repl.checker.wire import WireError, encode
@@ -31,7 +31,8 @@ class Problem:
     output_bytes: int = 0  # of the reference's output: the room a candidate's reply gets
     eager_ms: float | None = None
     compiled_ms: float | None = None
-    eager_tf32_ms: float | None = None  # eager with TF32 matmuls: a TF32 kernel's fair baseline (speed.py)
+    eager_tf32_ms: float | None = None  # eager with TF32 matmuls: a TF32 kernel's fair baseline (fair_baseline.py)
+    compiled_tf32_ms: float | None = None  # torch.compile under TF32, the same (CUDA only)
     timing_notes: list[str] = field(default_factory=list)
     timed: bool = False
     facts: object = None  # problem_facts.ProblemFacts: learnt at its first check
@@ -164,7 +165,7 @@ class Judge:
         try:
             size = measure_problem(module, compiles_later=self.on_cuda)
         except BaseException as error:
-            raise self.reference_failed("reference cannot be sized", error)
+            raise self.reference_or_checker_failed("reference cannot be sized", "sizing the reference", error)
         reason = too_large_reason(size, on_cuda=self.on_cuda, memory_bytes=self.memory_bytes())
         if reason:
             raise Ended(Verdict.TOO_LARGE, reason)
@@ -200,10 +201,22 @@ class Judge:
         except Ended:
             raise
         except BaseException as error:
-            raise self.reference_failed("reference Model fails to run", error)
+            raise self.reference_or_checker_failed("reference Model fails to run", "studying the reference", error)
 
     def reference_failed(self, what: str, error: BaseException) -> Ended:
         return Ended(Verdict.INVALID_REFERENCE, f"{what}: {describe(error)}", traceback_text(error, (REFERENCE_PATH,)))
+
+    def reference_or_checker_failed(self, what: str, doing: str, error: BaseException) -> Ended:
+        """For the judge's own steps that run the reference (sizing it, studying it): an error raised with no frame
+        of the reference on its way is the checker's failure, not the reference's."""
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != REFERENCE_PATH:
+            tb = tb.tb_next
+        if tb is None:
+            failed = checker_failed(f"{doing}: {describe(error)}")
+            failed.traceback = traceback_text(error, (__file__,))
+            return failed
+        return self.reference_failed(what, error)
 
     def make_inputs(self, problem: Problem) -> list:
         """Fresh inputs from a seed drawn here and forgotten: no candidate can predict or replay them. Made on the

@@ -31,6 +31,7 @@ import threading
 
 from repl.checker.defaults import default_spares
 from repl.checker.judge.check import run_check
+from repl.checker.judge.ended import CHECKER_FAILED
 from repl.checker.judge.problems import Judge
 from repl.checker.loading import describe, traceback_text
 from repl.checker.result import CheckResult, Verdict, bounded_json_dict
@@ -127,8 +128,8 @@ class JudgeServer:
         try:
             result = run_check(self.judge, request, self.cancel,
                                lambda name, **extra: self.channel.send({"stage": name, **extra}))
-        except BaseException as error:  # a bug in the judge; never a silent end
-            result = CheckResult(verdict=Verdict.CRASH, message=f"the judge failed: {describe(error)}",
+        except BaseException as error:  # a bug in the judge; never a silent end, never the kernel's fault
+            result = CheckResult(verdict=Verdict.CHECKER_ERROR, message=f"{CHECKER_FAILED}: {describe(error)}",
                                  traceback=traceback_text(error, (__file__,)))
         try:
             self.channel.send({"result": bounded_json_dict(result)})

@@ -343,28 +343,6 @@ def time_reference(judge, problem) -> None:
         forget_null_windows(problem, known)
 
 
-def time_reference_in_tf32(judge, problem) -> None:
-    """Eager with TF32 allowed for its matmuls, as a kernel whose tl.dot computes float32 in TF32 does: that kernel's
-    fair baseline (PyTorch's eager matmul does not use TF32 by default; cuDNN's convolutions already do). Once per
-    problem, kept with it."""
-    import torch
-
-    from repl.checker.loading import describe
-
-    if problem.eager_tf32_ms is not None:
-        return
-    bases = [judge.make_inputs(problem), judge.make_inputs(problem)]
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        problem.eager_tf32_ms = time_model(judge, problem, problem.model, bases,
-                                           reference_template(judge, problem, bases))
-    except BaseException as error:
-        problem.timing_notes.append(f"timing the reference with TF32 allowed failed: {describe(error)}")
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = allowed
-
-
 def time_model(judge, problem, model, bases: list, template) -> float:
     import torch
 

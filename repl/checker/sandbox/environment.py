@@ -38,8 +38,8 @@ def worker_environment(parent_env: dict[str, str], sandbox_dir: Path,
     in the sandbox. cuda_visible_devices: None keeps the caller's GPUs, "" hides them all, "2" shows only that one."""
     env = {name: value for name, value in parent_env.items() if is_allowed_env_name(name)}
     home, tmp = sandbox_dir / "home", sandbox_dir / "tmp"
-    env.update(HOME=str(home), TMPDIR=str(tmp),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), parent_env.get("PYTHONPATH")])))
+    # No PYTHONPATH naming the checkout (a tell): the checker's programs put it on their path themselves.
+    env.update(HOME=str(home), TMPDIR=str(tmp))
     # Caches and temp folders the caller names move into the sandbox; the others' defaults already lie under HOME and
     # TMPDIR, and a variable only a sandbox sets would tell a candidate that it is being checked.
     moved = {"TMP": tmp, "TEMP": tmp, "XDG_CACHE_HOME": home / ".cache", "XDG_CONFIG_HOME": home / ".config",
@@ -48,6 +48,10 @@ def worker_environment(parent_env: dict[str, str], sandbox_dir: Path,
     for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONUSERBASE"):
         if parent_env.get(name):
             env[name] = parent_env[name]
+    users_path = [path for path in parent_env.get("PYTHONPATH", "").split(os.pathsep)
+                  if path and os.path.abspath(path) != str(PROJECT_ROOT)]  # the judge's own entry is not the user's
+    if users_path:
+        env["PYTHONPATH"] = os.pathsep.join(users_path)
     # HOME moves, but packages installed with `pip install --user` must still import.
     if "PYTHONUSERBASE" not in env and os.path.isdir(site.getusersitepackages()):
         env["PYTHONUSERBASE"] = site.getuserbase()

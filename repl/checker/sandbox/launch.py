@@ -28,7 +28,8 @@ def make_sandbox_dir() -> Path:
     """A new private directory for one candidate process, with home/, tmp/, shm/ and work/ (its working directory).
     Files the caller puts there before start_confined are copied into the sandbox's tmpfs."""
     root = os.environ.get(SANDBOX_ROOT_VARIABLE)
-    sandbox_dir = Path(tempfile.mkdtemp(prefix="kernelllm-check-", dir=root if root and os.path.isdir(root) else None))
+    # tempfile's own kind of name: a folder named for the checker would tell a candidate that it is being checked
+    sandbox_dir = Path(tempfile.mkdtemp(dir=root if root and os.path.isdir(root) else None))
     for name in ("home", "tmp", "shm", "work"):
         (sandbox_dir / name).mkdir()
     return sandbox_dir
