@@ -104,12 +104,18 @@ class JudgeProcess:
         return start_confined([*argv, "--confined"], sandbox_dir=Path(self.sandbox_root), gpu=device == "cuda",
                               cuda_visible_devices=cuda_visible_devices, pass_fds=fds, judge=True,
                               memory_limit_bytes=judge_memory_limit_bytes(),
-                              extra_env={**passed, SANDBOX_ROOT_VARIABLE: self.sandbox_root}, **streams)
+                              extra_env={**passed, SANDBOX_ROOT_VARIABLE: self.sandbox_root,
+                                         "PYTHONPATH": self._python_path()}, **streams)
+
+    @staticmethod
+    def _python_path() -> str:
+        """The judge runs as `-m repl.checker.judge.server`: the checkout first (its candidates' path leaves it out)."""
+        return os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
 
     def _unconfined_environment(self, cuda_visible_devices: str | None) -> dict[str, str]:
         env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
         env[SANDBOX_ROOT_VARIABLE] = self.sandbox_root
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = self._python_path()
         env.pop("TRITON_INTERPRET", None)
         if cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
