@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,17 +58,13 @@ def test_the_judge_server_answers_checker_error_when_a_check_raises(monkeypatch)
 
 
 def test_a_pool_whose_checker_raises_answers_checker_error():
-    class Raising:
-        jobs, device = 1, "cpu"
+    from stand_in_checker import stand_in_checks
 
-        def check(self, *args, **kwargs):
-            raise MemoryError("the caller's parser")
+    def raising(*arguments, **options):
+        raise MemoryError("the caller's parser")
 
-        def close(self):
-            pass
-
-    with CheckPool(make_checker=lambda device, jobs=1, **options: Raising()) as pool:
-        result = pool.check("reference", "kernel", device="cpu")
+    with stand_in_checks(raising) as pool:
+        result = pool.check("reference", "class ModelNew: pass", device="cpu")
     assert result.verdict is Verdict.CHECKER_ERROR and "not the kernel" in result.message
 
 

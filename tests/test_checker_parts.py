@@ -537,6 +537,7 @@ class _ScriptedJudge:
         judge = judge_process.JudgeProcess.__new__(judge_process.JudgeProcess)
         judge.process, judge.channel = self.sleeper, Channel(reply_read, request_write)
         judge.device_label, judge.ready, judge._sending = "cpu-interpreter", ready, threading.Lock()
+        judge.confined, judge.notes = False, []
         judge._output = judge_process.PipeCollector(os.open(os.devnull, os.O_RDONLY), limit_bytes=1024, keep="tail")
         self.judge, self.started = judge, time.monotonic()
         writer = Channel(None, reply_write)

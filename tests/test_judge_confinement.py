@@ -144,7 +144,8 @@ def test_candidates_started_inside_a_confined_judge_keep_their_layers():
                "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1], '-k', sys.argv[2]]))")
     process, notes = start_confined(
         [sys.executable, "-c", program, str(PROJECT_ROOT / "tests" / "test_confinement.py"), NESTED_CONFINEMENT_TESTS],
-        sandbox_dir=sandbox_dir, gpu=False, judge=True, extra_env={SANDBOX_ROOT_VARIABLE: str(sandbox_dir)},
+        sandbox_dir=sandbox_dir, gpu=False, judge=True,
+        extra_env={SANDBOX_ROOT_VARIABLE: str(sandbox_dir), "PYTHONPATH": str(PROJECT_ROOT)},  # as JudgeProcess
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         output = process.communicate(timeout=600)[0].decode(errors="replace")

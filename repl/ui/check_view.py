@@ -3,20 +3,18 @@
 Pure rendering: takes a CheckResult, returns something a rich Console prints; no I/O, no checking.
 """
 
-import re
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from repl.checker.kernel_names import SANDBOX_COPY
 from repl.checker.result import CheckResult
 from repl.ui.console import terminal_safe
 
 TRACEBACK_LINES = 12
 
 
-# Where a check runs the kernel: /tmp/kernelllm-judge-…/kernelllm-check-…/work/kernel.py
-SANDBOX_COPY = re.compile(r"/[^\s\"']*kernelllm-check-[^/\s\"']+/work/kernel\.py")
 
 
 def named_as_given(text: str | None, kernel_name: str | None) -> str | None:

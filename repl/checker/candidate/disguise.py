@@ -8,10 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-PROJECTS = ("kernels", "triton-kernels", "fused-ops", "llm-kernels", "experiments", "gpu-ops", "model-opt", "src",
-            "triton-playground", "perf", "ops", "inference")
-FILE_STEMS = ("model_new", "fused", "triton_ops", "kernel_opt", "optimized", "solution", "custom_ops", "fast_model",
-              "triton_impl", "new_model", "ops", "main")
+from repl.checker.kernel_names import FILE_STEMS, PROJECTS
 
 
 def draw_kernel_path(home: str) -> str:
