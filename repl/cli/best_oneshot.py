@@ -47,21 +47,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
     source_name = Path(args.file).stem if args.file else None
     run = BestOfRun(code, k, engine=engine, check=check, on_progress=on_progress, source_name=source_name,
                     generate_anyway=args.generate_anyway)
-    interrupted = False
-    try:
-        run.start()
-        while not run.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: stopping; keeping the finished candidates")
-        run.cancel()
-        while True:
-            try:
-                run.wait()
-                break
-            except KeyboardInterrupt:
-                continue
+    interrupted = _run_until_done(run)
     if isinstance(run.error, NotCheckableHere):
         say(f"error: {one_line(run.error)}; --generate-anyway samples it all the same, unchecked")
         return 2
@@ -83,15 +69,7 @@ def run_best_oneshot(engine, code: str, args) -> int:
         return 130 if interrupted else 1
     best = with_code[0]
     check_result = best.check
-    summary = f"candidate {best.index}: {best.verdict}"
-    if check_result is not None and check_result.kernel_ms is not None:
-        summary += f", {check_result.kernel_ms:.4g} ms"
-        if check_result.speedup_vs_eager:
-            summary += f", {check_result.speedup_vs_eager:.3g}x vs eager"
-        if check_result.roofline and check_result.roofline.get("bandwidth_share") is not None:
-            summary += f", {100 * check_result.roofline['bandwidth_share']:.0f}% of measured bandwidth"
-        if check_result.flags:
-            summary += f" (flagged: {check_result.flags[0]})"
+    summary = _summary(best)
     if unchecked:
         say(f"writing candidate {best.index}, unchecked")
     elif not best.correct:
@@ -107,3 +85,35 @@ def run_best_oneshot(engine, code: str, args) -> int:
         return 130
     return 0 if best.correct else 1
 
+
+def _run_until_done(run) -> bool:
+    """Start the run and wait for it; Ctrl-C stops it and keeps what finished. True when interrupted."""
+    try:
+        run.start()
+        while not run.wait(0.5):
+            pass
+        return False
+    except KeyboardInterrupt:
+        say("interrupted: stopping; keeping the finished candidates")
+        run.cancel()
+        while True:
+            try:
+                run.wait()
+                return True
+            except KeyboardInterrupt:
+                continue
+
+
+def _summary(best) -> str:
+    """'candidate 3: correct, 0.0123 ms, 1.8x vs eager, 40% of measured bandwidth (flagged: ...)'."""
+    check_result = best.check
+    summary = f"candidate {best.index}: {best.verdict}"
+    if check_result is not None and check_result.kernel_ms is not None:
+        summary += f", {check_result.kernel_ms:.4g} ms"
+        if check_result.speedup_vs_eager:
+            summary += f", {check_result.speedup_vs_eager:.3g}x vs eager"
+        if check_result.roofline and check_result.roofline.get("bandwidth_share") is not None:
+            summary += f", {100 * check_result.roofline['bandwidth_share']:.0f}% of measured bandwidth"
+        if check_result.flags:
+            summary += f" (flagged: {check_result.flags[0]})"
+    return summary

@@ -70,13 +70,7 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     confinement = limits.Confinement(memory_limit_bytes=limit, cgroup=cgroup, cpu_cgroup=cpu_cgroup)
     namespaces = bool(view.namespace_prefix())
     prefix = view.namespace_prefix() or view.network_cut_prefix()
-    notes = []
-    if not prefix:
-        notes.append("no user namespaces here: network not cut, filesystem not read-only, host sockets and other "
-                     "processes reachable")
-    elif not namespaces:
-        notes.append("no PID and mount namespaces here: filesystem not read-only, host sockets and other processes "
-                     "reachable")
+    notes = _missing_namespaces(prefix, namespaces)
 
     report_read, report_write = os.pipe()
     spec = {
@@ -114,10 +108,25 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         os.close(report_write)
     process.confinement = confinement
     reported = _read_report(report_read, timeout=30)
-    if reported is None:
-        notes.append("the sandbox did not report how it was built")
-    else:
-        notes += reported
+    notes += ["the sandbox did not report how it was built"] if reported is None else reported
+    _settle_limits(process, confinement, notes)
+    if namespaces:
+        confinement.namespace_init = _hold_namespace_init(process.pid)
+    return process, notes
+
+
+def _missing_namespaces(prefix, namespaces: bool) -> list[str]:
+    if not prefix:
+        return ["no user namespaces here: network not cut, filesystem not read-only, host sockets and other "
+                "processes reachable"]
+    if not namespaces:
+        return ["no PID and mount namespaces here: filesystem not read-only, host sockets and other processes "
+                "reachable"]
+    return []
+
+
+def _settle_limits(process, confinement, notes: list[str]) -> None:
+    """The cgroups the init stage could not join are removed; without a memory cgroup a watchdog bounds memory."""
     if confinement.cgroup is not None and any(note.startswith(limits.WATCHDOG_NOTE) for note in notes):
         limits.remove_cgroup(confinement.cgroup)  # the init stage could not join it
         confinement.cgroup = None
@@ -127,9 +136,6 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
     if confinement.cgroup is None:
         confinement.watchdog = threading.Thread(target=limits.watch_memory, args=(process,), daemon=True)
         confinement.watchdog.start()
-    if namespaces:
-        confinement.namespace_init = _hold_namespace_init(process.pid)
-    return process, notes
 
 
 def _hold_namespace_init(parent: int) -> int | None:
