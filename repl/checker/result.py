@@ -19,7 +19,7 @@ class Verdict(StrEnum):
     CRASH = ("crash", "bold red", True)
     NO_TRITON = ("no_triton", "bold yellow", True)  # no Triton launch, or launches that did no work
     INVALID_REFERENCE = ("invalid_reference", "bold magenta", False)
-    TOO_LARGE = ("too_large", "bold magenta", False)  # the problem does not fit this device (issue: KernelBench sizes)
+    TOO_LARGE = ("too_large", "bold magenta", False)  # the problem does not fit this device (KernelBench sizes)
     CANCELLED = ("cancelled", "dim", False)
     CHECKER_ERROR = ("checker_error", "bold magenta", False)  # the checker's own code failed: nothing said of the kernel
 
@@ -55,7 +55,7 @@ class CheckResult:
     compiled_ms: float | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
-    # Beyond the issue's keys.
+    # Beyond KernelBench's keys.
     traceback: str | None = None  # the candidate's (or reference's) traceback, for --debug and the REPL
     suspicious: str | None = None  # the flags in one line (older results: a >10x warning); see `flags`
     shape_specialised: bool = False  # the kernel hard-codes sizes (Inductor style): right only for these shapes
@@ -63,12 +63,12 @@ class CheckResult:
     output_tail: str | None = None  # last lines the candidate printed, kept when it died
     elapsed_s: float | None = None
     phases_s: dict = field(default_factory=dict)  # where the judge's time went: problem, candidate, load, trials, ...
-    # Issue 21: speed the judge vouches for, and who did the work (docs/checker.md).
+    # Speed the judge vouches for, and who did the work (docs/checker.md).
     flags: list[str] = field(default_factory=list)  # evidence that the timing is not to be believed, one line each
     timing: dict | None = None  # the figures behind kernel_ms: calls, windows, candidate_ms, judge_ms, round trip...
     roofline: dict | None = None  # bytes and FLOPs over kernel_ms, as shares of the device's measured limits
     work: dict | None = None  # who did the work: "summary", shares of GPU time, the PyTorch operations beside Triton
-    # Issue 46: the shapes a correct kernel was also tried at, and what it is valid for (judge/valid_for.py).
+    # The shapes a correct kernel was also tried at, and what it is valid for (judge/valid_for.py).
     valid_for: dict | None = None
     # The tolerance the comparisons used: {"atol", "rtol", "why"} ("float32's, as KernelBench's eval", "as given"...).
     tolerance: dict | None = None

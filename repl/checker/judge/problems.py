@@ -156,7 +156,7 @@ class Judge:
                     f"({differs}); {why}, and no kernel can match it. Seed it, or take the randomness out")
 
     def size_up(self, module) -> None:
-        """Issue 14: a problem the device cannot hold (or the interpreter cannot run in time) ends here, before
+        """A problem the device cannot hold (or the interpreter cannot run in time) ends here, before
         anything is allocated."""
         try:
             from repl.checker.judge.sizing import measure_problem, too_large_reason
