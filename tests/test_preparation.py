@@ -99,9 +99,16 @@ class Watched:
 
 @pytest.fixture(scope="module")
 def one_judge():
-    """A Checker with one judge on the CPU, shared by the module's tests."""
-    with Checker(device="cpu", spares=1) as checker:
-        yield checker
+    """A Checker with one judge on the CPU, shared by the module's tests. Its references are trusted (unconfined):
+    a Watched reference reports its forwards into the test's folder, which a confined judge cannot write."""
+    from repl.checker.caller import judge_process
+
+    confined, judge_process.CONFINE_REFERENCES = judge_process.CONFINE_REFERENCES, False
+    try:
+        with Checker(device="cpu", spares=1) as checker:
+            yield checker
+    finally:
+        judge_process.CONFINE_REFERENCES = confined
 
 
 def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(one_judge, tmp_path):
