@@ -236,12 +236,10 @@ def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp
     assert resumed.summary["problems"] == 2
 
 
-def test_a_problem_that_kills_its_worker_every_time_is_left_for_a_rerun(cluster, tmp_path, monkeypatch):
-    """Its reference kills the worker process from the judge (as a host running out of memory would): after
-    MAX_ATTEMPTS lost workers the problem is left unfinished, said as such, and the rest of the run completes."""
-    import repl.workflows.ray.driver as ray_eval
-
-    monkeypatch.setattr(ray_eval, "MAX_ATTEMPTS", 2)
+def test_a_problem_that_tries_to_kill_its_worker_cannot_and_the_run_completes(cluster, tmp_path):
+    """Its reference signals the judge's parent, the Ray worker: the judge is confined (its own PID namespace), so
+    the worker is out of its reach; its kernels get the verdicts they get for the ReLU it is, nothing is left unfinished and no worker is lost.
+    (Before the judge was confined, such a problem killed its worker every time and was left for a rerun.)"""
     problems, candidates = problem_set(tmp_path)
     for name in ("2_Add", "3_Sigmoid"):
         (problems / f"{name}.py").unlink()
@@ -251,10 +249,10 @@ def test_a_problem_that_kills_its_worker_every_time_is_left_for_a_rerun(cluster,
     shutil.copytree(candidates / "1_ReLU", candidates / "5_KillsItsWorker")
     report = evaluate_on_ray(find_problems(problems), address=cluster.address, candidates_dir=candidates,
                              check=CHECK, out_path=tmp_path / "r.json")
-    assert list(report.unfinished) == ["5_KillsItsWorker"] and "its worker was lost 2 times" in \
-        report.unfinished["5_KillsItsWorker"]
-    assert not report.interrupted and [r.name for r in report.results] == ["1_ReLU"]
-    assert [p["name"] for p in json.loads((tmp_path / "r.json").read_text())["problems"]] == ["1_ReLU"]
+    assert not report.unfinished and not report.interrupted
+    assert sorted(r.name for r in report.results) == ["1_ReLU", "5_KillsItsWorker"]
+    relu, killer = sorted(report.results, key=lambda result: result.name)
+    assert (killer.correct, killer.compiled) == (relu.correct, relu.compiled)  # the same kernels, the same verdicts
 
 
 # The last test on the cluster: a test after it would wait for a node to be started again.

@@ -74,14 +74,14 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False, ke
 
 
 def _user_frames_only(traceback_text: str) -> str:
-    """The frames in the user's own files (the worker writes them as kernel.py and reference.py) and the exception
-    lines; Triton's, PyTorch's and the checker's frames in between only make the report long."""
+    """The frames in the user's own files (the kernel's copy, under a name drawn per check, and the reference) and
+    the exception lines; Triton's, PyTorch's and the checker's frames in between only make the report long."""
     kept, hidden = [], 0
     keep_frame = True
     for line in traceback_text.rstrip().splitlines():
         if line.startswith('  File "'):
             path = line.split('"')[1]
-            keep_frame = path.endswith(("/kernel.py", "/reference.py"))
+            keep_frame = path.endswith("/reference.py") or bool(SANDBOX_COPY.fullmatch(path))
             hidden += not keep_frame
             if keep_frame:
                 kept.append(line)
