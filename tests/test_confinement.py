@@ -25,6 +25,7 @@ from repl.checker.sandbox import limits, processes, view
 from repl.checker.sandbox import (PipeCollector, is_allowed_env_name, kill_process_tree, make_sandbox_dir,
                                   memory_exceeded, remove_sandbox_dir)
 from repl.checker.candidate.fork_server import ForkedProcess, ForkServer
+from listeners import Listener
 
 CASES = Path(__file__).resolve().parent / "confinement_cases"
 LINUX_WITH_NAMESPACES = sys.platform.startswith("linux") and bool(sandbox.namespace_prefix())
@@ -99,38 +100,6 @@ def outside_dir():
     for child in sorted(path.rglob("*"), reverse=True):
         child.unlink() if not child.is_dir() or child.is_symlink() else child.rmdir()
     path.rmdir()
-
-
-class Listener:
-    """A socket server on a thread that records every connection it accepts."""
-
-    def __init__(self, family: int, address):
-        self.server = socket.socket(family, socket.SOCK_STREAM)
-        self.server.bind(address)
-        self.server.listen(8)
-        self.address = self.server.getsockname()
-        self.accepted = 0
-        self.accepted_event = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            self.accepted_event.set()
-            connection.close()
-
-    def prove_it_listens(self, family: int):
-        with socket.socket(family, socket.SOCK_STREAM) as client:
-            client.connect(self.address)
-        assert self.accepted_event.wait(10)
-        self.accepted, self.accepted_event = 0, threading.Event()
-
-    def close(self):
-        self.server.close()
 
 
 # ---- escapes --------------------------------------------------------------------------------------------------

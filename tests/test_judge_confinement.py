@@ -9,13 +9,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from listeners import Listener
 from repl.checker.sandbox import (SANDBOX_ROOT_VARIABLE, kill_process_tree, make_sandbox_dir, namespace_prefix,
                                   remove_sandbox_dir, start_confined)
 
@@ -27,26 +27,6 @@ ROOT_PROC_NOTE = "other processes visible under /proc"
 
 pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and namespace_prefix()),
                                 reason="no user namespaces on this machine")
-
-
-class Listener:
-    """A listening socket (TCP on loopback, or unix) that counts the connections it accepts."""
-
-    def __init__(self, family: int, address):
-        self.socket = socket.socket(family)
-        self.socket.bind(address)
-        self.socket.listen()
-        self.accepted = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                connection, _ = self.socket.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            connection.close()
 
 
 @pytest.fixture
@@ -62,11 +42,11 @@ def targets(monkeypatch):
     monkeypatch.setenv("TMUX", f"{scratch / 'tmux'},1,0")
     monkeypatch.setenv("KERNELLLM_TEST_SOCKET", str(scratch / "tmux"))
     monkeypatch.setenv("KERNELLLM_TEST_OUTSIDE_FILE", str(scratch / "outside.txt"))
-    monkeypatch.setenv("KERNELLLM_TEST_TCP_PORT", str(tcp.socket.getsockname()[1]))
+    monkeypatch.setenv("KERNELLLM_TEST_TCP_PORT", str(tcp.address[1]))
     monkeypatch.setenv("KERNELLLM_TEST_HOME_FILE", str(scratch / "home" / "secret.txt"))
     yield scratch, tcp, unix
     for listener in (tcp, unix):
-        listener.socket.close()
+        listener.close()
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -99,7 +79,7 @@ def test_trust_problems_runs_the_reference_unconfined(targets):
                    "reached the TMUX socket"):
         assert escape in result["message"]
     assert (scratch / "outside.txt").exists()
-    assert (tcp.accepted, unix.accepted) == (1, 1)
+    assert (tcp.wait_for(1), unix.wait_for(1)) == (1, 1)
     print(f"unconfined check: {elapsed:.1f} s")
 
 
