@@ -56,7 +56,13 @@ def test_a_pasted_module_streams_a_kernel_that_becomes_current(tmp_path, monkeyp
     for line in KERNEL.splitlines():
         if line:
             assert f"\n{line}\n" in text  # printed whole, with no gutter or border on the code lines
-    assert ":raw shows them" in text  # the reply has prose outside the block
+    assert "2 more lines of prose outside the code block; :raw shows them" in text
+
+
+def test_one_line_of_prose_outside_the_kernel_is_counted_as_one(tmp_path, monkeypatch):
+    session, backend, console = make_session(tmp_path, monkeypatch, f"```python\n{KERNEL}```\nDone.")
+    session.handle(RELU)
+    assert "1 more line of prose outside the code block; :raw shows it." in output(console)
 
 
 def test_invalid_python_is_rejected_and_kept_for_editing(tmp_path, monkeypatch):

@@ -278,8 +278,7 @@ def print_finished_reply(console: Console, attempt: Attempt, title: str = "kerne
         outside = _lines_outside_code(reply.text, kernel)
         if outside:
             console.print(f"The reply has {counted(outside, 'more line')} of prose outside the code block; :raw "
-                          "shows them.",
-                          style="hint")
+                          f"shows {'it' if outside == 1 else 'them'}.", style="hint")
         if reply.finish_reason in (INTERRUPTED, TRUNCATED):
             console.print("The kernel may be incomplete (the reply was cut short); :regen samples a new one.",
                           style="warn")
