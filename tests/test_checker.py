@@ -483,10 +483,10 @@ def test_the_reference_runs_while_every_process_of_the_candidate_is_stopped(tmp_
     report = tmp_path / "states.jsonl"
     monkeypatch.setenv("KERNELLLM_TEST_MARKER", marker)
     monkeypatch.setenv("KERNELLLM_TEST_REPORT", str(report))
-    monkeypatch.setattr(judge_process, "CONFINE_REFERENCES", False)  # the reference reports into the test's folder
     try:
         result = check_kernel((CASES_DIR / "relu_reference_watching.py").read_text(),
-                              (CASES_DIR / "busy_children_triton.py").read_text(), device="cpu", trials=3)
+                              (CASES_DIR / "busy_children_triton.py").read_text(), device="cpu", trials=3,
+                              trust_references=True)  # the reference reports into the test's folder
         assert result.verdict == "correct", result.message
         seen = [json.loads(line) for line in report.read_text().splitlines()]
         during_trials = [states for states in seen if states]  # the first runs come before the candidate's

@@ -101,14 +101,8 @@ class Watched:
 def one_judge():
     """A Checker with one judge on the CPU, shared by the module's tests. Its references are trusted (unconfined):
     a Watched reference reports its forwards into the test's folder, which a confined judge cannot write."""
-    from repl.checker.caller import judge_process
-
-    confined, judge_process.CONFINE_REFERENCES = judge_process.CONFINE_REFERENCES, False
-    try:
-        with Checker(device="cpu", spares=1) as checker:
-            yield checker
-    finally:
-        judge_process.CONFINE_REFERENCES = confined
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
+        yield checker
 
 
 def test_a_prepared_check_runs_no_reference_forward_and_its_trials_serve_once(one_judge, tmp_path):
@@ -148,7 +142,7 @@ def test_a_check_long_after_a_preparation_ended_takes_its_work_and_keeps_the_jud
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 2.0)
     reference = Watched(tmp_path, "relu_later")
-    with Checker(device="cpu", spares=1) as checker:
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
         assert checker.prepare(reference.code, timeout=120) is None  # sized: the judge goes on preparing
         judge = checker.judges.live[0]
         # Ended: its "prepared" is waiting, unread (the judge sends nothing else while idle).
@@ -169,7 +163,7 @@ def test_a_judge_stuck_in_the_trials_it_makes_on_its_own_after_a_check_is_stoppe
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
     hangs, fine = Watched(tmp_path, "hangs_when_idle", held="when_idle"), Watched(tmp_path, "fine")
-    with Checker(device="cpu", spares=1) as checker:
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
         assert checker.check(hangs.code, RELU_KERNEL, trials=1).verdict == "correct"
         assert wait_until(lambda: hangs.held_by_the_judge_alone)  # the judge's own trials: held in the reference now
         results = []
@@ -191,7 +185,7 @@ def test_a_preparation_stuck_in_its_reference_costs_another_module_nothing(tmp_p
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 3.0)
     stuck, fine = Watched(tmp_path, "stuck", held=True), Watched(tmp_path, "fine")
-    with Checker(device="cpu", spares=1) as checker:
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
         assert checker.prepare(stuck.code) is None
         assert wait_until(lambda: stuck.forwards == 1)  # never released
         result = checker.check(fine.code, RELU_KERNEL, trials=1)
@@ -204,7 +198,7 @@ def test_sizing_that_gives_up_on_a_judge_still_starting_leaves_it_to_start(tmp_p
     # and serves the check (it was stopped as crashed, and a second one started).
     # The preparation waits in its pipe and is made once the judge has started: the check needs no reference forward.
     reference = Watched(tmp_path, "relu")
-    with Checker(device="cpu", spares=1) as checker:
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
         assert not checker.judges.live[0].ready
         assert checker.prepare(reference.code, timeout=0.01) is None
         assert checker.judges.live[0].alive()
@@ -223,7 +217,7 @@ def test_a_preparation_sent_during_a_long_check_gets_its_time_from_the_checks_en
 
     monkeypatch.setattr(judge_process, "PREPARE_TIMEOUT_S", 4.0)
     slow, module = Watched(tmp_path, "slow", held=True), Watched(tmp_path, "module")
-    with Checker(device="cpu", spares=1) as checker:
+    with Checker(device="cpu", spares=1, trust_references=True) as checker:
         results = []
         running = threading.Thread(target=lambda: results.append(checker.check(slow.code, RELU_KERNEL, trials=1)))
         running.start()
@@ -242,7 +236,7 @@ def test_closing_a_judge_in_the_middle_of_a_preparation_ends_it_at_once(tmp_path
     """A preparation's step can take seconds (a torch.compile; here a reference held forever): the judge ends on
     its caller's close without waiting for it, its spares and their directories first, instead of being killed."""
     held = Watched(tmp_path, "held_at_close", held=True)
-    checker = Checker(device="cpu", spares=1)
+    checker = Checker(device="cpu", spares=1, trust_references=True)
     judge = checker.judges.live[0]  # the caller's side of its one judge
     assert checker.prepare(held.code) is None
     assert wait_until(lambda: held.forwards == 1)

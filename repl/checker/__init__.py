@@ -14,9 +14,7 @@ The modules beside these folders are what more than one process uses: the wire f
 """
 
 from repl.checker.caller.checker import Checker, check_kernel
-from repl.checker.caller.judge_process import trust_references
 from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from repl.checker.result import VERDICTS, CheckResult, Verdict
 
-__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS",
-           "trust_references"]
+__all__ = ["Checker", "check_kernel", "CheckResult", "Verdict", "VERDICTS", "DEFAULT_TIMEOUT_S", "DEFAULT_TRIALS"]

@@ -75,11 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from repl.checker import check_kernel, trust_references
+    from repl.checker import CheckResult, Verdict, check_kernel
 
-    from repl.checker import CheckResult, Verdict
-
-    trust_references(args.trust_problems)
     scaled = None
     try:
         if args.reference == args.kernel == "-":
@@ -95,7 +92,7 @@ def run(args) -> int:
         reference = scaled.code if scaled is not None else reference
         with live_status(lambda: f"checking {Path(args.kernel).name} against {Path(args.reference).name}"):
             result = check_kernel(reference, kernel, device=args.check_device, trials=args.trials, atol=args.atol,
-                                  rtol=args.rtol, timeout=args.timeout)
+                                  rtol=args.rtol, timeout=args.timeout, trust_references=args.trust_problems)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNUSABLE

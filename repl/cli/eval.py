@@ -111,15 +111,26 @@ def _kernels_dir(args) -> Path | None:
 
 
 def run(args) -> int:
+    """--trust-problems: the run's judges (a pool of its own unless one was handed in) run the references
+    unconfined."""
+    if not args.trust_problems or args.checks is not None:
+        return _run(args)
+    from repl.checker.caller.pool import CheckPool
+
+    args.checks = CheckPool(trust_references=True)
+    try:
+        return _run(args)
+    finally:
+        args.checks.close()
+
+
+def _run(args) -> int:
     from repl.workflows.eval_problems import find_problems, not_a_problem, select_problems
     from repl.workflows.eval_results import ResultsFileError, read_results
     from repl.log.session_log import SessionLog
     from repl.ui.console import report_console
 
-    from repl.checker import trust_references
-
     args.samples = getattr(args, "samples", None)  # absent when the main command line has no --samples
-    trust_references(args.trust_problems)
     problem = _argument_problem(args)
     if problem:
         print(f"eval: error: {problem}", file=sys.stderr)

@@ -32,15 +32,18 @@ class Checker:
     spares: candidate processes each judge keeps starting ahead of need (default: default_spares(jobs)).
     start_judge: start_judge(lane, jobs) starts one judge (default: a judge_process.JudgeProcess); tests pass a
     stand-in.
+    trust_references: run the reference (the user's module) unconfined in its judges (`--trust-problems`).
     Raises ValueError for a device that cannot be used.
     """
 
     def __init__(self, device: str | None = "auto", jobs: int = 1, *, memory_limit_bytes: int | None = None,
-                 spares: int | None = None, start_judge: Callable[[str, int], object] | None = None):
+                 spares: int | None = None, start_judge: Callable[[str, int], object] | None = None,
+                 trust_references: bool = False):
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         self.device = device
         self._memory_limit, self._spares = memory_limit_bytes, spares
+        self._confine_reference = not trust_references
         self._closed = False
         self._ids = itertools.count(1)
         self.judges = Judges(start_judge or self._new_judge)  # the judges and their check slots: who waits for what
@@ -59,7 +62,7 @@ class Checker:
         from repl.checker.caller.judge_process import JudgeProcess
 
         spares = default_spares(jobs) if self._spares is None else self._spares
-        return JudgeProcess(*placement(lane), self._memory_limit, spares)
+        return JudgeProcess(*placement(lane), self._memory_limit, spares, confine_reference=self._confine_reference)
 
     def reserve(self, lane: str, jobs: int = 1) -> None:
         """Allow up to `jobs` checks at once on this lane from now on (never fewer than before), starting its judges
@@ -208,6 +211,7 @@ def check_kernel(
     timeout: float | None = None,
     cancel: threading.Event | None = None,
     memory_limit_bytes: int | None = None,
+    trust_references: bool = False,
 ) -> CheckResult:
     """One check with a Checker of its own (see Checker.check); a session or a run should keep a Checker instead,
     whose judge and candidate processes are warm. Raises ValueError for arguments that cannot be checked."""
@@ -218,7 +222,7 @@ def check_kernel(
         return CheckResult(verdict=Verdict.CANCELLED, message="check cancelled before it started", elapsed_s=0.0)
     if not _may_define_model_new(kernel_code_or_reply):
         return CheckResult(verdict=Verdict.COMPILE_ERROR, message=NO_MODEL_NEW)
-    with Checker(device, memory_limit_bytes=memory_limit_bytes, spares=0) as checker:
+    with Checker(device, memory_limit_bytes=memory_limit_bytes, spares=0, trust_references=trust_references) as checker:
         return checker.check(reference_code, kernel_code_or_reply, trials=trials, atol=atol, rtol=rtol,
                              timeout=timeout, cancel=cancel)
 

@@ -1,7 +1,7 @@
 """The caller's side of a judge: start it, send it checks, read its answers, and replace it when it dies.
 
 The judge runs confined (sandbox.start_confined with judge=True: it runs the user's module, which may come from
-anywhere; `trust_references` turns that off), in its own session (the caller's process group is not its, nor the
+anywhere; `confine_reference=False`, from `--trust-problems`, turns that off), in its own session (the caller's process group is not its, nor the
 candidates'); it reports on private pipes (fd numbers in argv), never on stdout, which the reference may print to.
 The judge enforces each check's timeout on the candidate itself; this side only guards against the judge itself
 being stuck (a reference that hangs) or dying (a reference that crashes it), and turns either into
@@ -30,18 +30,10 @@ from repl.checker.wire import Channel, PeerGone, Stopped, WireError
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 OUTPUT_TAIL_BYTES = 16 * 1024
 CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is stopped instead
-CONFINE_REFERENCES = True  # judges started from now on run the reference confined (trust_references)
 
 
 UNCONFINED_ON_CUDA = ("no confinement: on a GPU the reference is not confined yet (docs/trust.md); check modules "
                       "from others on the CPU, or in a container")
-
-
-def trust_references(trusted: bool) -> None:
-    """`--trust-problems`: judges started from now on run the reference (the user's module) with the user's rights,
-    unconfined, as a reference that reads a data file or a dataset beside it needs; by default they are confined."""
-    global CONFINE_REFERENCES
-    CONFINE_REFERENCES = not trusted
 
 
 class JudgeProcess:
@@ -53,7 +45,9 @@ class JudgeProcess:
     sandbox_root: str | None = None  # the folder its candidates' sandbox folders go in
 
     def __init__(self, device: str, cuda_visible_devices: str | None, memory_limit_bytes: int | None,
-                 spares: int | None):
+                 spares: int | None, *, confine_reference: bool = True):
+        """confine_reference: False (`--trust-problems`) runs the reference (the user's module) with the user's rights,
+        as a reference that reads a data file beside it needs."""
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         # Its candidates' sandbox folders go in a folder of its own, removed once it is gone: a judge that is killed
@@ -67,8 +61,8 @@ class JudgeProcess:
             argv += ["--memory-limit", str(memory_limit_bytes)]
         # On a GPU the confined judge's candidates could not reach CUDA (cudaGetDeviceCount: error 304 on an H200,
         # 2026-12-02, docs/trust.md): there the reference runs unconfined, and every verdict says so.
-        self.confined = CONFINE_REFERENCES and device != "cuda"
-        self.notes: list[str] = [] if self.confined or not CONFINE_REFERENCES else [UNCONFINED_ON_CUDA]
+        self.confined = confine_reference and device != "cuda"
+        self.notes: list[str] = [] if self.confined or not confine_reference else [UNCONFINED_ON_CUDA]
         streams = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             if self.confined:

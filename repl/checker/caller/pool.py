@@ -31,8 +31,9 @@ MAX_WAITING_CHECKS = 64
 
 class CheckPool:
     def __init__(self, *, start_judge: Callable[[str, int], object] | None = None, spares: int | None = None,
-                 memory_limit_bytes: int | None = None):
-        self.checker = Checker(None, spares=spares, memory_limit_bytes=memory_limit_bytes, start_judge=start_judge)
+                 memory_limit_bytes: int | None = None, trust_references: bool = False):
+        self.checker = Checker(None, spares=spares, memory_limit_bytes=memory_limit_bytes, start_judge=start_judge,
+                               trust_references=trust_references)
         self._executor = ThreadPoolExecutor(max_workers=MAX_WAITING_CHECKS, thread_name_prefix="check")
         self._closed = False
 
