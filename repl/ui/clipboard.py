@@ -4,6 +4,8 @@ payload is base64 (letters, digits, + / =), so nothing a kernel holds can reach 
 
 import base64
 
+from repl.core.wording import counted
+
 # Terminals cap what one OSC 52 may carry (xterm: 100,000 bytes by default); a kernel is far smaller.
 MAX_PAYLOAD_BYTES = 74_994  # base64 of this is 99,992 characters
 
@@ -25,5 +27,5 @@ def copy_to_clipboard(console, text: str) -> str:
         return f"not copied: {len(text.encode('utf-8')):,} bytes is more than terminals take through OSC 52"
     console.file.write(sequence)
     console.file.flush()
-    return (f"copied {len(text.splitlines())} lines to the clipboard through the terminal (OSC 52; some terminals "
+    return (f"copied {counted(len(text.splitlines()), 'line')} to the clipboard through the terminal (OSC 52; some terminals "
             "ask first or need it allowed, e.g. tmux's set-clipboard)")
