@@ -19,15 +19,12 @@
 """
 
 import argparse
-import ast
 import base64
 import gzip
 import json
 import random
-import re
 import statistics
 import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -37,22 +34,12 @@ from repl.fastpath.drafting import Drafter, DraftPlanner, NgramIndex, drive, joi
 from teacher_forcing import TeacherForcedSteps  # noqa: E402
 from repl.fastpath.drafting_seed import split_seed  # noqa: E402
 from repl.core.prompt import build_prompt  # noqa: E402
+from repl.bench.kernelbook_format import kernelbook_reply  # noqa: E402
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 BOS, EOT = 128000, 128009
 SEED_PROBLEMS = Path(__file__).resolve().parent / "drafting_seed" / "problems"
-
-HEADER = """import torch
-{extern}import triton
-import triton.language as tl
-from torch._inductor.runtime.triton_heuristics import grid
-from torch._C import _cuda_getCurrentRawStream as get_raw_stream
-{helpers}import torch.nn as nn
-assert_size_stride = torch._C._dynamo.guards.assert_size_stride
-empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
-{reinterpret}"""
-
 
 def llama3_tokenizer(path: str):
     import tiktoken
@@ -60,105 +47,6 @@ def llama3_tokenizer(path: str):
     ranks = {base64.b64decode(token): int(rank) for token, rank in
              (line.split() for line in Path(path).read_text().splitlines() if line.strip())}
     return tiktoken.Encoding("llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens={})
-
-
-# -- Inductor's output (torch 2.11) -> KernelBook's format (torch 2.5) ----------------------------------------------
-
-KERNEL = re.compile(r"(\w+) = async_compile\.triton\('\w+', '''\n(.*?)''', device_str='cuda'\)", re.S)
-RENAMES = [(r"\bR0_BLOCK\b", "RBLOCK"), (r"\br0_numel\b", "rnumel"), (r"\br0_base\b", "rbase"),
-           (r"\br0_offset\b", "roffset"), (r"\br0_index\b", "rindex"), (r"\br0_mask\b", "rmask"),
-           (r"\br0_(\d+)\b", r"r\1"), (r"tl\.range\(", "range("), (r" : tl\.constexpr", ": tl.constexpr")]
-ALIASES = re.compile(r"^\s*(rnumel = r0_numel|RBLOCK: tl\.constexpr = R0_BLOCK|rbase = r0_base|roffset = r0_offset|"
-                     r"rindex = r0_index)\s*$")
-
-
-def kernel_source(source: str) -> str:
-    lines = source.splitlines()
-    body = lines[next(i for i, line in enumerate(lines) if line.startswith("@triton.jit")):]
-    text = "\n".join(line for line in body if not ALIASES.match(line))
-    for pattern, replacement in RENAMES:
-        text = re.sub(pattern, replacement, text)
-    return text
-
-
-def launch(line: str, configs: dict) -> str:
-    """``name.run(args, stream=stream0)`` -> ``name[grid(xnumel)](args, XBLOCK=..., num_warps=..., num_stages=...)``."""
-    match = re.match(r"(\s*)(triton_\w+)\.run\((.*), stream=stream\d+\)\s*$", line)
-    if not match:
-        return line
-    indent, name, args = match.groups()
-    numbers = [arg.strip() for arg in args.split(",") if re.fullmatch(r"\s*\d+\s*", arg)]
-    config = configs.get(name, {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1})
-    kwargs = {("RBLOCK" if key == "R0_BLOCK" else key): value for key, value in config["kwargs"].items()}
-    if "_per_" in name:
-        kwargs.pop("RBLOCK", None)  # persistent reductions compute it inside
-    extra = ", ".join([f"{key}={value}" for key, value in kwargs.items()]
-                      + [f"num_warps={config['num_warps']}", f"num_stages={config['num_stages']}"])
-    return f"{indent}{name}[grid({numbers[0] if numbers else 1})]({args}, {extra})"
-
-
-def call_source(code: str, configs: dict) -> str:
-    start = code.index("    def call(self, args):")
-    end = code.index("\nrunner = Runner")
-    lines = textwrap.dedent(code[start:end]).splitlines()
-    lines[0] = "def call(args):"
-    out = []
-    for line in lines:
-        if line.strip().startswith("#"):
-            continue
-        line = re.sub(r"stream0 = get_raw_stream\(0\)", "get_raw_stream(0)", line)
-        line = re.sub(r"return \((.*), \)$", r"return \1,", line)
-        out.append(launch(line, configs))
-    return "\n".join(out).rstrip() + "\n"
-
-
-# What ``__init__`` creates that Inductor lifts into ``call``'s arguments: a parameter, or a layer's weight and bias.
-LEARNED = re.compile(r"self\.(\w+) = nn\.(Parameter|Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(")
-
-
-def model_new(source: str, call: str) -> str:
-    """``class ModelNew``: the module's docstring and ``__init__``, and a forward that hands its parameters and
-    inputs to ``call`` (parameters first, as Inductor lifts them) and returns the first output."""
-    tree = ast.parse(source)
-    model = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Model")
-    lines = ["class ModelNew(nn.Module):"]
-    doc = ast.get_docstring(model, clean=False)
-    if doc:
-        lines.append(f'    """{doc}"""')
-    init = next((node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"), None)
-    weights = []
-    if init is not None:
-        text = ast.get_source_segment(source, init)
-        lines.append("")
-        init_source = textwrap.dedent("    " + text).replace("super(Model, self)", "super(ModelNew, self)")
-        lines.append(textwrap.indent(init_source, "    "))
-        for name, kind in LEARNED.findall(text):
-            weights += [f"self.{name}"] if kind == "Parameter" else [f"self.{name}.weight", f"self.{name}.bias"]
-    forward = next(node for node in model.body if isinstance(node, ast.FunctionDef) and node.name == "forward")
-    inputs = [arg.arg for arg in forward.args.args[1:]]
-    names = re.search(r"^\s+(.*?),? = args$", call, re.M)
-    names = [name.strip() for name in names.group(1).split(",") if name.strip()] if names else []
-    lines += ["", f"    def forward(self, {', '.join(f'input_{i}' for i in range(len(inputs)))}):"]
-    sources = weights[:max(len(names) - len(inputs), 0)] + [f"input_{i}" for i in range(len(inputs))]
-    for name, value in zip(names, sources):
-        lines.append(f"        {name} = {value}")
-    lines += [f"        output = call([{', '.join(names)}])", "        return output[0]", ""]
-    return "\n".join(lines)
-
-
-def kernelbook_reply(source: str, code: str, configs: dict) -> str:
-    kernels = [kernel_source(body) for _, body in KERNEL.findall(code)]
-    call = call_source(code, configs)
-    body = "\n\n\n".join(kernels + [call]) + "\n\n" + model_new(source, call)
-    used = lambda word: word in body
-    header = HEADER.format(
-        extern="from torch._inductor.select_algorithm import extern_kernels\n" if used("extern_kernels") else "",
-        helpers=("from torch._inductor.runtime import triton_helpers\n" if used("triton_helpers") else "")
-        + ("from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math\n"
-           if used("libdevice") or used("tl_math") else ""),
-        reinterpret="reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor\n"
-        if used("reinterpret_tensor") else "")
-    return f"```python\n{header}\n\n{body}```"
 
 
 # -- teacher forcing and the projection -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The seed problems (tools/drafting_seed/problems, modules written for the seed) are compiled by Inductor on a CUDA GPU
 (tools/inductor_corpus.py); here, without a GPU, each problem's output code is rewritten as KernelBook writes it
-(tools/drafting_acceptance.py's ``kernelbook_reply``) and the replies are written to
+(repl/bench/kernelbook_format.py's ``kernelbook_reply``) and the replies are written to
 repl/fastpath/drafting_seed.txt, in the problems' order. Only the ``default`` variant is used (the problem's own
 shapes, as KernelBook's replies have them), one reply per problem.
 
@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drafting_acceptance import SEED_PROBLEMS, kernelbook_reply  # noqa: E402
+from drafting_acceptance import SEED_PROBLEMS  # noqa: E402
+from repl.bench.kernelbook_format import kernelbook_reply  # noqa: E402
 from repl.fastpath.drafting_seed import SEED_FILE, format_seed  # noqa: E402
 
 

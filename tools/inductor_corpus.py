@@ -20,42 +20,9 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def launch_configs() -> dict:
-    """The config each Triton kernel of the compiled modules launches with (autotuned), by kernel name."""
-    from torch._inductor.codecache import PyCodeCache
-
-    modules = getattr(PyCodeCache, "modules", [])
-    modules = modules.values() if isinstance(modules, dict) else modules
-    found = {}
-    for module in list(modules):
-        for name in dir(module):
-            kernel = getattr(module, name, None)
-            launchers = getattr(kernel, "launchers", None) if name.startswith("triton_") else None
-            if launchers:
-                config = launchers[0].config
-                found[name] = {"kwargs": dict(config.kwargs), "num_warps": config.num_warps,
-                               "num_stages": config.num_stages}
-    return found
-
-
-def compile_problem(path: str, variant: str, shrink: bool) -> dict:
-    import torch
-    from torch._inductor.utils import run_and_get_code
-
-    namespace: dict = {"__name__": "kernelbench_problem"}
-    exec(compile(Path(path).read_text(), path, "exec"), namespace)
-    if shrink:
-        for name, value in list(namespace.items()):
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 64 and not name.startswith("_"):
-                namespace[name] = value // 8
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = namespace["Model"](*namespace["get_init_inputs"]()).cuda()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
-    compiled = torch.compile(model, dynamic=variant == "dynamic")
-    _, codes = run_and_get_code(compiled, *inputs)
-    return {"codes": codes, "configs": launch_configs()}
+from repl.bench.inductor_compile import compile_problem  # noqa: E402
 
 
 def worker(tasks, results, deadline: float, memory_fraction: float) -> None:
