@@ -2,7 +2,8 @@
 [--device cuda] [--json]`. Each pair is checked (the original), then tuned through the same Checker (every variant
 checked and timed like any candidate); per kernel: the original's and the kept variant's kernel_ms (both timed
 again, one after the other, when a variant won), the speedup (of that pair; 1.0 when the original is kept),
-how many variants were tried and how many were correct, and the seconds tuning took. Not a test: figures depend on
+how many variants were tried and how many were correct and timed unflagged (usable), the checks in all, and
+the seconds tuning took. Not a test: figures depend on
 the GPU; docs/shipping.md records them."""
 
 import argparse
@@ -10,25 +11,32 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
+
+from repl.checker.result import CheckResult
 
 
-def tune_pair(checker, reference: str, kernel: str) -> dict:
-    from repl.workflows.tune import tune, tune_refusal, variants
+def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: bool = False) -> dict:
+    """Check `kernel` with `check` (code -> its CheckResult against the problem), then tune it as :tune does.
+    interpreter: the checks time under Triton's CPU interpreter (figures that test the tool), so tune there too."""
+    from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
 
-    original = checker.check(reference, kernel)
-    row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": len(variants(kernel)),
+    original = check(kernel)
+    count = len(variants(kernel))
+    row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": count,
            "valid_for": (original.valid_for or {}).get("summary")}
     refusal = tune_refusal(original)
-    if refusal:
-        return {**row, "not_tuned": refusal}
+    if refusal and not (interpreter and refusal == CPU_REFUSAL and original.correct and original.kernel_ms):
+        return {**row, "not_tuned": refusal, "checks": 1, "message": original.message}
     started = time.monotonic()
-    report = tune(kernel, original, lambda code: checker.check(reference, code))
+    report = tune(kernel, original, check)
     kept = report.best is not None
-    return {**row, "kept": report.best.label if kept else "as generated",
+    return {**row, "kept": report.best.label.removesuffix(", again") if kept else "as generated",
             "original_again_ms": report.baseline.check.kernel_ms if kept else None,
             "tuned_ms": report.best.check.kernel_ms if kept else original.kernel_ms,
             "speedup": report.speedup if kept else 1.0, "tune_s": round(time.monotonic() - started, 1),
-            "correct_variants": sum(tried.usable for tried in report.tried),
+            "usable_variants": sum(tried.usable for tried in report.tried[:count]), "checks": 1 + len(report.tried),
+            "reverified": report.best.check.correct if kept else None, "tuned_code": report.best_code,
             "tried": [[tried.label, tried.check.verdict.value if tried.check else tried.why,
                        tried.check.kernel_ms if tried.check else None] for tried in report.tried]}
 
@@ -46,8 +54,10 @@ def main(argv=None) -> int:
     rows = []
     with Checker(device=args.device) as checker:
         for reference, kernel in zip(args.files[::2], args.files[1::2]):
-            row = tune_pair(checker, Path(reference).read_text(), Path(kernel).read_text())
+            problem = Path(reference).read_text()
+            row = tune_pair(lambda code: checker.check(problem, code), Path(kernel).read_text())
             row["kernel"] = Path(kernel).name
+            row.pop("tuned_code", None)
             rows.append(row)
             print(json.dumps(row) if args.json else f"{row['kernel']}: {row}", flush=True)
     speedups = [row["speedup"] for row in rows if row.get("speedup")]
