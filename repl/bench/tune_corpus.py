@@ -1,0 +1,247 @@
+"""What :tune gains over a corpus in the model's own style, and what it costs:
+
+    python -m repl.bench.tune_corpus KernelBench/level1 KernelBench/level2 [--every K] [--limit N] [--seconds S]
+        [--corpus CORPUS.jsonl.gz] [--hand-written] [--device cuda|cpu] [--keep DIR] --json OUT
+
+The sample: every K-th problem of each folder (by number), the folders interleaved, the first N. Each is compiled by
+Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py wrote), rewritten
+as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew candidate file) and checked by the Checker against
+its problem; the correct ones are the corpus. ``--hand-written`` adds a second group: each correct Triton kernel of
+tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or ``STEM_inductor*.py`` beside
+``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through tune_cases.tune_pair:
+the same checker, fresh inputs, the same keep rule). No kernel starts after ``--seconds``, and one still tuning a
+minute later is cut short; what was not reached is listed. On the CPU (``--device cpu``, a corpus file) the variants
+are timed under Triton's interpreter: figures that test this tool, not speed. Not a test; docs/shipping.md records
+the figures."""
+
+import argparse
+import json
+import math
+import multiprocessing
+import re
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain, zip_longest
+from pathlib import Path
+
+from repl.bench.kernelbook_format import kernelbook_code
+from repl.bench.tune_cases import tune_pair
+
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+HAND_WRITTEN_FOLDERS = (TESTS / "speed_cases", TESTS / "checker_cases")
+OVERRUN_S = 60.0  # a kernel still tuning this long after --seconds is cut short: its unchecked variants are dropped
+OUT_OF_TIME = "out of time: the run's --seconds were spent"
+
+
+@dataclass
+class Kernel:
+    group: str  # "inductor" or "hand-written"
+    name: str  # "level1/19_ReLU.py", "checker_cases/relu_triton.py"
+    reference: str
+    code: str | None = None
+    problem: str = ""  # why there is no candidate (compile or conversion failed)
+
+
+def problem_number(path: Path) -> tuple:
+    number = re.match(r"\d+", path.name)
+    return (int(number.group()) if number else math.inf, path.name)
+
+
+def sample(folders: list[str], every: int, limit: int | None) -> list[Path]:
+    """Every `every`-th problem of each folder by number (the first included), the folders interleaved."""
+    chosen = [sorted(Path(folder).glob("*.py"), key=problem_number)[::every] for folder in folders]
+    interleaved = [path for path in chain.from_iterable(zip_longest(*chosen)) if path is not None]
+    return interleaved[:limit]
+
+
+def hand_written(folders=HAND_WRITTEN_FOLDERS) -> list[Kernel]:
+    """The kernels of the tests' cases that have a reference beside them (STEM_triton*.py / STEM_inductor*.py and
+    STEM_reference.py); attack_* cases are not kernels to tune."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.py")):
+            stem = re.sub(r"_(triton|inductor).*$", "", path.stem)
+            reference = folder / f"{stem}_reference.py"
+            if stem != path.stem and not path.name.startswith("attack_") and reference.exists():
+                found.append(Kernel("hand-written", f"{folder.name}/{path.name}", reference.read_text(),
+                                    path.read_text()))
+    return found
+
+
+def _compile_one(path: str) -> dict:
+    import os
+
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    from repl.bench.inductor_compile import compile_problem
+
+    try:
+        return compile_problem(path)
+    except Exception as error:  # the problem's own failure (out of memory, an op Inductor refuses): one line
+        return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"}
+
+
+def _limit_memory(fraction: float) -> None:
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(fraction)
+
+
+def compile_all(paths: list[Path], workers: int, seconds: float) -> dict[Path, dict]:
+    """Inductor's output for each problem, compiled in `workers` processes sharing the GPU; a problem not compiled
+    within `seconds` gets an error saying so."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, initializer=_limit_memory, initargs=(0.9 / workers,)) as pool:
+        pending = {path: pool.apply_async(_compile_one, (str(path),)) for path in paths}
+        deadline, found = time.monotonic() + seconds, {}
+        for path, result in pending.items():
+            try:
+                found[path] = result.get(timeout=max(deadline - time.monotonic(), 0.1))
+            except multiprocessing.TimeoutError:
+                found[path] = {"error": f"not compiled within {seconds:.0f} s"}
+        pool.terminate()
+    return found
+
+
+def read_corpus(path: str) -> dict[str, dict]:
+    """The ``default`` records of a corpus file of tools/inductor_corpus.py, by "level/problem"."""
+    import gzip
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    return {f"{record['level']}/{record['problem']}": record for record in records
+            if record.get("variant", "default") == "default"}
+
+
+def inductor_kernels(paths: list[Path], records: dict[Path, dict]) -> list[Kernel]:
+    """Each problem's Inductor output as a KernelBook-style candidate (its first graph's code)."""
+    kernels = []
+    for path in paths:
+        kernel = Kernel("inductor", f"{path.parent.name}/{path.name}", path.read_text())
+        record = records.get(path) or {"error": "not in the corpus"}
+        if "error" in record or not record.get("codes"):
+            kernel.problem = f"not compiled: {record.get('error', 'no output code')}"
+        else:
+            try:
+                kernel.code = kernelbook_code(kernel.reference, record["codes"][0], record["configs"])
+            except (StopIteration, ValueError, SyntaxError, AttributeError) as error:
+                kernel.problem = f"not converted: {type(error).__name__}: {error}"
+        kernels.append(kernel)
+    return kernels
+
+
+def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float) -> dict:
+    """One row: the candidate checked, and tuned when correct; a check asked for after `stop_at` is not run."""
+    def check(code: str):
+        if time.monotonic() > stop_at:
+            raise TimeoutError(OUT_OF_TIME)
+        return checker.check(kernel.reference, code, interpreter_timing=interpreter)
+
+    started = time.monotonic()
+    row = tune_pair(check, kernel.code, interpreter=interpreter)
+    row["seconds"] = round(time.monotonic() - started, 1)
+    if any(OUT_OF_TIME in (step[1] or "") for step in row.get("tried", [])):
+        row["cut_short"] = True
+    return row
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(value) for value in values) / len(values)) if values else None
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per group: how many kernels were sampled, had a candidate, were correct (the corpus), tuned and kept a
+    variant; the geomean speedup over the untuned kernels, how many ended slower, whether every kept variant was
+    re-verified, and what a kernel cost."""
+    tuned = [row for row in rows if "speedup" in row and not row.get("cut_short")]
+    kept = [row for row in tuned if row["kept"] != "as generated"]
+    seconds = [row["seconds"] for row in tuned]
+    return {"sampled": len(rows), "candidates": sum("verdict" in row for row in rows),
+            "correct": sum(row.get("verdict") == "correct" for row in rows), "tuned": len(tuned),
+            "variant_kept": len(kept), "cut_short": sum(bool(row.get("cut_short")) for row in rows),
+            "not_reached": [row["kernel"] for row in rows if row.get("not_reached")],
+            "geomean_speedup": geomean([row["speedup"] for row in tuned]),
+            "slower": sum(row["speedup"] < 1 for row in tuned),
+            "kept_reverified": sum(bool(row.get("reverified")) for row in kept),
+            "seconds_per_tuned_kernel": {"mean": statistics.mean(seconds), "median": statistics.median(seconds),
+                                         "max": max(seconds)} if seconds else None,
+            "checks_per_tuned_kernel": statistics.mean(row["checks"] for row in tuned) if tuned else None,
+            "outcomes": dict(sorted(Counter(row.get("verdict") or row.get("problem", "?").split(":")[0]
+                                            for row in rows if not row.get("not_reached")).items()))}
+
+
+def arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m repl.bench.tune_corpus", description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="*", help="KernelBench's level folders (level1, level2)")
+    parser.add_argument("--every", type=int, default=1, help="every K-th problem of each folder, by number")
+    parser.add_argument("--limit", type=int, help="at most N problems of the sample")
+    parser.add_argument("--seconds", type=float, default=600.0, help="no kernel starts tuning after this")
+    parser.add_argument("--corpus", help="Inductor's output from tools/inductor_corpus.py instead of compiling here")
+    parser.add_argument("--compile-workers", type=int, default=8)
+    parser.add_argument("--hand-written", action="store_true", help="also the tests' Triton kernels")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--keep", help="a folder for each candidate and each kept variant")
+    parser.add_argument("--json", required=True)
+    return parser.parse_args(argv)
+
+
+def candidates(args, started: float) -> list[Kernel]:
+    paths = sample(args.folders, args.every, args.limit)
+    if args.corpus:
+        stored = read_corpus(args.corpus)
+        records = {path: stored.get(f"{path.parent.name}/{path.name}") for path in paths}
+    else:
+        records = compile_all(paths, args.compile_workers, args.seconds / 2) if paths else {}
+    print(f"{len(paths)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
+    return inductor_kernels(paths, records) + (hand_written() if args.hand_written else [])
+
+
+def keep_files(folder: str, kernel: Kernel, row: dict) -> None:
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    name = kernel.name.replace("/", "__")
+    if kernel.code:
+        (out / name).write_text(kernel.code)
+    if row.get("tuned_code"):
+        (out / name.replace(".py", "__tuned.py")).write_text(row["tuned_code"])
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
+    from repl.checker import Checker
+
+    started = time.monotonic()
+    kernels = candidates(args, started)
+    rows, interpreter = [], args.device == "cpu"
+    with Checker(device=args.device) as checker:
+        for kernel in kernels:
+            row = {"group": kernel.group, "kernel": kernel.name}
+            if kernel.code is None:
+                row["problem"] = kernel.problem
+            elif time.monotonic() - started > args.seconds:
+                row["not_reached"] = True
+            else:
+                row.update(tune_kernel(checker, kernel, interpreter, started + args.seconds + OVERRUN_S))
+            if args.keep:
+                keep_files(args.keep, kernel, row)
+            row.pop("tuned_code", None)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            write_report(args.json, rows, time.monotonic() - started)
+    print(json.dumps(write_report(args.json, rows, time.monotonic() - started)["summary"]), flush=True)
+    return 0
+
+
+def write_report(path: str, rows: list[dict], seconds: float) -> dict:
+    """The report so far (written after each kernel: a run stopped from outside keeps what it measured)."""
+    groups = sorted({row["group"] for row in rows})
+    report = {"seconds": round(seconds, 1), "summary": {group: summary([row for row in rows if row["group"] == group])
+                                                        for group in groups}, "kernels": rows}
+    Path(path).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

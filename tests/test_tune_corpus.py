@@ -1,0 +1,142 @@
+"""repl.bench.tune_corpus on the CPU: Inductor's output rewritten as KernelBook writes it (a made-up output of
+torch 2.11's layout for a tiled transpose, not KernelBench's), checked and tuned through the real Checker under
+Triton's interpreter, the sample and the hand-written group chosen by their rules, and the time budget reported."""
+
+import gzip
+import json
+
+from repl.bench.kernelbook_format import kernelbook_code
+from repl.bench.tune_corpus import hand_written, main
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """The transpose of x, plus one."""
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return x.t().contiguous() + 1.0
+
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# Made up in the layout of torch 2.11's output code: a 2-d tiled kernel, launched with its y and x sizes.
+INDUCTOR_CODE = """
+triton_poi_fused_add_t_0 = async_compile.triton('triton_poi_fused_add_t_0', '''
+import triton
+import triton.language as tl
+
+@triton_heuristics.pointwise(size_hints={'y': 16, 'x': 32}, tile_hint=TileHint.SQUARE, filename=__file__)
+@triton.jit
+def triton_poi_fused_add_t_0(in_ptr0, out_ptr0, ynumel, xnumel, YBLOCK : tl.constexpr, XBLOCK : tl.constexpr):
+    ynumel = 16
+    xnumel = 32
+    yoffset = (tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)) * YBLOCK
+    yindex = yoffset + tl.arange(0, YBLOCK)[None, :]
+    ymask = yindex < ynumel
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    x1 = xindex
+    y0 = yindex
+    tmp0 = tl.load(in_ptr0 + (x1 + 32*y0), xmask & ymask)
+    tmp1 = 1.0
+    tmp2 = tmp0 + tmp1
+    tl.store(out_ptr0 + (y0 + 16*x1), tmp2, xmask & ymask)
+''', device_str='cuda')
+
+
+class Runner:
+    def __init__(self, partitions):
+        self.partitions = partitions
+
+    def call(self, args):
+        arg0_1, = args
+        args.clear()
+        assert_size_stride(arg0_1, (16, 32), (32, 1))
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            buf0 = empty_strided_cuda((32, 16), (16, 1), torch.float32)
+            # Topologically Sorted Source Nodes: [t, add], Original ATen: [aten.t, aten.add]
+            stream0 = get_raw_stream(0)
+            triton_poi_fused_add_t_0.run(arg0_1, buf0, 16, 32, stream=stream0)
+            del arg0_1
+        return (buf0, )
+
+runner = Runner(partitions=[])
+call = runner.call
+"""
+
+CONFIGS = {"triton_poi_fused_add_t_0": {"kwargs": {"YBLOCK": 16, "XBLOCK": 16}, "num_warps": 1, "num_stages": 1}}
+
+
+def test_a_tiled_kernel_is_launched_over_its_y_and_x_sizes_in_kernelbooks_syntax():
+    code = kernelbook_code(PROBLEM, INDUCTOR_CODE, CONFIGS)
+    assert ("triton_poi_fused_add_t_0[grid(16, 32)](arg0_1, buf0, 16, 32, YBLOCK=16, XBLOCK=16, num_warps=1, "
+            "num_stages=1)") in code
+    assert "def triton_poi_fused_add_t_0(in_ptr0, out_ptr0, ynumel, xnumel, YBLOCK: tl.constexpr, XBLOCK: " \
+           "tl.constexpr):" in code
+    assert "        arg0_1 = input_0\n        output = call([arg0_1])\n" in code
+    compile(code, "candidate.py", "exec")
+
+
+def write_problem_and_corpus(tmp_path):
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    (level / "7_Transpose_add.py").write_text(PROBLEM)
+    (level / "8_Never_compiled.py").write_text(PROBLEM)
+    corpus = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(corpus, "wt") as lines:
+        lines.write(json.dumps({"problem": "7_Transpose_add.py", "level": "level1", "variant": "default",
+                                "shrunk": False, "codes": [INDUCTOR_CODE], "configs": CONFIGS}) + "\n")
+        lines.write(json.dumps({"problem": "8_Never_compiled.py", "level": "level1", "variant": "default",
+                                "shrunk": False, "error": "out of memory"}) + "\n")
+    return level, corpus
+
+
+def test_the_corpus_kernel_is_checked_then_tuned_through_the_checker_and_reported(tmp_path):
+    level, corpus = write_problem_and_corpus(tmp_path)
+    out, kept = tmp_path / "out.json", tmp_path / "kept"
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out),
+                 "--keep", str(kept)]) == 0
+    report = json.loads(out.read_text())
+    tuned, never = report["kernels"]
+    assert never == {"group": "inductor", "kernel": "level1/8_Never_compiled.py",
+                     "problem": "not compiled: out of memory"}
+    assert tuned["kernel"] == "level1/7_Transpose_add.py" and tuned["verdict"] == "correct"
+    assert tuned["variants"] == 4 and tuned["usable_variants"] == 4  # YBLOCK, XBLOCK 32; num_warps, num_stages 2
+    assert tuned["speedup"] >= 1.0 and tuned["checks"] == 1 + len(tuned["tried"])
+    assert tuned["reverified"] is (True if tuned["kept"] != "as generated" else None)
+    summary = report["summary"]["inductor"]
+    assert summary["sampled"] == 2 and summary["correct"] == 1 and summary["tuned"] == 1
+    assert summary["slower"] == 0 and summary["geomean_speedup"] == tuned["speedup"]
+    assert (kept / "level1__7_Transpose_add.py").read_text() == kernelbook_code(PROBLEM, INDUCTOR_CODE, CONFIGS)
+
+
+def test_kernels_past_the_time_budget_are_listed_as_not_reached(tmp_path):
+    level, corpus = write_problem_and_corpus(tmp_path)
+    out = tmp_path / "out.json"
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out), "--seconds", "0",
+                 "--limit", "1"]) == 0
+    report = json.loads(out.read_text())
+    assert report["kernels"] == [{"group": "inductor", "kernel": "level1/7_Transpose_add.py", "not_reached": True}]
+    assert report["summary"]["inductor"]["not_reached"] == ["level1/7_Transpose_add.py"]
+
+
+def test_the_hand_written_group_is_every_tests_kernel_with_a_reference_beside_it():
+    names = [kernel.name for kernel in hand_written()]
+    assert "checker_cases/relu_triton.py" in names and "checker_cases/relu_inductor_style.py" in names
+    assert "speed_cases/matmul_triton.py" in names
+    assert not [name for name in names if "attack_" in name or name.endswith("_reference.py")]
+    relu = next(kernel for kernel in hand_written() if kernel.name == "checker_cases/relu_triton.py")
+    assert "class Model" in relu.reference and "ModelNew" in relu.code
