@@ -133,6 +133,21 @@ def test_kernels_past_the_time_budget_are_listed_as_not_reached(tmp_path):
     assert report["summary"]["inductor"]["not_reached"] == ["level1/7_Transpose_add.py"]
 
 
+def test_a_later_run_keeps_what_an_earlier_one_measured_and_retries_what_it_did_not_reach(tmp_path):
+    level, corpus = write_problem_and_corpus(tmp_path)
+    measured = {"group": "inductor", "kernel": "level1/7_Transpose_add.py", "verdict": "correct", "speedup": 1.5,
+                "kept": "triton_poi_fused_add_t_0 XBLOCK 16 -> 32", "reverified": True, "seconds": 9.0, "checks": 7}
+    unreached = {"group": "inductor", "kernel": "level1/8_Never_compiled.py", "not_reached": True}
+    earlier, out = tmp_path / "earlier.json", tmp_path / "out.json"
+    earlier.write_text(json.dumps({"kernels": [measured, unreached]}))
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out), "--seconds", "0",
+                 "--previous", str(earlier)]) == 0
+    report = json.loads(out.read_text())
+    assert report["kernels"] == [measured, {"group": "inductor", "kernel": "level1/8_Never_compiled.py",
+                                            "problem": "not compiled: out of memory"}]
+    assert report["summary"]["inductor"]["geomean_speedup"] == 1.5
+
+
 def test_the_hand_written_group_is_every_tests_kernel_with_a_reference_beside_it():
     names = [kernel.name for kernel in hand_written()]
     assert "checker_cases/relu_triton.py" in names and "checker_cases/relu_inductor_style.py" in names

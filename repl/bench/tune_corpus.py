@@ -115,6 +115,15 @@ def read_corpus(path: str) -> dict[str, dict]:
             if record.get("variant", "default") == "default"}
 
 
+def save_corpus(path: str, records: dict[Path, dict]) -> None:
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        for problem, record in records.items():
+            out.write(json.dumps({"problem": problem.name, "level": problem.parent.name, "variant": "default",
+                                  **record}) + "\n")
+
+
 def inductor_kernels(paths: list[Path], records: dict[Path, dict]) -> list[Kernel]:
     """Each problem's Inductor output as a KernelBook-style candidate (its first graph's code)."""
     kernels = []
@@ -179,6 +188,9 @@ def arguments(argv):
     parser.add_argument("--limit", type=int, help="at most N problems of the sample")
     parser.add_argument("--seconds", type=float, default=600.0, help="no kernel starts tuning after this")
     parser.add_argument("--corpus", help="Inductor's output from tools/inductor_corpus.py instead of compiling here")
+    parser.add_argument("--save-corpus", help="write the compiled output there (tools/inductor_corpus.py's format)")
+    parser.add_argument("--previous", help="a report of an earlier run: its kernels are kept, not tuned again "
+                                           "(those it did not reach are)")
     parser.add_argument("--compile-workers", type=int, default=8)
     parser.add_argument("--hand-written", action="store_true", help="also the tests' Triton kernels")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -194,6 +206,8 @@ def candidates(args, started: float) -> list[Kernel]:
         records = {path: stored.get(f"{path.parent.name}/{path.name}") for path in paths}
     else:
         records = compile_all(paths, args.compile_workers, args.seconds / 2) if paths else {}
+        if args.save_corpus:
+            save_corpus(args.save_corpus, records)
     print(f"{len(paths)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
     return inductor_kernels(paths, records) + (hand_written() if args.hand_written else [])
 
@@ -214,9 +228,10 @@ def main(argv=None) -> int:
 
     started = time.monotonic()
     kernels = candidates(args, started)
-    rows, interpreter = [], args.device == "cpu"
+    rows, interpreter = previous_rows(args.previous), args.device == "cpu"
+    done = {row["kernel"] for row in rows}
     with Checker(device=args.device) as checker:
-        for kernel in kernels:
+        for kernel in [kernel for kernel in kernels if kernel.name not in done]:
             row = {"group": kernel.group, "kernel": kernel.name}
             if kernel.code is None:
                 row["problem"] = kernel.problem
@@ -232,6 +247,13 @@ def main(argv=None) -> int:
             write_report(args.json, rows, time.monotonic() - started)
     print(json.dumps(write_report(args.json, rows, time.monotonic() - started)["summary"]), flush=True)
     return 0
+
+
+def previous_rows(path: str | None) -> list[dict]:
+    """The rows of an earlier report that say something (not those it did not reach)."""
+    if not path:
+        return []
+    return [row for row in json.loads(Path(path).read_text())["kernels"] if not row.get("not_reached")]
 
 
 def write_report(path: str, rows: list[dict], seconds: float) -> dict:
