@@ -70,30 +70,27 @@ def hand_written(folders=HAND_WRITTEN_FOLDERS) -> list[Kernel]:
     return found
 
 
-def _compile_one(path: str) -> dict:
+def _compile_one(path: str, memory_fraction: float) -> dict:
     import os
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     from repl.bench.inductor_compile import compile_problem
 
     try:
+        import torch
+
+        torch.cuda.set_per_process_memory_fraction(memory_fraction)  # the workers share the GPU
         return compile_problem(path)
     except Exception as error:  # the problem's own failure (out of memory, an op Inductor refuses): one line
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"}
-
-
-def _limit_memory(fraction: float) -> None:
-    import torch
-
-    torch.cuda.set_per_process_memory_fraction(fraction)
 
 
 def compile_all(paths: list[Path], workers: int, seconds: float) -> dict[Path, dict]:
     """Inductor's output for each problem, compiled in `workers` processes sharing the GPU; a problem not compiled
     within `seconds` gets an error saying so."""
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_limit_memory, initargs=(0.9 / workers,)) as pool:
-        pending = {path: pool.apply_async(_compile_one, (str(path),)) for path in paths}
+    with context.Pool(workers) as pool:
+        pending = {path: pool.apply_async(_compile_one, (str(path), 0.9 / workers)) for path in paths}
         deadline, found = time.monotonic() + seconds, {}
         for path, result in pending.items():
             try:
