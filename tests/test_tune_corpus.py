@@ -155,3 +155,43 @@ def test_the_hand_written_group_is_every_tests_kernel_with_a_reference_beside_it
     assert not [name for name in names if "attack_" in name or name.endswith("_reference.py")]
     relu = next(kernel for kernel in hand_written() if kernel.name == "checker_cases/relu_triton.py")
     assert "class Model" in relu.reference and "ModelNew" in relu.code
+
+
+BATCH_NORM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_calls_arguments_are_the_modules_tensors_in_the_order_dynamo_lifts_them():
+    from repl.bench.kernelbook_format import model_new
+    from repl.bench.tune_corpus import problem_tensors
+
+    tensors, input_bytes = problem_tensors(BATCH_NORM)
+    assert input_bytes == 8 * 4 * 4
+    assert [name for name, _ in tensors] == [
+        "self.linear.weight", "self.linear.bias", "input_0", "self.norm.num_batches_tracked",
+        "self.norm.running_mean", "self.norm.running_var", "self.norm.weight", "self.norm.bias"]
+    shapes = ["(4, 4)", "(4, )", "(8, 4)", "()", "(4, )", "(4, )", "(4, )", "(4, )"]
+    call = "def call(args):\n    " + ", ".join(f"primals_{i}" for i in range(1, 9)) + " = args\n" + "".join(
+        f"    assert_size_stride(primals_{i}, {shape}, ())\n" for i, shape in enumerate(shapes, 1))
+    forward = model_new(BATCH_NORM, call, tensors)
+    assert "primals_5 = self.norm.running_mean\n        primals_6 = self.norm.running_var\n" \
+           "        primals_7 = self.norm.weight\n" in forward

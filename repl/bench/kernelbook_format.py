@@ -86,9 +86,12 @@ def call_source(code: str, configs: dict, numels: dict[str, list[str]] | None = 
 LEARNED = re.compile(r"self\.(\w+) = nn\.(Parameter|Linear|Conv\w*|ConvTranspose\w*|\w*Norm\w*|Embedding)\(")
 
 
-def model_new(source: str, call: str) -> str:
+def model_new(source: str, call: str, tensors: list[tuple[str, tuple]] | None = None) -> str:
     """``class ModelNew``: the module's docstring and ``__init__``, and a forward that hands its parameters and
-    inputs to ``call`` (parameters first, as Inductor lifts them) and returns the first output."""
+    inputs to ``call`` and returns the first output. ``tensors``: what forward can hand over ("self.conv.weight",
+    "input_0") with its shape: each of call's arguments gets the first unused one of the shape its
+    ``assert_size_stride`` names (Inductor lifts them in the order forward first uses them); without them,
+    parameters first, as ``__init__`` names them, then the inputs."""
     tree = ast.parse(source)
     model = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Model")
     lines = ["class ModelNew(nn.Module):"]
@@ -110,20 +113,34 @@ def model_new(source: str, call: str) -> str:
     names = [name.strip() for name in names.group(1).split(",") if name.strip()] if names else []
     lines += ["", f"    def forward(self, {', '.join(f'input_{i}' for i in range(len(inputs)))}):"]
     sources = weights[:max(len(names) - len(inputs), 0)] + [f"input_{i}" for i in range(len(inputs))]
-    for name, value in zip(names, sources):
+    for name, value in zip(names, by_shape(names, call, tensors) if tensors else sources):
         lines.append(f"        {name} = {value}")
     lines += [f"        output = call([{', '.join(names)}])", "        return output[0]", ""]
     return "\n".join(lines)
 
 
-def kernelbook_code(source: str, code: str, configs: dict) -> str:
+def by_shape(names: list[str], call: str, tensors: list[tuple[str, tuple]]) -> list[str]:
+    """For each of call's arguments, the first unused tensor of the shape its assert_size_stride names."""
+    shapes = {name: tuple(int(size) for size in sizes.replace(" ", "").split(",") if size)
+              for name, sizes in re.findall(r"assert_size_stride\((\w+), \(([\d, ]*)\)", call)}
+    unused, chosen = list(tensors), []
+    for name in names:
+        match = next((tensor for tensor in unused if tensor[1] == shapes.get(name)), None)
+        if match is None:
+            raise ValueError(f"no tensor of the module has {name}'s shape {shapes.get(name)}")
+        unused.remove(match)
+        chosen.append(match[0])
+    return chosen
+
+
+def kernelbook_code(source: str, code: str, configs: dict, tensors: list[tuple[str, tuple]] | None = None) -> str:
     """The module ``source`` compiled to ``code`` (Inductor's output code, ``configs`` its launch configs by kernel
-    name) as one KernelBook-style file: header, kernels, ``call``, ``ModelNew``."""
+    name) as one KernelBook-style file: header, kernels, ``call``, ``ModelNew`` (``tensors``: see model_new)."""
     found = KERNEL.findall(code)
     kernels = [kernel_source(body) for _, body in found]
     numels = {name: numel_parameters(kernel) for (name, _), kernel in zip(found, kernels)}
     call = call_source(code, configs, numels)
-    body = "\n\n\n".join(kernels + [call]) + "\n\n" + model_new(source, call)
+    body = "\n\n\n".join(kernels + [call]) + "\n\n" + model_new(source, call, tensors)
     used = lambda word: word in body
     header = HEADER.format(
         extern="from torch._inductor.select_algorithm import extern_kernels\n" if used("extern_kernels") else "",

@@ -33,6 +33,7 @@ TESTS = Path(__file__).resolve().parents[2] / "tests"
 HAND_WRITTEN_FOLDERS = (TESTS / "speed_cases", TESTS / "checker_cases")
 OVERRUN_S = 60.0  # a kernel still tuning this long after --seconds is cut short: its unchecked variants are dropped
 OUT_OF_TIME = "out of time: the run's --seconds were spent"
+MAX_INPUT_BYTES = 1 << 30  # larger inputs make one check take minutes (KernelBench's 6 GiB Sigmoid: over 140 s)
 
 
 @dataclass
@@ -121,21 +122,52 @@ def save_corpus(path: str, records: dict[Path, dict]) -> None:
                                   **record}) + "\n")
 
 
-def inductor_kernels(paths: list[Path], records: dict[Path, dict]) -> list[Kernel]:
-    """Each problem's Inductor output as a KernelBook-style candidate (its first graph's code)."""
-    kernels = []
-    for path in paths:
-        kernel = Kernel("inductor", f"{path.parent.name}/{path.name}", path.read_text())
-        record = records.get(path) or {"error": "not in the corpus"}
-        if "error" in record or not record.get("codes"):
-            kernel.problem = f"not compiled: {record.get('error', 'no output code')}"
-        else:
-            try:
-                kernel.code = kernelbook_code(kernel.reference, record["codes"][0], record["configs"])
-            except (StopIteration, ValueError, SyntaxError, AttributeError) as error:
-                kernel.problem = f"not converted: {type(error).__name__}: {error}"
-        kernels.append(kernel)
-    return kernels
+def problem_tensors(source: str) -> tuple[list[tuple[str, tuple]], int]:
+    """What the problem's forward hands to Inductor's ``call`` ("self.conv.weight", "input_0") with its shape, in the
+    order Dynamo lifts them (first use in forward: a BatchNorm's running mean before its weight), and the inputs'
+    bytes; traced on PyTorch's meta device, so no memory is taken. Runs the problem's code (KernelBench's own files,
+    trusted here as the checker's --trust-problems trusts them)."""
+    import torch
+
+    namespace: dict = {"__name__": "kernelbench_problem"}
+    exec(compile(source, "problem.py", "exec"), namespace)
+    with torch.device("meta"):
+        model = namespace["Model"](*namespace["get_init_inputs"]())
+        inputs = namespace["get_inputs"]()
+    names = {id(tensor): f"self.{name}" for name, tensor in [*model.named_parameters(), *model.named_buffers()]}
+    names.update({id(value): f"input_{index}" for index, value in enumerate(inputs)
+                  if isinstance(value, torch.Tensor)})
+    lifted = []
+
+    def record(graph, example_inputs):
+        lifted.extend(value for value in example_inputs if id(value) in names)
+        return graph.forward
+
+    torch._dynamo.reset()
+    torch.compile(model, backend=record)(*inputs)
+    tensors = [(names[id(value)], tuple(value.shape)) for value in lifted]
+    given = [value for value in inputs if isinstance(value, torch.Tensor)]
+    return tensors, sum(value.numel() * value.element_size() for value in given)
+
+
+def inductor_kernel(path: Path, record: dict | None) -> Kernel:
+    """The problem's Inductor output as a KernelBook-style candidate (its first graph's code), or why there is none."""
+    kernel = Kernel("inductor", f"{path.parent.name}/{path.name}", path.read_text())
+    record = record or {"error": "not in the corpus"}
+    if "error" in record or not record.get("codes"):
+        kernel.problem = f"not compiled: {record.get('error', 'no output code')}"
+    elif ".run(" not in record["codes"][0]:
+        kernel.problem = "no Triton kernel: Inductor handed all of it to a library (extern_kernels)"
+    else:
+        try:
+            tensors, input_bytes = problem_tensors(kernel.reference)
+            if input_bytes > MAX_INPUT_BYTES:
+                kernel.problem = f"skipped: inputs of {input_bytes / 2**30:.1f} GiB, over this bench's 1 GiB"
+                return kernel
+            kernel.code = kernelbook_code(kernel.reference, record["codes"][0], record["configs"], tensors)
+        except (StopIteration, ValueError, SyntaxError, AttributeError) as error:
+            kernel.problem = f"not converted: {type(error).__name__}: {error}"
+    return kernel
 
 
 def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float) -> dict:
@@ -206,7 +238,8 @@ def candidates(args, started: float) -> list[Kernel]:
         if args.save_corpus:
             save_corpus(args.save_corpus, records)
     print(f"{len(paths)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
-    return inductor_kernels(paths, records) + (hand_written() if args.hand_written else [])
+    kernels = [inductor_kernel(path, records.get(path)) for path in paths]
+    return kernels + (hand_written() if args.hand_written else [])
 
 
 def keep_files(folder: str, kernel: Kernel, row: dict) -> None:
