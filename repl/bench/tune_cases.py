@@ -2,9 +2,9 @@
 [--device cuda] [--json]`. Each pair is checked (the original), then tuned through the same Checker (every variant
 checked and timed like any candidate); per kernel: the original's and the kept variant's kernel_ms (both timed
 again, one after the other, when a variant won), the speedup (of that pair; 1.0 when the original is kept),
-how many variants were tried and how many were correct and timed unflagged (usable), the checks in all, and
-the seconds tuning took. Not a test: figures depend on
-the GPU; docs/shipping.md records them."""
+how many variants were tried and how many were correct and timed unflagged (usable), the checks in all, what the
+first check cost (and where its time went), and the seconds tuning took. Not a test: figures depend on the GPU;
+docs/shipping.md records them."""
 
 import argparse
 import json
@@ -24,7 +24,8 @@ def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: 
     original = check(kernel)
     count = len(variants(kernel))
     row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": count,
-           "valid_for": (original.valid_for or {}).get("summary")}
+           "valid_for": (original.valid_for or {}).get("summary"), "check_s": original.elapsed_s,
+           "check_phases_s": original.phases_s}
     refusal = tune_refusal(original)
     if refusal and not (interpreter and refusal == CPU_REFUSAL and original.correct and original.kernel_ms):
         return {**row, "not_tuned": refusal, "checks": 1, "message": original.message}
