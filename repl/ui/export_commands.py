@@ -24,7 +24,7 @@ def export_command(session, arguments):
     reply = attempt.reply
     try:
         written = export_kernel(target, attempt.module.code, attempt.kernel, attempt.check, force=force,
-                                model=reply.model, settings=reply.settings)
+                                model=reply.model, settings=reply.settings, problem_name=attempt.source_name)
     except ExportRefused as refused:
         raise CommandError(f"not exported: {refused}") from None
     except FileExistsError:
