@@ -54,6 +54,8 @@ COMPILE_EXPORTED = textwrap.dedent('''
     weights = [t.detach() for _, t in block.named_parameters()] + [t for _, t in block.named_buffers()]
     torch.library.opcheck(exported.kernel_op, ([x], weights))
     report["opcheck"] = "passed"
+    again = load("exported_again", sys.argv[1])  # the same file imported again: its op is the one registered
+    report["again"] = [again.KERNELLLM_OP_OFF, again.kernel_op is not None]
     print(json.dumps(report))
 ''')
 
@@ -94,7 +96,7 @@ def test_torch_compile_traces_the_exported_op_as_one_operation_and_keeps_the_gua
     assert report["verified"] == ["kernel", True, [True]]
     assert report["other rows"][:2] == ["kernel", True]  # recompiled for the new size, or by a dynamic graph
     assert report["strided"] == ["reference", True, [False]]  # a graph of PyTorch's own operations
-    assert report["opcheck"] == "passed"
+    assert report["opcheck"] == "passed" and report["again"] == [None, True]
 
 
 def test_the_op_name_is_a_valid_name_whatever_the_problem_is_called():

@@ -18,7 +18,9 @@ INDUCTOR = (Path(__file__).resolve().parent / "checker_cases" / "relu_inductor_s
 def timed_by_launch(reference, kernel, **options) -> CheckResult:
     """The kernel as generated 10 ms, its num_stages=2 variant 6 ms, every other variant 12 ms."""
     ms = 6.0 if "num_stages=2" in kernel else 10.0 if kernel == INDUCTOR else 12.0
-    return CheckResult(verdict=Verdict.CORRECT, device="cuda", kernel_ms=ms, trials=5, message="stand-in")
+    return CheckResult(verdict=Verdict.CORRECT, device="cuda", kernel_ms=ms, trials=5, message="stand-in", valid_for={
+        "summary": "any size of dim 0", "device": "cuda", "init_arguments": [[], {}], "output": "tensor", "inputs": [
+            {"shape": ["d0", 4, 4, 4], "dtype": "torch.float32", "contiguous": True, "stride": [64, 16, 4, 1]}]})
 
 
 def tuned_session(tmp_path, monkeypatch):
@@ -54,7 +56,7 @@ def test_a_kept_variant_is_logged_as_a_tuned_variant_of_the_checked_kernel(tmp_p
     assert f"tuned from #{original.log_id}" in output(console)
 
 
-def test_continue_and_save_take_the_tuned_kernel(tmp_path, monkeypatch):
+def test_continue_save_and_export_take_the_tuned_kernel(tmp_path, monkeypatch):
     session, _, log = tuned_session(tmp_path, monkeypatch)
     session.handle(RELU)
     session.handle(":run --device cuda")
@@ -69,3 +71,7 @@ def test_continue_and_save_take_the_tuned_kernel(tmp_path, monkeypatch):
     assert "tuned from #" in output(console) and later.attempt.check.kernel_ms == 6.0
     later.handle(":save tuned.py")
     assert "num_stages=2)" in (tmp_path / "tuned.py").read_text()
+    later.handle(":export shipped.py")
+    shipped = (tmp_path / "shipped.py").read_text()
+    assert "num_stages=2)" in shipped
+    assert "# tuned: triton_poi_fused_relu_0 num_stages 1 -> 2, 1.67x the kernel as generated" in shipped

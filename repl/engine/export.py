@@ -71,9 +71,10 @@ def export_refusal(check: CheckResult | None) -> str | None:
 
 def exported_module_text(reference_code: str, kernel_code: str, check: CheckResult, *, model: str, settings,
                          atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
-                         exported_at: datetime | None = None, problem_name: str | None = None) -> str:
-    """The module's text; problem_name (the module's file, untrusted) names its custom op. ExportRefused when the
-    kernel cannot be exported."""
+                         exported_at: datetime | None = None, problem_name: str | None = None,
+                         tuning: dict | None = None) -> str:
+    """The module's text; problem_name (the module's file, untrusted) names its custom op; tuning: the record of a
+    kernel :tune kept (Attempt.tuning), said in the header. ExportRefused when the kernel cannot be exported."""
     refusal = export_refusal(check)
     if refusal:
         raise ExportRefused(refusal)
@@ -85,7 +86,7 @@ def exported_module_text(reference_code: str, kernel_code: str, check: CheckResu
                 .replace("{runtime}", source_literal(RUNTIME_PATH.read_text(encoding="utf-8")))
                 .replace("{op_runtime}", source_literal(OP_RUNTIME_PATH.read_text(encoding="utf-8"))))
     header = provenance_header(check, model=model, settings=settings, atol=atol, rtol=rtol,
-                               exported_at=exported_at or datetime.now(timezone.utc), op=name)
+                               exported_at=exported_at or datetime.now(timezone.utc), op=name, tuning=tuning)
     return header + "\n" + kernel_code.rstrip("\n") + "\n" + assembly
 
 
@@ -112,7 +113,7 @@ def _problem_name(reference_code: str) -> str:
 
 
 def provenance_header(check: CheckResult, *, model: str, settings, atol: float, rtol: float,
-                      exported_at: datetime, op: str = "") -> str:
+                      exported_at: datetime, op: str = "", tuning: dict | None = None) -> str:
     """Comment lines; every value is made one line (kernel_file.comment_safe), so nothing in it ends the comment.
     The first two lines are fixed text: Python reads an encoding declaration there."""
     if model.startswith("file:"):
@@ -129,6 +130,8 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
         ("timings", timings_line(check)),
         ("valid for", valid_for.get("summary") or "the tested shapes"),
     ]
+    if tuning:
+        values.append(("tuned", f"{tuning.get('variant')}, {tuning.get('speedup') or 1:.2f}x the kernel as generated"))
     lines = ["# A Triton kernel exported by the KernelLLM REPL; it needs only torch and triton.",
              "# Use Model as the original: the kernel runs only on inputs like those it was verified for.",
              *(f"# {name}: {header_value(value)}" for name, value in values),

@@ -24,7 +24,8 @@ def export_command(session, arguments):
     reply = attempt.reply
     try:
         written = export_kernel(target, attempt.module.code, attempt.kernel, attempt.check, force=force,
-                                model=reply.model, settings=reply.settings, problem_name=attempt.source_name)
+                                model=reply.model, settings=reply.settings, problem_name=attempt.source_name,
+                                tuning=attempt.tuning)
     except ExportRefused as refused:
         raise CommandError(f"not exported: {refused}") from None
     except FileExistsError:
