@@ -3,17 +3,12 @@ import this project, calls its kernel as one torch.library.custom_op, so that to
 model using it without running the kernel (its fake is the user's PyTorch code on fake tensors), and the guard still
 sends the inputs it was not verified for to the PyTorch code. On the CPU the kernel runs under Triton's interpreter."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from repl.engine.export import exported_module_text, op_name
-from test_export import CASES, cuda_available, export_linear, linear_check
+from test_export import CASES, cuda_available, export_linear, linear_check, use_exported
 
 COMPILE_EXPORTED = textwrap.dedent('''
     import importlib.util, json, sys
@@ -60,18 +55,6 @@ COMPILE_EXPORTED = textwrap.dedent('''
 ''')
 
 
-def compile_exported(path: Path, cwd: Path, device: str = "cpu") -> dict:
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TRITON_INTERPRET")}
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    script = cwd / "compile_exported.py"
-    script.write_text(COMPILE_EXPORTED)
-    done = subprocess.run([sys.executable, str(script), str(path), str(CASES / "linear_reference.py"), device],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=540)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def with_output_form(check, form="tensor"):
     check.valid_for["output"] = form
     return check
@@ -91,7 +74,7 @@ def test_torch_compile_traces_the_exported_op_as_one_operation_and_keeps_the_gua
     exported = export_linear(tmp_path, check)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    report = compile_exported(exported, elsewhere, device)
+    report = use_exported(exported, elsewhere, device, script_text=COMPILE_EXPORTED)
     assert report["off"] is None and report["op"].startswith("kernelllm::linear_")
     assert report["verified"] == ["kernel", True, [True]]
     assert report["other rows"][:2] == ["kernel", True]  # recompiled for the new size, or by a dynamic graph
@@ -110,8 +93,6 @@ def test_the_op_name_is_a_valid_name_whatever_the_problem_is_called():
 
 
 def test_a_check_without_the_output_form_exports_a_module_that_calls_the_kernel_directly(tmp_path):
-    from test_export import use_exported
-
     report = use_exported(export_linear(tmp_path, linear_check()), tmp_path)  # no "output": an older check
     assert report["verified"] == ["kernel", True] and report["3-d"] == ["reference", True]
     text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
