@@ -84,17 +84,22 @@ def test_torch_compile_traces_the_exported_op_as_one_operation_and_keeps_the_gua
 
 def test_the_op_name_is_a_valid_name_whatever_the_problem_is_called():
     texts = ("reference", "kernel")
-    for problem, stem in [("19_ReLU", "op_19_relu_"), ("Model", "model_"), ("ünï code\n;import os", "n_code_import_os_"),
-                          ("", "kernel_"), ("x" * 100, "x" * 40 + "_")]:
+    for problem, stem in [("19_ReLU", "op_19_relu_"), ("Model", "model_"), ("", "kernel_"), ("x" * 100, "x" * 40 + "_"),
+                          ("ünï code\n;import os", "n_code_import_os_")]:
         name = op_name(problem, *texts)
         namespace, rest = name.split("::")
         assert namespace == "kernelllm" and rest.startswith(stem) and rest.isidentifier() and rest.isascii(), name
     assert op_name("relu", "a") != op_name("relu", "b")  # another kernel, another op
+    text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
+                                with_output_form(linear_check()), model="file:k.py", settings=None,
+                                problem_name="Lin\near")
+    assert "KERNELLLM_OP_NAME = 'kernelllm::lin_ear_" in text
+    assert "# torch.compile sees the kernel as one operation: Model calls it as the custom op kernelllm::lin_ear_" in text
 
 
 def test_a_check_without_the_output_form_exports_a_module_that_calls_the_kernel_directly(tmp_path):
     report = use_exported(export_linear(tmp_path, linear_check()), tmp_path)  # no "output": an older check
     assert report["verified"] == ["kernel", True] and report["3-d"] == ["reference", True]
     text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
-                                with_output_form(linear_check()), model="file:k.py", settings=None, problem_name="Lin\near")
-    assert "KERNELLLM_OP_NAME = 'kernelllm::lin_ear_" in text
+                                linear_check(), model="file:k.py", settings=None)
+    assert "# Model calls the kernel directly: its check did not record the output's form" in text

@@ -137,9 +137,16 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
              *(f"# {name}: {header_value(value)}" for name, value in values),
              "# Model.kernel_calls and Model.reference_calls count which path each call took; the kernel path",
              "# needs torch.no_grad() (it has no backward); on a CPU, TRITON_INTERPRET=1 before this import.",
-             f"# Model calls the kernel as the custom op {op} (kernel_op), one operation to torch.compile;",
-             "# KERNELLLM_OP_OFF says why not where it cannot (then Model calls the kernel directly)."]
+             *op_lines(op, check.valid_for.get("output"))]
     return "\n".join(lines) + "\n"
+
+
+def op_lines(op: str, output_form) -> list[str]:
+    if output_form is None:
+        return ["# Model calls the kernel directly: its check did not record the output's form, which a custom op",
+                "# declares (torch.compile traces into the kernel's Python)."]
+    return [f"# torch.compile sees the kernel as one operation: Model calls it as the custom op {op}",
+            "# (kernel_op; KERNELLLM_OP_OFF says why not where it cannot, and Model then calls it directly)."]
 
 
 def timings_line(check: CheckResult) -> str:
