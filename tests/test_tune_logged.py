@@ -7,6 +7,7 @@ from pathlib import Path
 
 from repl.checker import devices
 from repl.checker.result import CheckResult, Verdict
+from repl.core.settings import SamplingSettings
 from repl.log.session_log import SessionLog
 from repl.ui.history_commands import continue_last
 from stand_in_checker import stand_in_checks
@@ -75,3 +76,12 @@ def test_continue_save_and_export_take_the_tuned_kernel(tmp_path, monkeypatch):
     shipped = (tmp_path / "shipped.py").read_text()
     assert "num_stages=2)" in shipped
     assert "# tuned: triton_poi_fused_relu_0 num_stages 1 -> 2, 1.67x the kernel as generated" in shipped
+
+
+def test_a_tuning_column_that_is_not_an_object_reads_as_none(tmp_path):
+    log = SessionLog.open(tmp_path / "log.db", enabled=True)
+    reply_id = log.start_reply(log.record_module(RELU), "m", SamplingSettings())
+    log._run(lambda db: db.execute("UPDATE replies SET tuning = '[1, 2]' WHERE id = ?", (reply_id,)))
+    assert log.get(reply_id).tuning is None
+    log._run(lambda db: db.execute("UPDATE replies SET tuning = 'not json' WHERE id = ?", (reply_id,)))
+    assert log.get(reply_id).tuning is None

@@ -131,7 +131,9 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
         ("valid for", valid_for.get("summary") or "the tested shapes"),
     ]
     if tuning:
-        values.append(("tuned", f"{tuning.get('variant')}, {tuning.get('speedup') or 1:.2f}x the kernel as generated"))
+        speedup = tuning.get("speedup")
+        faster = f", {speedup:.2f}x the kernel as generated" if isinstance(speedup, (int, float)) else ""
+        values.append(("tuned", f"{tuning.get('variant')}{faster}"))
     lines = ["# A Triton kernel exported by the KernelLLM REPL; it needs only torch and triton.",
              "# Use Model as the original: the kernel runs only on inputs like those it was verified for.",
              *(f"# {name}: {header_value(value)}" for name, value in values),

@@ -380,7 +380,16 @@ def _entry(row: sqlite3.Row) -> LogEntry:
         text=row["text"], tokens=row["tokens"], finish_reason=row["finish_reason"], error=row["error"],
         elapsed_s=elapsed_s, first_token_s=row["first_token_s"], tokens_per_second=row["tokens_per_second"],
         check=json.loads(row["check_result"]) if row["check_result"] else None, session_id=row["session_id"],
-        tuning=json.loads(row["tuning"]) if row["tuning"] else None)
+        tuning=_json_object(row["tuning"]))
+
+
+def _json_object(text: str | None) -> dict | None:
+    """A column of JSON that holds an object, else None (written by hand, or by a newer writer, it may not)."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _process_alive(pid: int | None) -> bool:
