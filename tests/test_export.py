@@ -72,14 +72,15 @@ def export_linear(tmp_path, check: CheckResult) -> Path:
                          settings=SamplingSettings(seed=3))
 
 
-def use_exported(path: Path, cwd: Path, device: str = "cpu") -> dict:
+def use_exported(path: Path, cwd: Path, device: str = "cpu", script_text: str = USE_EXPORTED) -> dict:
+    """Run script_text (USE_EXPORTED: eager use) on the exported file from cwd, in a fresh interpreter; its report."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TRITON_INTERPRET")}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     script = cwd / "use_exported.py"
-    script.write_text(USE_EXPORTED)
+    script.write_text(script_text)
     done = subprocess.run([sys.executable, str(script), str(path), str(CASES / "linear_reference.py"), device],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

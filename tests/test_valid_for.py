@@ -60,6 +60,42 @@ def test_sizes_the_reference_refuses_stay_fixed():
     assert any("not accepted by the reference" in tried["outcome"] for tried in record["tried"])
 
 
+def test_a_square_only_kernel_is_said_square():
+    record = explore([torch.randn(8, 8)], trial_of(lambda x: x @ x, lambda x: x @ x), "cpu")
+    assert record["summary"] == "any square size" and record["inputs"][0]["shape"] == ["d0", "d0"]
+    assert record["detail"] == "any size of dims 0 and 1 (0 and 1 equal)"
+
+
+def test_a_square_matmul_is_any_square_size_with_the_dimensions_kept_in_detail():
+    record = explore([torch.randn(8, 8), torch.randn(8, 8)], trial_of(torch.matmul, torch.matmul), "cpu")
+    assert record["summary"] == "any square size (all inputs alike)"
+    assert record["detail"].startswith("any size of input 0 dim 0, input 0 dim 1, input 1 dim 0 and input 1 dim 1")
+    assert [spec["shape"] for spec in record["inputs"]] == [["d0", "d0"], ["d0", "d0"]]
+
+
+def test_an_elementwise_kernel_on_same_shape_inputs_is_any_size_all_inputs_alike():
+    record = explore([torch.randn(4, 16), torch.randn(4, 16)], trial_of(torch.add, torch.add), "cpu")
+    assert record["summary"] == "any size (all inputs alike)"
+    assert "(input 0 dim 0 and input 1 dim 0 equal; input 0 dim 1 and input 1 dim 1 equal)" in record["detail"]
+
+
+def test_other_shapes_of_several_inputs_are_said_as_their_form():
+    record = explore([torch.randn(4, 8), torch.randn(8, 16)], trial_of(torch.matmul, torch.matmul), "cpu")
+    assert record["summary"] == "any size of the form [a, b], [b, c]"
+
+    def fixed_columns(a, b):  # right only for 16 columns, as a kernel with N hard-coded
+        return a @ b if b.shape[1] == 16 else torch.zeros(a.shape[0], b.shape[1])
+
+    record = explore([torch.randn(4, 8), torch.randn(8, 16)], trial_of(fixed_columns, torch.matmul), "cpu")
+    assert record["summary"].startswith("any size of the form [a, b], [b, 16] (first failure: [[4, 8], [8, 8]]: "
+                                        "mismatch")
+
+
+def test_a_single_input_with_sizes_apart_keeps_its_listed_summary():
+    record = explore([torch.randn(16, 64)], trial_of(torch.relu, torch.relu), "cpu")
+    assert record["summary"] == "any size of dims 0 and 1" and "detail" not in record
+
+
 def test_larger_sizes_stay_within_the_bytes_budget():
     inputs = [torch.randn(64, 64, 64)]
     labels = [variant.label for variant in variants(inputs, size_groups(inputs))]
@@ -84,6 +120,7 @@ def test_the_judge_finds_a_hard_coded_kernel_valid_only_for_the_tested_shapes_an
     assert inductor.valid_for["inputs"][0]["shape"] == [4, 4, 4, 4]
     assert masked.valid_for["summary"] == "any size of dims 0, 1, 2 and 3"
     assert masked.valid_for["inputs"][0]["shape"] == ["d0_0", "d0_1", "d0_2", "d0_3"]
+    assert masked.valid_for["output"] == "tensor"  # the form :export's custom op returns
     assert masked.trials == 5 and "valid_for" in masked.phases_s  # the verdict's trials are the usual five
 
 

@@ -119,7 +119,8 @@ def export(args, reference: str, kernel_text: str, result) -> bool:
 
     kernel = extract_kernel_code(kernel_text) or kernel_text  # the code the checker took from the file
     return write_export_output(args.export, reference, kernel, result, force=args.force,
-                               model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol)
+                               model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol,
+                               problem_name=None if args.reference == "-" else Path(args.reference).stem)
 
 
 def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None = None) -> None:

@@ -74,4 +74,5 @@ def export_attempt(engine, attempt, args) -> bool:
             return False
         say(f"check: {attempt.check.verdict}: {attempt.check.message}")
     return write_export_output(args.export, attempt.module.code, attempt.kernel, attempt.check, force=args.force,
-                               model=attempt.reply.model, settings=attempt.reply.settings)
+                               model=attempt.reply.model, settings=attempt.reply.settings,
+                               problem_name=attempt.source_name, tuning=attempt.tuning)

@@ -17,6 +17,7 @@ class Attempt:
     source_name: str | None = None  # stem of the file the module came from, for the default save name
     check: CheckResult | None = None  # once checked
     log_id: int | None = None  # row in the session log, when logging is on
+    tuning: dict | None = None  # a tuned variant of another entry's kernel (:tune): from_reply, variant, launch...
 
     _kernel: str | None = field(default=None, init=False, repr=False, compare=False)
     _kernel_decided: bool = field(default=False, init=False, repr=False, compare=False)
@@ -49,4 +50,4 @@ def attempt_from_log(entry) -> Attempt:
     a reply whose writer died counts as interrupted."""
     check = CheckResult.from_json_dict(entry.check) if entry.check else None
     return Attempt(module=inspect_module_source(entry.module_code), reply=entry.to_reply(),
-                   source_name=entry.source_name, check=check, log_id=entry.id)
+                   source_name=entry.source_name, check=check, log_id=entry.id, tuning=entry.tuning)

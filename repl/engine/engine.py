@@ -13,7 +13,7 @@ from typing import Callable
 from repl.engine.attempt import Attempt
 from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
-from repl.generation import Backend, GenerationError, ReplyStream
+from repl.generation import FINISHED, Backend, GenerationError, ReplyStream
 from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
 from repl.core.module_source import ModuleSource, as_module_source
 from repl.core.prompt import build_prompt
@@ -267,6 +267,17 @@ class Engine:
     def record_current(self, module_code: str, source_name: str | None, attempt: Attempt | None) -> None:
         """Note in the log what is current as an interactive session ends (the module, its kernel): --continue."""
         self._recorder.current(module_code, source_name, attempt)
+
+    def record_tuned(self, original: Attempt, code: str, check: CheckResult, tuning: dict) -> Attempt:
+        """A variant of the original's kernel that :tune kept (code: the kernel with its launch changed, check: its
+        confirming check), as an attempt of its own, recorded in the log as a tuned variant of the original's entry
+        (tuning: plain data, the variant and its launch parameters); the model and sampling stay the original's."""
+        reply = replace(original.reply, text=code, tokens=0, finish_reason=FINISHED, error=None)
+        reply.finished_at = reply.started_at
+        tuned = Attempt(module=original.module, reply=reply, source_name=original.source_name, check=check,
+                        tuning={**tuning, "from_reply": original.log_id})
+        self._recorder.tuned(tuned)
+        return tuned
 
     def check(self, attempt: Attempt, *, device: str = "auto", cancel: threading.Event | None = None,
               **options) -> CheckResult:

@@ -2,29 +2,37 @@
 was checked, the user's PyTorch module, and a drop-in ``Model`` that runs the kernel only on inputs like those it was
 verified for (export_runtime.py) and the PyTorch code otherwise."""
 
+import hashlib
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.checker.result import CheckResult, Verdict
 from repl.core.kernel_file import comment_safe, write_kernel_file
+from repl.core.module_source import inspect_module_source
 
 HEADER_VALUE_CHARS = 400
 RUNTIME_PATH = Path(__file__).with_name("export_runtime.py")
+OP_RUNTIME_PATH = Path(__file__).with_name("export_op.py")
+OP_NAMESPACE = "kernelllm"
 
 _ASSEMBLY = '''
 
 # ---- below: written by the exporter ---------------------------------------------------------------------------------
 import linecache as _kernelllm_linecache
+import sys as _kernelllm_sys
 import types as _kernelllm_types
 
 
 def _kernelllm_load(name, source):
-    """A module made from source held in this file (linecache keeps tracebacks readable)."""
+    """A module made from source held in this file (linecache keeps tracebacks readable), importable by its name
+    (torch.compile imports the modules of the functions it traces)."""
     path = f"<{__name__}: {name}>"
     module = _kernelllm_types.ModuleType(f"{__name__}.{name}")
+    _kernelllm_sys.modules[module.__name__] = module
     module.__file__ = path
     _kernelllm_linecache.cache[path] = (len(source), None, source.splitlines(True), path)
     exec(compile(source, path, "exec"), module.__dict__)
@@ -32,10 +40,17 @@ def _kernelllm_load(name, source):
 
 
 KERNELLLM_VERIFIED_FOR = {verified_for}
+KERNELLLM_OP_NAME = {op_name}
 _kernelllm_kernel_class = ModelNew
 _kernelllm_reference = _kernelllm_load("reference", {reference})
 _kernelllm_guard = _kernelllm_load("guard", {runtime})
-Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_kernel_class, KERNELLLM_VERIFIED_FOR)
+_kernelllm_op = _kernelllm_load("op", {op_runtime})
+# The kernel as one torch.library.custom_op, so that torch.compile treats it as one operation (None: called directly)
+kernel_op, KERNELLLM_OP_OFF = _kernelllm_op.define_op(KERNELLLM_OP_NAME, _kernelllm_kernel_class,
+                                                      _kernelllm_reference.Model, KERNELLLM_VERIFIED_FOR,
+                                                      _kernelllm_guard.tie_weights)
+Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_kernel_class, KERNELLLM_VERIFIED_FOR,
+                                       kernel_op, _kernelllm_op.call_op)
 '''
 
 
@@ -56,17 +71,22 @@ def export_refusal(check: CheckResult | None) -> str | None:
 
 def exported_module_text(reference_code: str, kernel_code: str, check: CheckResult, *, model: str, settings,
                          atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
-                         exported_at: datetime | None = None) -> str:
-    """The module's text. ExportRefused when the kernel cannot be exported."""
+                         exported_at: datetime | None = None, problem_name: str | None = None,
+                         tuning: dict | None = None) -> str:
+    """The module's text; problem_name (the module's file, untrusted) names its custom op; tuning: the record of a
+    kernel :tune kept (Attempt.tuning), said in the header. ExportRefused when the kernel cannot be exported."""
     refusal = export_refusal(check)
     if refusal:
         raise ExportRefused(refusal)
-    verified_for = {key: check.valid_for.get(key) for key in ("device", "inputs", "init_arguments")}
+    verified_for = {key: check.valid_for.get(key) for key in ("device", "inputs", "init_arguments", "output")}
+    name = op_name(problem_name or _problem_name(reference_code), reference_code, kernel_code, verified_for)
     assembly = (_ASSEMBLY.replace("{verified_for}", python_literal(verified_for))
+                .replace("{op_name}", repr(name))
                 .replace("{reference}", source_literal(reference_code))
-                .replace("{runtime}", source_literal(RUNTIME_PATH.read_text(encoding="utf-8"))))
+                .replace("{runtime}", source_literal(RUNTIME_PATH.read_text(encoding="utf-8")))
+                .replace("{op_runtime}", source_literal(OP_RUNTIME_PATH.read_text(encoding="utf-8"))))
     header = provenance_header(check, model=model, settings=settings, atol=atol, rtol=rtol,
-                               exported_at=exported_at or datetime.now(timezone.utc))
+                               exported_at=exported_at or datetime.now(timezone.utc), op=name, tuning=tuning)
     return header + "\n" + kernel_code.rstrip("\n") + "\n" + assembly
 
 
@@ -77,8 +97,23 @@ def export_kernel(path: str | os.PathLike, reference_code: str, kernel_code: str
     return write_kernel_file(path, text, force=force)
 
 
+def op_name(problem_name: str, *texts) -> str:
+    """kernelllm::NAME_DIGEST: a valid operator name from any text (letters, digits and _ only; not a digit first),
+    unique to what the op runs (a digest of the texts), so two exported kernels never take each other's name."""
+    stem = re.sub(r"[^a-z0-9]+", "_", problem_name.lower(), flags=re.ASCII).strip("_")[:40].rstrip("_") or "kernel"
+    if stem[0].isdigit():
+        stem = "op_" + stem
+    digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{OP_NAMESPACE}::{stem}_{digest}"
+
+
+def _problem_name(reference_code: str) -> str:
+    module = inspect_module_source(reference_code)
+    return module.main_operation or module.model_class or "kernel"
+
+
 def provenance_header(check: CheckResult, *, model: str, settings, atol: float, rtol: float,
-                      exported_at: datetime) -> str:
+                      exported_at: datetime, op: str = "", tuning: dict | None = None) -> str:
     """Comment lines; every value is made one line (kernel_file.comment_safe), so nothing in it ends the comment.
     The first two lines are fixed text: Python reads an encoding declaration there."""
     if model.startswith("file:"):
@@ -95,12 +130,25 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
         ("timings", timings_line(check)),
         ("valid for", valid_for.get("summary") or "the tested shapes"),
     ]
+    if tuning:
+        speedup = tuning.get("speedup")
+        faster = f", {speedup:.2f}x the kernel as generated" if isinstance(speedup, (int, float)) else ""
+        values.append(("tuned", f"{tuning.get('variant')}{faster}"))
     lines = ["# A Triton kernel exported by the KernelLLM REPL; it needs only torch and triton.",
              "# Use Model as the original: the kernel runs only on inputs like those it was verified for.",
              *(f"# {name}: {header_value(value)}" for name, value in values),
              "# Model.kernel_calls and Model.reference_calls count which path each call took; the kernel path",
-             "# needs torch.no_grad() (it has no backward); on a CPU, TRITON_INTERPRET=1 before this import."]
+             "# needs torch.no_grad() (it has no backward); on a CPU, TRITON_INTERPRET=1 before this import.",
+             *op_lines(op, check.valid_for.get("output"))]
     return "\n".join(lines) + "\n"
+
+
+def op_lines(op: str, output_form) -> list[str]:
+    if output_form is None:
+        return ["# Model calls the kernel directly: its check did not record the output's form, which a custom op",
+                "# declares (torch.compile traces into the kernel's Python)."]
+    return [f"# torch.compile sees the kernel as one operation: Model calls it as the custom op {op}",
+            "# (kernel_op; KERNELLLM_OP_OFF says why not where it cannot, and Model then calls it directly)."]
 
 
 def timings_line(check: CheckResult) -> str:

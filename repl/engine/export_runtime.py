@@ -40,9 +40,10 @@ def on_verified_device(arguments, device: str) -> bool:
     return bool(tensors) and all(tensor.device.type == device for tensor in tensors)
 
 
-def drop_in_model(reference_class, kernel_class, verified_for: dict):
+def drop_in_model(reference_class, kernel_class, verified_for: dict, kernel_op=None, call_op=None):
     """The user's Model class with the kernel inside: same constructor, same state_dict (the kernel's parameters
-    are the Model's own, paired by name and shape as the checker paired them), the kernel only where verified."""
+    are the Model's own, paired by name and shape as the checker paired them), the kernel only where verified;
+    through kernel_op (export_op.py: one operation to torch.compile) where there is one, else called directly."""
 
     class Model(reference_class):
         def __init__(self, *args, **kwargs):
@@ -53,7 +54,7 @@ def drop_in_model(reference_class, kernel_class, verified_for: dict):
             kernel = None
             if self.kernel_off_reason is None:
                 kernel = kernel_class(*args, **kwargs)
-                unpaired = tie_weights(self, kernel)
+                unpaired = tie_weights(own_tensors(self), kernel)
                 if unpaired:
                     self.kernel_off_reason = f"the kernel's own weights {unpaired[:3]} have no match in Model"
                     kernel = None
@@ -81,8 +82,10 @@ def drop_in_model(reference_class, kernel_class, verified_for: dict):
 
         def forward(self, *args, **kwargs):
             if self.kernel_applies(args, kwargs):
-                tie_weights(self, self.kernel)  # again: .to() or load_state_dict may have replaced a tensor
                 self.kernel_calls += 1
+                if kernel_op is not None:
+                    return call_op(kernel_op, self, args, verified_for["output"])
+                tie_weights(own_tensors(self), self.kernel)  # again: .to() or load_state_dict may have replaced one
                 return self.kernel(*args)
             self.reference_calls += 1
             return super().forward(*args, **kwargs)
@@ -94,6 +97,7 @@ def drop_in_model(reference_class, kernel_class, verified_for: dict):
             return f"it was verified for Model{tuple(verified_for['init_arguments'][0])}, not Model{tuple(args)}"
         return None
 
+    Model.kernel_op = kernel_op
     Model.__qualname__ = Model.__name__ = reference_class.__name__
     Model.__doc__ = reference_class.__doc__
     return Model
@@ -108,11 +112,14 @@ def as_lists(value):
     return value
 
 
-def tie_weights(model, kernel) -> list:
-    """Make each kernel parameter and buffer the model's tensor of the same name and shape (the checker's pairing);
-    the names of the kernel's own parameters that have no such tensor."""
-    own = dict(model.named_parameters())
-    own.update(model.named_buffers())
+def own_tensors(model) -> dict:
+    """The model's parameters and buffers by name."""
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+def tie_weights(own: dict, kernel) -> list:
+    """Make each kernel parameter and buffer the tensor of own (name -> tensor) of the same name and shape (the
+    checker's pairing); the names of the kernel's own parameters that have no such tensor."""
     unpaired = []
     for kind in ("_parameters", "_buffers"):
         for module_name, module in kernel.named_modules():

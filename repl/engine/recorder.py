@@ -52,6 +52,11 @@ class Recorder:
         self.log.finish_reply(attempt.log_id, attempt.reply)
         self.check(attempt)
 
+    def tuned(self, attempt: Attempt) -> None:
+        """A tuned variant of a logged kernel (attempt.tuning says which and how), recorded whole with its check."""
+        self.finished(attempt)
+        self.log.record_tuning(attempt.log_id, attempt.tuning)
+
     def current(self, code: str, source_name: str | None, attempt: Attempt | None) -> None:
         """What is current as the session ends: a module and, when it has one, its kernel's reply (--continue)."""
         module_id = self.module(code, source_name, inspect_module_source(code).model_class)

@@ -9,8 +9,7 @@ for each other through SQLite's busy timeout.
 The log never stops a session: opening it never raises, and any SQLite or file error (corrupt, locked, read-only)
 turns it off with one line in ``warning`` (also passed to ``on_warning``); every method then does nothing.
 
-Schema changes are append-only migrations, in the manner of simonw/llm: a migration, once released, is never edited;
-a change is a new function appended below.
+Schema changes are append-only migrations (schema.py).
 """
 
 import hashlib
@@ -20,7 +19,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -29,106 +28,12 @@ from repl.core.extract import extract_kernel_code
 from repl.generation import INTERRUPTED, Reply
 from repl.core.paths import data_dir
 from repl.core.settings import SamplingSettings
+from repl.log.schema import MIGRATIONS, migrate, utc_now as _now  # noqa: F401 (MIGRATIONS: for its tests)
 
 LOG_FILE_NAME = "session_log.db"
 NO_LOG_VARIABLE = "KERNELLLM_NO_LOG"
 WRITE_INTERVAL_S = 0.5  # how much of a streaming reply a kill may lose, at most
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another session's transaction before the log gives up
-
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = []
-migration = MIGRATIONS.append
-
-
-@migration
-def m001_modules_replies_checks(db: sqlite3.Connection) -> None:
-    db.execute("""
-        CREATE TABLE modules (
-            id INTEGER PRIMARY KEY,
-            time TEXT NOT NULL,                -- first submitted, ISO 8601 UTC
-            code_hash TEXT NOT NULL UNIQUE,    -- sha256 of code: a module submitted again is the same row
-            name TEXT,                         -- the class the kernel replaces, e.g. Model
-            source_name TEXT,                  -- stem of the file it was loaded from, if any
-            code TEXT NOT NULL
-        )""")
-    db.execute("""
-        CREATE TABLE replies (
-            id INTEGER PRIMARY KEY,
-            module_id INTEGER NOT NULL REFERENCES modules(id),
-            time TEXT NOT NULL,                -- generation started, ISO 8601 UTC
-            model TEXT NOT NULL,
-            temperature REAL,
-            top_p REAL,
-            max_new_tokens INTEGER,
-            seed INTEGER,                      -- the seed this generation used (seed+n with --seed), or NULL
-            text TEXT NOT NULL DEFAULT '',     -- rewritten while streaming
-            tokens INTEGER NOT NULL DEFAULT 0,
-            finish_reason TEXT,                -- stop, length, interrupted, error; NULL: still streaming, or the
-                                               -- writing process died before the reply ended
-            error TEXT,
-            elapsed_s REAL,
-            first_token_s REAL,                -- prefill latency
-            tokens_per_second REAL
-        )""")
-    db.execute("""
-        CREATE TABLE checks (
-            id INTEGER PRIMARY KEY,
-            reply_id INTEGER NOT NULL REFERENCES replies(id),
-            time TEXT NOT NULL,
-            verdict TEXT NOT NULL,
-            device TEXT,
-            speedup_vs_eager REAL,
-            speedup_vs_compiled REAL,
-            result TEXT NOT NULL               -- the whole CheckResult as JSON
-        )""")
-
-
-@migration
-def m002_reply_heartbeat_and_indexes(db: sqlite3.Connection) -> None:
-    # updated_at: when a reply's row was last written, so a reply whose writer was killed still has a duration.
-    db.execute("ALTER TABLE replies ADD COLUMN updated_at TEXT")
-    db.execute("UPDATE replies SET updated_at = time")
-    db.execute("CREATE INDEX replies_module_id ON replies(module_id)")
-    db.execute("CREATE INDEX checks_reply_id ON checks(reply_id)")
-
-
-@migration
-def m003_sessions(db: sqlite3.Connection) -> None:
-    # A session is one process that wrote replies (the REPL, or a one-shot run): :history lists the current one's
-    # first, and --continue skips sessions still running elsewhere.
-    db.execute("""
-        CREATE TABLE sessions (
-            id INTEGER PRIMARY KEY,
-            started_at TEXT NOT NULL,
-            ended_at TEXT,                     -- NULL: still running, or killed (then its pid is gone)
-            pid INTEGER,
-            kind TEXT                          -- repl, oneshot, samples
-        )""")
-    db.execute("ALTER TABLE replies ADD COLUMN session_id INTEGER REFERENCES sessions(id)")
-    db.execute("CREATE INDEX replies_session_id ON replies(session_id)")
-
-
-@migration
-def m004_session_current(db: sqlite3.Connection) -> None:
-    # What was current when an interactive session ended (its module, its kernel's reply): what --continue restores.
-    db.execute("ALTER TABLE sessions ADD COLUMN current_module_id INTEGER REFERENCES modules(id)")
-    db.execute("ALTER TABLE sessions ADD COLUMN current_reply_id INTEGER REFERENCES replies(id)")
-
-
-def migrate(db: sqlite3.Connection, migrations: list = MIGRATIONS) -> None:
-    """Apply the migrations not yet recorded in _migrations, in order, in one transaction."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
-        applied = {name for (name,) in db.execute("SELECT name FROM _migrations")}
-        for step in migrations:
-            if step.__name__ not in applied:
-                step(db)
-                db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (step.__name__, _now()))
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
 
 
 def default_log_path() -> Path:
@@ -160,6 +65,7 @@ class LogEntry:
     tokens_per_second: float | None
     check: dict | None  # CheckResult.to_json_dict() of the latest check
     session_id: int | None = None  # the process that wrote it (sessions.id); None for replies logged before sessions
+    tuning: dict | None = None  # a kernel :tune kept: from_reply (the entry it tuned), variant, launch, speedup
 
     @property
     def state(self) -> str:
@@ -200,6 +106,7 @@ class LogEntry:
             "elapsed_s": self.elapsed_s, "tokens_per_second": self.tokens_per_second, "verdict": self.verdict,
             "speedup_vs_eager": self.speedup_vs_eager, "speedup_vs_compiled": self.speedup_vs_compiled,
             "kernel": self.kernel, "reply": self.text, "module_code": self.module_code, "check": self.check,
+            "tuning": self.tuning,
         }
 
 
@@ -359,6 +266,11 @@ class SessionLog:
             (reply.text, reply.tokens, reply.finish_reason or INTERRUPTED, reply.error, reply.elapsed_s, first_token_s,
              reply.tokens_per_second, _now(), reply_id)))
 
+    def record_tuning(self, reply_id: int | None, tuning: dict) -> None:
+        """Mark a reply as a tuned variant of another's kernel (tuning: plain data, from_reply its entry)."""
+        if reply_id is not None:
+            self._run(lambda db: db.execute("UPDATE replies SET tuning = ? WHERE id = ?", (json.dumps(tuning), reply_id)))
+
     def discard_reply(self, reply_id: int | None) -> None:
         """Remove a reply's row (one stopped before its first token: an entry with nothing in it)."""
         self._last_write.pop(reply_id, None)
@@ -467,7 +379,17 @@ def _entry(row: sqlite3.Row) -> LogEntry:
                                   max_new_tokens=row["max_new_tokens"], seed=row["seed"]),
         text=row["text"], tokens=row["tokens"], finish_reason=row["finish_reason"], error=row["error"],
         elapsed_s=elapsed_s, first_token_s=row["first_token_s"], tokens_per_second=row["tokens_per_second"],
-        check=json.loads(row["check_result"]) if row["check_result"] else None, session_id=row["session_id"])
+        check=json.loads(row["check_result"]) if row["check_result"] else None, session_id=row["session_id"],
+        tuning=_json_object(row["tuning"]))
+
+
+def _json_object(text: str | None) -> dict | None:
+    """A column of JSON that holds an object, else None (written by hand, or by a newer writer, it may not)."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _process_alive(pid: int | None) -> bool:
@@ -480,10 +402,6 @@ def _process_alive(pid: int | None) -> bool:
     except PermissionError:  # someone else's process with that id
         return True
     return True
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _reason(error: Exception) -> str:

@@ -46,7 +46,8 @@ def render_check_result(result: CheckResult, *, full_traceback: bool = False, ke
         table.add_row("kernels", ", ".join(result.triton_kernels))
     if result.valid_for and result.valid_for.get("summary"):
         summary = str(result.valid_for["summary"])
-        style = "yellow" if summary.startswith("only") or "only as tested" in summary else None
+        limited = summary.startswith("only") or "only as tested" in summary or "first failure" in summary
+        style = "yellow" if limited else None
         table.add_row("valid for", Text(terminal_safe(summary), style=style))
     elif result.shape_specialised:
         table.add_row("shapes", Text("hard-coded (Inductor style): right only for these input shapes", style="yellow"))

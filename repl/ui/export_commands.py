@@ -11,8 +11,8 @@ from repl.ui.console import terminal_safe
 def export_command(session, arguments):
     """Write the current kernel, once :run found it correct, as a standalone module needing only torch and triton:
     its Model is a drop-in for the module's, runs the kernel only on the inputs it was verified for (:run says
-    which) and the PyTorch code otherwise, and loads the module's state_dict; --force overwrites an existing
-    file."""
+    which) and the PyTorch code otherwise, and loads the module's state_dict; it calls the kernel as one
+    torch.library.custom_op, so torch.compile treats it as one operation; --force overwrites an existing file."""
     from repl.engine.export import ExportRefused, export_kernel, export_refusal
 
     force = "--force" in arguments
@@ -24,7 +24,8 @@ def export_command(session, arguments):
     reply = attempt.reply
     try:
         written = export_kernel(target, attempt.module.code, attempt.kernel, attempt.check, force=force,
-                                model=reply.model, settings=reply.settings)
+                                model=reply.model, settings=reply.settings, problem_name=attempt.source_name,
+                                tuning=attempt.tuning)
     except ExportRefused as refused:
         raise CommandError(f"not exported: {refused}") from None
     except FileExistsError:

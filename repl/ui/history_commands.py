@@ -11,6 +11,7 @@ from repl.core.module_source import inspect_module_source
 from repl.log.current import current_of_last_session
 from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
+from repl.ui.console import terminal_safe
 from repl.ui.fitted_table import Column, fitted_table
 
 DEFAULT_HISTORY_LENGTH = 10
@@ -86,11 +87,20 @@ def _log(session):
 
 
 def describe_entry(entry: LogEntry) -> str:
-    """'#12 relu: 412 tokens, complete, correct 1.80x eager' in one line."""
-    words = [f"{entry.tokens} tokens", REPLY_STATES.get(entry.state, entry.state)]
+    """'#12 relu: 412 tokens, complete, correct 1.80x eager' (or 'tuned from #11, XBLOCK 128 -> 64') in one line."""
+    if entry.tuning:
+        words = [f"{tuned_from(entry)}, {terminal_safe(str(entry.tuning.get('variant')))}"]
+    else:
+        words = [f"{entry.tokens} tokens", REPLY_STATES.get(entry.state, entry.state)]
     if entry.verdict:
         words.append(entry.verdict + (f" {entry.speedup_vs_eager:.2f}x eager" if entry.speedup_vs_eager else ""))
     return f"#{entry.id} {module_label(entry)}: {', '.join(words)}"
+
+
+def tuned_from(entry: LogEntry) -> str:
+    """'tuned from #11': a kernel :tune kept, a variant of that entry's."""
+    origin = entry.tuning.get("from_reply")
+    return f"tuned from #{origin}" if isinstance(origin, int) else "tuned"
 
 
 def module_label(entry: LogEntry) -> str:
@@ -125,6 +135,7 @@ def entries_table(entries: list[LogEntry], title: str | None = None, with_sessio
         rows.append([
             str(entry.id), str(entry.session_id or "") if with_session else "", local_time(entry.time),
             module_label(entry), str(entry.tokens),
+            Text(tuned_from(entry), style="accent") if entry.tuning else
             Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
             Text(entry.verdict or "not checked", style=verdict_style),
             f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else ""])

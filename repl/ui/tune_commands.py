@@ -2,13 +2,10 @@
 the command table of commands.py: each variant checked and timed by the session's checker, a table of what was
 tried, the fastest correct one made current (the original kept when nothing beats it)."""
 
-from dataclasses import replace
-
 from rich.table import Table
 from rich.text import Text
 
 from repl.core.wording import counted
-from repl.engine.attempt import Attempt
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
 from repl.ui.console import terminal_safe
 from repl.ui.export_commands import current_attempt
@@ -17,9 +14,11 @@ from repl.ui.interrupts import interrupts_as_event
 
 def tune_command(session, arguments):
     """Tune the current kernel's launch parameters on the GPU (block sizes, num_warps, num_stages around the
-    model's choice): each variant is checked and timed like any kernel, the fastest correct one becomes current;
-    on the CPU it says why not."""
+    model's choice): each variant is checked and timed like any kernel, the fastest correct one becomes current
+    and is logged as a tuned variant of the checked kernel (:history, --continue, :save and :export see it); on the
+    CPU it says why not."""
     from repl.workflows.tune import tune, tune_refusal, variants
+    from repl.workflows.tune_record import tuning_record
 
     options = parse_options(arguments, {"--trials": CHECK_OPTIONS["--trials"]})
     attempt = current_attempt(session, tune_refusal, "not tuned")
@@ -41,12 +40,11 @@ def tune_command(session, arguments):
     if report.best is None:
         session.console.print("No variant beats the kernel as generated: it stays current.", style="hint")
         return
-    reply = replace(attempt.reply, text=report.best_code)  # a file defining ModelNew: its kernel is itself
-    session.attempt = Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name,
-                              check=report.best.check)
-    kept = report.best.label.removesuffix(", again")
-    session.console.print(f"Kept {terminal_safe(kept)}: {report.speedup:.2f}x faster than as generated; "
-                          "it is now the current kernel (:save, :export).", style="ok")
+    tuning = tuning_record(attempt.kernel, report)
+    # a file defining ModelNew (its kernel is itself), logged as a tuned variant of the attempt's entry
+    session.attempt = session.engine.record_tuned(attempt, report.best_code, report.best.check, tuning)
+    session.console.print(f"Kept {terminal_safe(tuning['variant'])}: {report.speedup:.2f}x faster than as generated; "
+                          "it is now the current kernel (:save, :export, and in :history).", style="ok")
 
 
 def _outcome(tried) -> str:

@@ -161,9 +161,15 @@ def explore(inputs: list, try_inputs: Callable, device, *, max_trials: int = MAX
             first_failure = first_failure or f"{together.shapes}: {outcome}"
             fixed |= free
             free = set()
+    specs = input_specs(inputs, groups, free)
+    record = {"summary": "", "inputs": specs, "tried": tried, "first_failure": first_failure}
     single = len([shape for shape in shapes_of(inputs) if shape is not None]) == 1
-    return {"summary": summary(groups, free, fixed, first_failure, single),
-            "inputs": input_specs(inputs, groups, free), "tried": tried, "first_failure": first_failure}
+    listed = summary(groups, free, fixed, first_failure, single)
+    short = free and short_summary([spec["shape"] for spec in specs if "shape" in spec], first_failure)
+    record["summary"] = short or listed
+    if short:
+        record["detail"] = listed  # the dimensions one by one, for --json and the log
+    return record
 
 
 def _try(variant: Variant, inputs: list, try_inputs: Callable, device, tried: list):
@@ -200,6 +206,31 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def short_summary(shapes: list[list], first_failure: str | None) -> str | None:
+    """A shorter line where the listed one grows long: every tensor input of one pattern of free sizes ("any square
+    size", "any size (all inputs alike)"), or several inputs as their shapes' form ("(a, b), (b, c)"); None where
+    the listed line is as short."""
+    alike = all(shape == shapes[0] for shape in shapes)
+    all_free = not any(isinstance(size, int) for shape in shapes for size in shape)
+    several = " (all inputs alike)" if len(shapes) > 1 else ""
+    if alike and all_free and shapes and shapes[0]:
+        shape = shapes[0]
+        if len(shape) > 1 and len(set(shape)) == 1:
+            return ("any square size" if len(shape) == 2 else "any size with all dims equal") + several
+        if several and len(set(shape)) == len(shape):
+            return "any size" + several
+    if len(shapes) < 2:
+        return None
+    letters = {}
+    for shape in shapes:
+        for size in shape:
+            if isinstance(size, str) and size not in letters:
+                letters[size] = chr(ord("a") + len(letters)) if len(letters) < 26 else size
+    form = ", ".join("[" + ", ".join(str(letters.get(size, size)) for size in shape) + "]" for shape in shapes)
+    failure = f" (first failure: {first_failure})" if first_failure and not all_free else ""
+    return f"any size of the form {form}{failure}"
+
+
 def input_specs(inputs: list, groups: list[SizeGroup], free: set) -> list[dict]:
     """What :export's guard compares each forward argument with (export_runtime.input_matches): a free size is a
     name (shared by its group's dimensions unless they were right apart), a fixed one its number."""
@@ -233,6 +264,7 @@ def find_valid_for(run, problem) -> dict:
     from repl.checker.result import Verdict
 
     judge = run.judge
+    forms = [None]  # the form of the reference's output on a variant: what :export's custom op returns
     remaining = run.deadline - time.monotonic()
     run.deadline = time.monotonic() + float(run.request["timeout"])
 
@@ -242,6 +274,7 @@ def find_valid_for(run, problem) -> dict:
             with run.candidate.stopped():
                 moved = to_device(inputs, judge.device, clone=True)
                 expected = judge.run_reference(problem, moved)
+                forms[0] = output_form(expected)
                 if problem.facts is not None:  # an in-place problem compares the inputs its forward changed too
                     expected = problem.facts.expected(expected, moved)
         except Exception as error:
@@ -262,10 +295,23 @@ def find_valid_for(run, problem) -> dict:
     finally:
         run.deadline = time.monotonic() + max(remaining, 0.0)
         run.stage("candidate")
+    in_place = problem.facts is not None and bool(problem.facts.changed_inputs)
+    record["output"] = None if in_place else forms[0]  # None: no custom op (no variant ran, or it changes inputs)
     record["device"] = "cuda" if judge.on_cuda else "cpu"
     record["device_name"] = _device_name(judge)
     record["init_arguments"] = _plain_init_arguments(init_arguments(list(problem.module.get_init_inputs())))
     return record
+
+
+def output_form(output) -> str | None:
+    """"tensor", "tuple" or "list" (of tensors): what the exported custom op hands back; None for anything else."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return "tensor"
+    if isinstance(output, (tuple, list)) and output and all(isinstance(item, torch.Tensor) for item in output):
+        return type(output).__name__
+    return None
 
 
 def _device_name(judge) -> str:
