@@ -268,7 +268,7 @@ def test_the_judge_ignores_what_a_candidate_says_of_its_precision_and_takes_only
 # ---- tells --------------------------------------------------------------------------------------------------------
 
 
-def test_a_kernel_sees_neither_the_checkers_arguments_nor_variables_only_the_sandbox_sets(monkeypatch):
+def test_a_kernel_sees_no_checkers_arguments_variables_only_the_sandbox_sets_pid_1_or_checkers_cgroup(monkeypatch):
     from repl.checker import check_kernel
 
     for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMP", "TEMP",
