@@ -30,8 +30,9 @@ Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DI
 or for those --problems names. Candidates are sampled with the model (--samples K per problem), or taken from
 --candidates DIR/<problem stem>/* (.py kernels or saved model replies) without loading any model. Reports, per problem
 and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the
-geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
-finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
+geometric-mean speedup. A candidate whose check failed on the checker's side (checker_error) is not judged: neither
+correct nor wrong, left out of pass@k and fast_p and said apart. With --json OUT, results are written after each
+problem (rerunning with the same OUT skips finished problems, and checks again those with a candidate not judged), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
 sampled replies and their checks also go into the session log.
 
 Every problem (its Model, sizing, the reference's outputs) runs confined in the checker's judge process: no network,
