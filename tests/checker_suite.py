@@ -22,9 +22,13 @@ class Case:
     # What the CPU's stand-in for a GPU's Triton refuses (frontend.py): on a GPU Triton itself refuses it, in its own
     # words and at its own stage (compile or launch), so there the verdict is either error naming message_has.
     refused_by_triton: bool = False
+    prelude: str | None = None  # a file put before the kernel's text (an attack on an honest kernel)
 
     def read(self) -> tuple[str, str]:
-        return (CASES_DIR / self.reference).read_text(), (CASES_DIR / self.kernel).read_text()
+        kernel = (CASES_DIR / self.kernel).read_text()
+        if self.prelude is not None:
+            kernel = (CASES_DIR / self.prelude).read_text() + "\n\n" + kernel
+        return (CASES_DIR / self.reference).read_text(), kernel
 
 
 RELU = "relu_reference.py"
@@ -189,6 +193,12 @@ JUDGING = {
         "inplace_none_identity.py", "inplace_none_reference.py", "mismatch", "output['input 0 after forward']"),
     "an MSE estimated from an eighth of the elements": Case(
         "attack_mse_from_a_sample.py", "mse_reference.py", "mismatch", "elements differ"),
+    "a TF32 dot whose process hides it (its reports patched)": Case(
+        "linear_triton.py", "linear_reference.py", "correct", "half precision's: the kernel computes in lowered "
+        "precision", prelude="attack_hides_its_tf32.py"),
+    "two renamed weights of one shape, the mapping forged on loading": Case(
+        "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ",
+        prelude="attack_claims_its_weights.py"),
 }
 CASES.update(JUDGING)
 

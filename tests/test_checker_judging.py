@@ -64,8 +64,21 @@ def test_weights_of_one_shared_shape_are_not_guessed_and_the_verdict_says_so(jud
             "share the shape (16, 16)") in notes, notes
 
 
+def test_the_weight_mapping_is_the_judges_a_mapping_the_candidate_reports_is_ignored(judged):
+    notes = judged["two renamed weights of one shape, the mapping forged on loading"].notes
+    assert "candidate given 2 of 2 reference weights (same names and shapes)" not in notes, notes
+    assert any(note.startswith("candidate given 0 of 2 reference weights") for note in notes), notes
+    assert any(note.startswith("weights not mapped, ambiguous") for note in notes), notes
+
+
+def test_a_kernel_that_hides_its_tf32_from_its_own_process_is_still_said_to_use_it(judged):
+    result = judged["a TF32 dot whose process hides it (its reports patched)"]
+    assert any(note.startswith("lowered precision: linear_kernel (tf32 dot) on float32 data")
+               for note in result.notes), result.notes
+
+
 def test_weights_matched_by_name_first_then_by_shape_among_the_rest():
-    from repl.checker.candidate.weights import map_weights
+    from repl.checker.judge.weights import map_weights
 
     mapping = map_weights({"fc.weight": (4, 8), "scale": (4,), "shift": (4,), "w": (2, 2)},
                           {"fc.weight": (4, 8), "norm.weight": (4,), "norm.bias": (4,), "proj": (2, 2)})
@@ -221,26 +234,41 @@ def host(x):
 
 
 def test_tf32_dots_and_half_casts_are_found_per_kernel():
-    from repl.checker.candidate.precision import lowered_precision
+    from repl.checker.judge.precision import read_source
 
-    assert lowered_precision(PRECISION_SOURCE) == {
+    assert read_source(PRECISION_SOURCE).lowered == {
         "default_dot": ["tf32 dot"], "three_pass_dot": ["tf32x3 dot"], "halves": ["bfloat16 cast", "float16 cast"]}
-    assert lowered_precision("def broken(:") == {}
+    assert read_source("def broken(:").lowered == {}
 
 
-def test_a_candidate_cannot_send_lowered_precision_of_the_wrong_shape():
+def test_launched_kernels_lower_the_precision_their_source_says_and_an_unknown_name_hides_nothing():
+    from repl.checker.judge.precision import read_source
+
+    source = read_source(PRECISION_SOURCE)
+    assert source.lowered_in(["ieee_dot"]) == {}
+    assert source.lowered_in(["ieee_dot", "halves"]) == {"halves": ["bfloat16 cast", "float16 cast"]}
+    assert source.lowered_in(["made_at_run_time"]) == source.lowered
+    assert source.notes(["ieee_dot"]) == []
+    assert source.notes(["made_at_run_time"])[0].startswith("precision not read: made_at_run_time not defined")
+    wrapped = read_source("import triton\ndef plain(a, b):\n    return tl.dot(a, b)\nkernel = triton.jit(plain)\n")
+    assert wrapped.lowered == {"plain": ["tf32 dot"]}  # jit applied by a call, not a decorator
+
+
+def test_the_judge_ignores_what_a_candidate_says_of_its_precision_and_takes_only_shapes_of_its_state():
     from repl.checker.judge.candidate_replies import clean_reply
     from repl.checker.wire import WireError
 
-    assert clean_reply({"lowered_precision": {"k": ["tf32 dot"]}}) == {"lowered_precision": {"k": ["tf32 dot"]}}
-    with pytest.raises(WireError):
-        clean_reply({"lowered_precision": {"k": "tf32 dot"}})
+    assert clean_reply({"lowered_precision": {"k": []}, "shape_specialised": True}) == {}
+    assert clean_reply({"state": {"w": [4, 8]}}) == {"state": {"w": [4, 8]}}
+    for forged in ({"w": "4x8"}, {"w": [4, -1]}, {"w": [True]}, ["w"]):
+        with pytest.raises(WireError):
+            clean_reply({"state": forged})
 
 
 # ---- tells --------------------------------------------------------------------------------------------------------
 
 
-def test_a_kernel_sees_neither_the_checkers_arguments_nor_variables_only_the_sandbox_sets(monkeypatch):
+def test_a_kernel_sees_no_checkers_arguments_variables_only_the_sandbox_sets_pid_1_or_checkers_cgroup(monkeypatch):
     from repl.checker import check_kernel
 
     for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMP", "TEMP",

@@ -715,7 +715,7 @@ def test_a_forged_reply_is_refused_field_by_field_and_its_text_cut_to_size():
 
     with pytest.raises(WireError, match=r"notes\[0\] is not text"):
         clean_reply({"loaded": True, "notes": [{"not": "text"}]})
-    for forged in ({"shape_specialised": "yes"}, {"launched": "kernel"}, {"estimate_ms": float("nan")},
+    for forged in ({"state": {"w": "4x8"}}, {"launched": "kernel"}, {"estimate_ms": float("nan")},
                    {"batch_ms": [1.0, -2.0]}, {"error": ["runtime_error"]}, {"ready": 1}):
         with pytest.raises(WireError):
             clean_reply(forged)

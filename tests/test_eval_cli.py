@@ -50,7 +50,8 @@ def test_standalone_eval_prints_a_table_and_writes_the_json(relu_only, tmp_path)
     assert "pass@1 0.500  pass@2 1.000" in result.stdout
     assert f"{LONG_NAME}  1/2 correct, 2 compiled · mismatch 1" in result.stderr  # as the problem finished
     data = json.loads(out.read_text())
-    assert data["summary"] == {"problems": 1, "too_large": 0, "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None,
+    assert data["summary"] == {"problems": 1, "too_large": 0, "not_judged": {"problems": 0, "candidates": 0},
+                               "pass_at": {"1": 0.5, "2": 1.0}, "fast_p": None,
                                "flagged": {"count": 0, "candidates": []}}
     assert [c["verdict"] for c in data["problems"][0]["candidates"]] == ["correct", "mismatch"]
 
@@ -172,6 +173,28 @@ def test_problems_too_large_for_the_device_are_reported_apart(relu_only, stand_i
     assert data["summary"]["too_large"] == 1 and data["summary"]["problems"] == 1
     add = next(problem for problem in data["problems"] if problem["name"] == "2_Add")
     assert (add["pass_at"], add["too_large"]) == (None, reason)  # not 0.0: it was never measured
+
+
+def test_candidates_the_checker_failed_on_are_said_apart_not_counted_wrong(relu_only, stand_in_checks, capsys,
+                                                                           tmp_path):
+    problems, candidates = relu_only
+    shutil.copy(TESTS / "eval_problems" / "2_Add.py", problems)
+    (candidates / "2_Add").mkdir()
+    shutil.copy(TESTS / "eval_candidates" / "2_Add" / "good.py", candidates / "2_Add")
+
+    def check(reference_code, reply_text, **options):
+        if "return a + b" in reference_code:
+            return CheckResult(verdict="checker_error", message="the checker failed: its timing broke")
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text else "mismatch")
+
+    out = tmp_path / "r.json"
+    assert main_cli.main(["eval", str(problems), "--candidates", str(candidates), "--json", str(out)],
+                         checks=stand_in_checks(check)) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert ("1 not judged: the checker failed; 1 problem with none judged (2_Add); left out of pass@k and fast_p, "
+            "checked again by a rerun with the same --json") in printed
+    assert "2_Add not judged: the checker failed" in printed  # its row of the table
+    assert "pass@1 0.500 pass@2 1.000" in printed  # ReLU alone: 2_Add is not counted unsolved
 
 
 BIG_RELU = (TESTS / "eval_problems" / "1_ReLU.py").read_text().replace("batch_size = 4\n", "batch_size = 4096\n") \

@@ -20,7 +20,7 @@ from repl.core.settings import SamplingSettings
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
 CANDIDATES = TESTS / "eval_candidates"
-PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "too_large", "candidates"}
+PROBLEM_KEYS = {"name", "n", "compiled", "correct", "pass_at", "best", "too_large", "not_judged", "candidates"}
 
 
 # -- arithmetic ----------------------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_a_results_file_of_an_earlier_version_is_resumed(tmp_path, checked):
     report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=checked)
     assert report.skipped == ["1_ReLU"]  # 2_Add (too large then) and 3_Sigmoid are done now
     data = json.loads(out.read_text())
-    assert data["problems"][0] == {**old["problems"][0], "too_large": None}  # kept as it was
+    assert data["problems"][0] == {**old["problems"][0], "too_large": None, "not_judged": 0}  # kept as it was
     assert [c["file"] for c in data["problems"][1]["candidates"]] == ["good.py", "torch_only.py"]  # checked now
 
 
@@ -195,7 +195,7 @@ def test_the_results_file_has_exactly_the_documented_keys(real_run):
     _, out = real_run
     data = json.loads(out.read_text())
     assert set(data) == {"problems", "summary"}
-    assert set(data["summary"]) == {"problems", "too_large", "pass_at", "fast_p", "flagged"}
+    assert set(data["summary"]) == {"problems", "too_large", "not_judged", "pass_at", "fast_p", "flagged"}
     assert data["summary"]["flagged"] == {"count": 0, "candidates": []}
     for problem in data["problems"]:
         assert set(problem) == PROBLEM_KEYS
@@ -357,6 +357,46 @@ def test_an_eval_survives_a_candidate_that_breaks_its_check(tmp_path, stand_in_c
     verdicts = {r.name: [c["verdict"] for c in r.candidates] for r in report.results}
     assert "checker_error" in verdicts["2_Add"] and "correct" in verdicts["1_ReLU"]
     assert [p["name"] for p in json.loads(out.read_text())["problems"]] == ["1_ReLU", "2_Add", "3_Sigmoid"]
+
+
+def _failing_checker_on(marker: str, failing: list[bool]):
+    """A stand-in check that, while failing[0], fails on the checker's side for kernels or references holding
+    `marker`; else correct for the known-good kernels."""
+    def check(reference_code, reply_text, **options):
+        if failing[0] and (marker in reference_code or marker in reply_text):
+            return CheckResult(verdict="checker_error", message="the checker failed: its timing broke")
+        return CheckResult(verdict="correct" if "tl.maximum" in reply_text or "x + y" in reply_text else "mismatch")
+    return check
+
+
+def test_a_problem_the_checker_failed_on_is_counted_apart_and_checked_again_by_a_rerun(tmp_path, stand_in_checks):
+    failing = [True]
+    checks = stand_in_checks(_failing_checker_on("return a + b", failing))  # every check of 2_Add
+    out = tmp_path / "results.json"
+    first = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=checks)
+    add = next(result for result in first.results if result.name == "2_Add")
+    assert add.checker_failed and add.pass_at is None and add.correct == 0
+    assert first.summary["not_judged"] == {"problems": 1, "candidates": 2}
+    assert first.summary["problems"] == 2  # 1_ReLU, and 3_Sigmoid (no candidates: unsolved); not 2_Add
+    relu = first.results[0]
+    assert first.summary["pass_at"]["1"] == pytest.approx((relu.pass_at["1"] + 0) / 2)
+    assert first.totals["not_judged"] == 2 and first.totals["not_judged_problems"] == ["2_Add"]
+    written = {problem["name"]: problem for problem in json.loads(out.read_text())["problems"]}
+    assert written["2_Add"]["not_judged"] == 2 and written["1_ReLU"]["not_judged"] == 0
+    failing[0] = False
+    second = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, out_path=out, checks=checks)
+    assert second.skipped == ["1_ReLU", "3_Sigmoid"]  # 2_Add checked again
+    assert second.summary["not_judged"] == {"problems": 0, "candidates": 0} and second.summary["problems"] == 3
+
+
+def test_a_candidate_the_checker_failed_on_is_neither_correct_nor_wrong_in_pass_at_k(stand_in_checks):
+    checks = stand_in_checks(_failing_checker_on("Copies its input", [True]))  # one of 1_ReLU's three (one good)
+    report = evaluate(find_problems(PROBLEMS), candidates_dir=CANDIDATES, checks=checks)
+    relu = report.results[0]
+    assert (relu.n, relu.judged, relu.correct) == (3, 2, 1)
+    assert relu.pass_at == pytest.approx({"1": 1 / 2, "2": 1.0})  # over the two judged; not 1/3 over all three
+    assert report.summary["not_judged"] == {"problems": 0, "candidates": 1}
+    assert set(report.summary["pass_at"]) == {"1", "2"}  # up to the fewest judged
 
 
 def test_a_problem_whose_prompt_does_not_fit_the_models_context_is_too_large_and_the_run_goes_on(checked, tmp_path):

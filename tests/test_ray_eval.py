@@ -347,7 +347,7 @@ def test_a_worker_checks_a_problem_as_a_local_run_does_and_cancel_stops_it(stand
     assert {key: record[key] for key in ("result", "note")} == {
         "result": {"name": "1_ReLU", "n": 2, "compiled": 2, "correct": 1, "pass_at": {"1": 0.5, "2": 1.0},
                    "best": {"candidate": "good.py", "kernel_ms": None, "speedup_vs_eager": None, "flagged": None},
-                   "too_large": None,
+                   "too_large": None, "not_judged": 0,
                    "candidates": [{"file": "good.py", "verdict": "correct", "message": "", "kernel_ms": None,
                                    "flagged": None},
                                   {"file": "identity.py", "verdict": "mismatch", "message": "", "kernel_ms": None,

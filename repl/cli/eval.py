@@ -30,8 +30,9 @@ Check candidate kernels for every *.py KernelBench-format problem in PROBLEMS_DI
 or for those --problems names. Candidates are sampled with the model (--samples K per problem), or taken from
 --candidates DIR/<problem stem>/* (.py kernels or saved model replies) without loading any model. Reports, per problem
 and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the
-geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
-finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
+geometric-mean speedup. A candidate whose check failed on the checker's side (checker_error) is not judged: neither
+correct nor wrong, left out of pass@k and fast_p and said apart. With --json OUT, results are written after each
+problem (rerunning with the same OUT skips finished problems, and checks again those with a candidate not judged), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
 sampled replies and their checks also go into the session log.
 
 Every problem (its Model, sizing, the reference's outputs) runs confined in the checker's judge process: no network,
@@ -313,7 +314,9 @@ def _problem_line(result) -> Text:
                              f"  skipped: {result.note or 'too large for this device'}")
     style = "ok" if result.correct else "bad"
     line = Text.assemble(("✓ " if result.correct else "✗ ", style), (result.name, "accent"),
-                         f"  {result.correct}/{result.n} correct, {result.compiled} compiled")
+                         f"  {result.correct}/{result.judged} correct, {result.compiled} compiled")
+    if result.not_judged:
+        line.append(f" · {result.not_judged} not judged: the checker failed", style="warn")
     failures = verdict_counts(result)
     if failures:
         line.append(f" · {failures}", style="hint")
@@ -332,19 +335,21 @@ def _problem_line(result) -> Text:
 
 
 def verdict_counts(result) -> str:
-    """The verdicts of a problem's candidates that are not correct, most frequent first: 'timeout 2, mismatch 1'."""
+    """The verdicts of a problem's candidates that are judged and not correct, most frequent first: 'timeout 2,
+    mismatch 1'."""
     counts: dict[str, int] = {}
     for candidate in result.candidates:
         verdict = candidate.get("verdict") or "not checked"
-        if verdict != "correct":
+        if verdict not in ("correct", "checker_error"):  # the checker's failures are said apart
             counts[verdict] = counts.get(verdict, 0) + 1
     return ", ".join(f"{verdict} {count}" for verdict, count in sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def shown_pass_at(report) -> list[int]:
     """The pass@k columns: k = 1, the largest k of the overall figures and the largest n of any problem."""
-    counted = [result for result in report.results if not result.too_large]
-    largest_n = max((result.n for result in counted), default=0)
+    from repl.workflows.eval_scores import measured
+
+    largest_n = max((result.judged for result in measured(report.results)), default=0)
     overall = max((int(k) for k in report.summary["pass_at"]), default=0)
     return sorted({1, overall, largest_n} - {0})
 
@@ -362,8 +367,9 @@ def results_table(report) -> Table:
     for name in headers:
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     for result in report.results:
-        if result.too_large:
-            table.add_row(Text(result.name, style="hint"), Text("too large for this device", style="warn"))
+        if result.too_large or result.checker_failed:
+            why = "too large for this device" if result.too_large else "not judged: the checker failed"
+            table.add_row(Text(result.name, style="hint"), Text(why, style="warn"))
             continue
         best = result.best or {}
         cells = [str(result.n), str(result.compiled), str(result.correct)]
@@ -390,6 +396,8 @@ def summary_text(report) -> Text:
         names = ", ".join(totals["too_large"][:5]) + (" …" if len(totals["too_large"]) > 5 else "")
         text.append(f"skipped: too large for this device: {len(totals['too_large'])} ({names}); not in pass@k or "
                     "fast_p\n", style="warn")
+    if totals.get("not_judged"):
+        text.append(not_judged_line(totals), style="warn")
     if totals.get("flagged"):
         names = ", ".join(totals["flagged"][:5]) + (" …" if len(totals["flagged"]) > 5 else "")
         text.append(f"flagged timings: {len(totals['flagged'])} ({names}); ranked after unflagged kernels, not in "
@@ -404,6 +412,15 @@ def summary_text(report) -> Text:
         text.append(tuned_text(summary))
     text.append(f"geomean speedup of correct candidates  {_format(totals['geomean_speedup'], 3, 'x')}")
     return text
+
+
+def not_judged_line(totals) -> str:
+    """The candidates whose check failed on the checker's side: neither correct nor wrong."""
+    problems = totals["not_judged_problems"]
+    whole = f"; {counted(len(problems), 'problem')} with none judged ({', '.join(problems[:5])}" + (
+        " …)" if len(problems) > 5 else ")") if problems else ""
+    return (f"{totals['not_judged']} not judged: the checker failed{whole}; left out of pass@k and fast_p, checked "
+            "again by a rerun with the same --json\n")
 
 
 def tuned_text(summary) -> str:

@@ -21,7 +21,7 @@ class ProblemResult:
     n: int
     compiled: int
     correct: int
-    pass_at: dict[str, float] | None  # None for a problem too large for the device: not measured
+    pass_at: dict[str, float] | None  # None for a problem too large for the device, or not judged: not measured
     best: dict | None  # {"candidate", "kernel_ms", "speedup_vs_eager", "flagged"}
     candidates: list[dict] = field(default_factory=list)  # [{"file", "verdict", "message", "kernel_ms", ...}]
     tuned: dict | None = None  # with --tune, its best kernel tuned (repl/workflows/eval_tune.py); in the file if set
@@ -39,9 +39,11 @@ class ProblemResult:
             best = {"candidate": _candidate_name(ranked[0]), "kernel_ms": check.kernel_ms,
                     "speedup_vs_eager": check.speedup_vs_eager, "flagged": _flag(check)}
         too_large = next((c.check.message for c in candidates if c.verdict == Verdict.TOO_LARGE), None)
+        judged = n - sum(1 for c in candidates if c.verdict == Verdict.CHECKER_ERROR)
+        unmeasured = too_large or (n and not judged)
         return cls(
             name=name, n=n, compiled=loaded, correct=correct, note=too_large,
-            pass_at=None if too_large else {str(k): pass_at_k(n, correct, k) for k in range(1, n + 1)},
+            pass_at=None if unmeasured else {str(k): pass_at_k(judged, correct, k) for k in range(1, judged + 1)},
             best=best,
             candidates=[_candidate_record(c) for c in candidates],
         )
@@ -56,6 +58,7 @@ class ProblemResult:
         return {"name": self.name, "n": self.n, "compiled": self.compiled, "correct": self.correct,
                 "pass_at": self.pass_at, "best": self.best,
                 "too_large": (self.note or "too large for this device") if self.too_large else None,
+                "not_judged": self.not_judged,
                 "candidates": self.candidates, **({"tuned": self.tuned} if self.tuned is not None else {})}
 
     @classmethod
@@ -95,6 +98,20 @@ class ProblemResult:
     def too_large(self) -> bool:
         """The problem did not fit the check's device: its candidates say nothing about the kernels."""
         return any(c["verdict"] == Verdict.TOO_LARGE for c in self.candidates)
+
+    @property
+    def not_judged(self) -> int:
+        """Its candidates whose check the checker itself failed (checker_error): no verdict on their kernels."""
+        return sum(1 for c in self.candidates if c["verdict"] == Verdict.CHECKER_ERROR)
+
+    @property
+    def judged(self) -> int:
+        return self.n - self.not_judged
+
+    @property
+    def checker_failed(self) -> bool:
+        """Not one of its candidates judged: the problem says nothing about the kernels (counted apart)."""
+        return self.n > 0 and self.judged == 0
 
     @property
     def untimed(self) -> bool:
@@ -160,5 +177,7 @@ def write_results(path: str | os.PathLike, results: list[ProblemResult]) -> None
 
 def resumed_results(out_path: str | os.PathLike | None) -> dict[str, ProblemResult]:
     """The problems an earlier run finished, by name, from its results file ({} without one). Too-large ones are left
-    out, to be tried again: the rerun's device may be larger."""
-    return {result.name: result for result in (read_results(out_path) if out_path else []) if not result.too_large}
+    out, to be tried again (the rerun's device may be larger), and so are those with a candidate the checker failed
+    to judge (checked again: the failure was the checker's, not the kernel's)."""
+    return {result.name: result for result in (read_results(out_path) if out_path else [])
+            if not result.too_large and not result.not_judged}

@@ -48,25 +48,37 @@ def flagged_kernels(results: list) -> list[str]:
 
 
 def summarize(results: list) -> dict:
-    """The file's "summary": {"problems", "too_large", "pass_at", "fast_p", "flagged"}, and with --tune
-    "fast_p_tuned" and "tuned". Problems too large for the device are counted apart and left out of the rest; pass@k
-    for k up to the smallest n among problems that have candidates (a problem with none counts as unsolved); fast_p
-    null without timings, fast_0 the share of problems with a correct kernel (timed or not)."""
-    counted = [result for result in results if not result.too_large]
-    sizes = [result.n for result in counted if result.n > 0]
+    """The file's "summary": {"problems", "too_large", "not_judged", "pass_at", "fast_p", "flagged"}, and with --tune
+    "fast_p_tuned" and "tuned". Problems too large for the device are counted apart and left out of the rest; so are
+    candidates the checker failed to judge (checker_error: the checker's failure, not the kernel's), and a problem
+    with none judged; pass@k over each problem's judged candidates, for k up to the smallest number judged among
+    problems that have candidates (a problem with none counts as unsolved); fast_p null without timings, fast_0 the
+    share of problems with a correct kernel (timed or not)."""
+    counted = measured(results)
+    sizes = [result.judged for result in counted if result.judged > 0]
     top_k = min(sizes) if sizes else 0
     pass_at = {}
     for k in range(1, top_k + 1):
         pass_at[str(k)] = sum(result.pass_at.get(str(k), 0.0) for result in counted) / len(counted)
     timed = any(c.get("kernel_ms") for result in counted for c in result.candidates)
     flagged = flagged_kernels(counted)
-    summary = {"problems": len(counted), "too_large": len(results) - len(counted), "pass_at": pass_at,
+    fitting = [result for result in results if not result.too_large]
+    summary = {"problems": len(counted), "too_large": len(results) - len(fitting),
+               "not_judged": {"problems": len(fitting) - len(counted),
+                              "candidates": sum(result.not_judged for result in fitting)},
+               "pass_at": pass_at,
                "fast_p": fast_p(counted, lambda result: result.best.get("speedup_vs_eager")) if timed else None,
                "flagged": {"count": len(flagged), "candidates": flagged}}
     if any(result.tuned is not None for result in counted):
         summary["fast_p_tuned"] = fast_p(counted, lambda result: result.tuned_speedup) if timed else None
         summary["tuned"] = tuned_totals(counted)
     return summary
+
+
+def measured(results: list) -> list:
+    """The problems that say something about the kernels: not too large for the device, and with a candidate judged
+    (or none at all: unsolved)."""
+    return [result for result in results if not result.too_large and not result.checker_failed]
 
 
 def fast_p(counted: list, speedup) -> dict[str, float]:
@@ -91,11 +103,14 @@ def tuned_totals(counted: list) -> dict:
 
 
 def overall_totals(results: list) -> dict:
-    """What the table shows beyond the file's summary: candidates, compiled, correct, solved, untimed (solved with no
-    timing, when others were timed), geomean speedup; over the problems that fit the device."""
+    """What the table shows beyond the file's summary: candidates, compiled, correct, not judged (and the problems
+    with none judged), solved, untimed (solved with no timing, when others were timed), geomean speedup; over the
+    problems that fit the device."""
     counted = [result for result in results if not result.too_large]
     return {
         "candidates": sum(result.n for result in counted),
+        "not_judged": sum(result.not_judged for result in counted),
+        "not_judged_problems": [result.name for result in counted if result.checker_failed],
         "compiled": sum(result.compiled for result in counted),
         "correct": sum(result.correct for result in counted),
         "solved": sum(1 for result in counted if result.correct),

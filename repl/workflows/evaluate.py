@@ -14,6 +14,10 @@ Definitions (docs/best-of-k.md):
   are named and skipped by the command line: never sampled for, never counted.
 - Problems too large for the check's device (verdict too_large), or whose prompt does not fit the model's context,
   are reported apart and left out of pass@k and fast_p (their pass_at is null in the file, and "too_large" says why).
+- A candidate whose check the checker itself failed (checker_error) is not judged: neither correct nor wrong. pass@k
+  is over a problem's judged candidates; a problem with none judged is left out of pass@k and fast_p and counted
+  apart, and a rerun checks such problems again (KernelBench's harness, too, records no result for an evaluation
+  that failed on its side).
 - A correct kernel whose timing is flagged (the checker found evidence against it: docs/checker.md) is correct for
   pass@k, but its timing counts nowhere: it is ranked after every unflagged correct kernel, a problem whose best
   is flagged is not fast for any p > 0, its speedup is left out of the geomean, and the summary lists such kernels
@@ -21,7 +25,7 @@ Definitions (docs/best-of-k.md):
 
 The JSON file is rewritten atomically after each finished problem, so an interrupted run loses at most the problems
 whose checks were in flight, and a rerun with the same file skips the finished ones (too-large ones are tried again:
-the rerun may have a larger device).
+the rerun may have a larger device; so are those with a candidate not judged).
 """
 
 import os

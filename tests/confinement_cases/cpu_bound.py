@@ -10,7 +10,7 @@ for controllers, path in cgroups.items():
     if "cpu" in controllers.split(",") or controllers == "":
         base = Path("/sys/fs/cgroup", controllers) if controllers else Path("/sys/fs/cgroup")
         for name in ("cpu.cfs_quota_us", "cpu.max"):
-            if (base / path.lstrip("/") / name).exists() and "kernelllm-check" in path:
+            if (base / path.lstrip("/") / name).exists() and "/run-r" in path:  # the sandbox's own scope
                 quota = (base / path.lstrip("/") / name).read_text().split()[0]
 try:
     os.nice(-1)

@@ -1,11 +1,13 @@
-"""Tries to signal processes outside the sandbox: argv = stand-in caller pid, its group, the test's pid, its group.
-Kills, stops, SIGUSR1s and kill(-1); reads the test's environment under /proc. Prints what succeeded."""
+"""Tries to signal processes outside the sandbox: argv = stand-in caller pid, its group, the test's pid, its group,
+the test's PID namespace (/proc/self/ns/pid). Kills, stops, SIGUSR1s and kill(-1); reads the test's environment
+under /proc. Prints what succeeded."""
 import json
 import os
 import signal
 import sys
 
 caller, caller_group, test, test_group = (int(value) for value in sys.argv[1:5])
+own_namespace = os.readlink("/proc/self/ns/pid") != sys.argv[5]
 attempts = {
     "stop caller": lambda: os.kill(caller, signal.SIGSTOP),
     "kill caller": lambda: os.kill(caller, signal.SIGKILL),
@@ -23,12 +25,12 @@ for name, attempt in attempts.items():
         succeeded.append(name)
     except OSError:
         pass
-# kill(-1) reaches every process this user may signal: only where this process is alone in a PID namespace of
-# its own (it is its init, pid 1) or the test could take the machine's other processes down with it.
-if os.getpid() == 1:
+# kill(-1) reaches every process this user may signal in its PID namespace: only where that namespace is not the
+# test's, or the test could take the machine's other processes down with it.
+if own_namespace:
     try:
         os.kill(-1, signal.SIGKILL)
         os.kill(-1, signal.SIGUSR1)
     except OSError:
         pass
-print(json.dumps({"succeeded": succeeded, "pid": os.getpid()}))
+print(json.dumps({"succeeded": succeeded, "own_namespace": own_namespace}))

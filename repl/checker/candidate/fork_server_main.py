@@ -6,8 +6,9 @@ Each start forks twice, as `unshare --fork --kill-child` does for the exec path:
   candidate gets, enters new user (root mapped to the caller's uid), network, mount, IPC and PID namespaces, and
   forks;
 - the child, PID 1 of the new PID namespace, does what sandbox's init stage does (`init_stage.enter_sandbox`: cgroup,
-  view, limits, every capability dropped, notes reported) and then runs argv's program (`python -m module ...` or
-  `python script ...`) with runpy, in place of exec;
+  view, limits, the namespace's next PID drawn, every capability dropped, notes reported) and forks once more: its
+  child, with a PID a user's process could have, runs argv's program (`python -m module ...` or `python script
+  ...`) with runpy, in place of exec, while PID 1 waits and reports the program's status to the middle process;
 - the middle process waits for the child and ends as it ended (its exit status, or its signal), which the fork
   server reports to the judge. Each dies with its parent (PR_SET_PDEATHSIG), so killing the middle process, or the
   fork server, or the judge, ends the candidate and its whole PID namespace.
@@ -30,6 +31,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # started as a script: no PYTHONPATH naming the checkout (a tell)
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
+from repl.checker.candidate.disguise import rewrite_cmdline  # noqa: E402
 from repl.checker.candidate.fork_server import MAX_FDS, MAX_MESSAGE_BYTES  # noqa: E402
 from repl.checker.sandbox.init_stage import enter_sandbox  # noqa: E402
 from repl.checker.sandbox.syscall_filter import load_binding  # noqa: E402
@@ -37,6 +39,9 @@ from repl.checker.sandbox.syscall_filter import load_binding  # noqa: E402
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (0x00020000, 0x08000000, 0x10000000,
                                                                             0x20000000, 0x40000000)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NAME = 15
+MAX_FD = 1 << 16
 
 PRELOADED = ("torch", "triton", "triton.language", "repl.checker.candidate.compat", "repl.checker.cuda_on_cpu",
              "repl.checker.candidate.launches", "repl.checker.loading", "repl.checker.sandbox",
@@ -214,13 +219,16 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
     os.environ.update(request["env"])
     _enter_namespaces(libc)
     alive_read, alive_write = os.pipe()
+    status_read, status_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.close(alive_write)
-        _child(request, libc, alive_read)
+        os.close(status_read)
+        _child(request, libc, alive_read, status_write)
     child.append(pid)
     os.close(alive_read)
+    os.close(status_write)
     for fd in {0, 1, 2, *targets}:
         os.close(fd)  # the child holds them: the judge sees the pipes close when it ends
     while True:
@@ -229,13 +237,14 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
             break
         except InterruptedError:
             continue
+    status = _program_status(status_read, status)
     if os.WIFSIGNALED(status):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def _child(request: dict, libc, parent_alive: int) -> None:
+def _child(request: dict, libc, parent_alive: int, status_fd: int) -> None:
     import select
 
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -243,14 +252,52 @@ def _child(request: dict, libc, parent_alive: int) -> None:
         os._exit(1)  # end of file: the middle process died before the line above
     os.close(parent_alive)
     try:
-        enter_sandbox(request["spec"])
+        drawn = enter_sandbox(request["spec"], draw_pid=True)
     except BaseException as error:
         print(f"the sandbox could not be built: {error}", file=sys.stderr, flush=True)
         os._exit(127)
+    if drawn:
+        _run_below_the_init(libc, status_fd)  # returns in the program's process, status_fd closed
+    else:
+        os.close(status_fd)
     # What a new interpreter starts with: KeyboardInterrupt on SIGINT, SIGPIPE ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os._exit(_run(request["argv"]))
+
+
+def _run_below_the_init(libc, status_fd: int) -> None:
+    """Returns in a child, the program's process, with the PID drawn for it: a process that sees itself as PID 1
+    can tell it is sandboxed. This process stays PID 1 of the namespace, reaps what is orphaned there, and once the
+    program has ended writes its wait status on status_fd (an init cannot die of a signal it sends itself: the
+    middle process ends as the status says) and exits, which ends the namespace. Its name and command line are a
+    shell's."""
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_fd)
+        os.setpgid(0, 0)  # a group of its own in the init's session, as a shell's job is
+        return
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program cannot read or write this process's memory
+    rewrite_cmdline("bash")  # the fork server's command line names the checkout: the program's parent looks a shell
+    libc.prctl(_PR_SET_NAME, ctypes.c_char_p(b"bash"), 0, 0, 0)
+    os.closerange(0, status_fd)
+    os.closerange(status_fd + 1, MAX_FD)
+    while True:
+        reaped, status = os.wait()
+        if reaped == pid:
+            os.write(status_fd, str(status).encode())
+            os._exit(0)
+
+
+def _program_status(status_read: int, init_status: int) -> int:
+    """The program's wait status where its init reported one, else the init's own (it died before, or was killed)."""
+    os.set_blocking(status_read, False)
+    try:
+        reported = os.read(status_read, 32)
+    except BlockingIOError:
+        reported = b""
+    os.close(status_read)
+    return int(reported) if reported.isdigit() else init_status
 
 
 def _run(argv: list[str]) -> int:

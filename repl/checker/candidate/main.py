@@ -7,7 +7,9 @@ checkout), it gets ready before any candidate exists:
    launch recorder installed;
 2. it confines itself (sandbox.confine_self: Landlock with signal/socket scoping, rlimits) and says "ready";
 3. then it waits. The judge sends, on a private pipe, in order:
-   ``load`` (the kernel's source, the init arguments, the reference's weights) -> ``loaded`` or an error;
+   ``load`` (the kernel's source, the init arguments, the reference's weights) -> ``loaded`` with its own state's
+   names and shapes, or an error; ``weights`` (which of the reference's weights go to which of its names: the
+   judge's decision, judge/weights.py) -> ``given``;
    (large blobs travel through the two shared buffers of wire.py, not the pipes)
    ``run`` (inputs; ``skip_launches`` for the extra trial) -> ``outputs`` (dtype, shape, raw bytes), the Triton
    kernels launched and what the forward ran beside them (work.py), or an error;
@@ -20,7 +22,6 @@ When the judge goes away (its end of the request pipe closes), this process exit
 import argparse
 import os
 import queue
-import re
 import sys
 import threading
 import time
@@ -37,7 +38,6 @@ from repl.checker.wire import Channel, PeerGone, SharedBuffer, WireError, decode
 
 MODEL_SEED = 42  # KernelBench seeds 42 before each constructor
 KERNEL_FILES: set[str] = set()  # the kernel's file, its name drawn per check (disguise.py)
-_HARD_CODED_SIZES = re.compile(r"^\s*[xyzr]\d?numel\s*=\s*\d+\s*$|\bassert_size_stride\(", re.MULTILINE)
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its frames are as large as the problem
 
 
@@ -53,6 +53,7 @@ class Candidate:
         self.channel = channel
         self.on_cuda = device == "cuda"
         self.model = None
+        self.offered: dict = {}  # the reference's weights, until the judge says which go where
         self.timing = None
 
     def prepare(self) -> None:
@@ -117,27 +118,27 @@ class Candidate:
             self.model = module.ModelNew(*args, **kwargs).to(self.device)
         except BaseException as error:
             raise Failure("runtime_error", f"ModelNew cannot be built: {describe(error)}", error)
-        from repl.checker.candidate.precision import lowered_precision
+        self.offered = data["weights"]
+        return {"loaded": True, **self.own_state()}
 
-        notes = self.take_weights(data["weights"])
-        return {"loaded": True, "notes": notes, "shape_specialised": bool(_HARD_CODED_SIZES.search(code)),
-                "lowered_precision": lowered_precision(code)}
-
-    def take_weights(self, weights: dict) -> list[str]:
-        from repl.checker.candidate.weights import map_weights
-
-        if not weights:
-            return []
+    def own_state(self) -> dict:
+        """Its state's names and shapes, from which the judge decides which reference weights it gets: data about
+        itself (a lie only costs it the weights)."""
+        if not self.offered:
+            return {}
         try:
-            own = self.model.state_dict()
-            mapping = map_weights({key: tuple(value.shape) for key, value in own.items()},
-                                  {key: tuple(value.shape) for key, value in weights.items()})
-            given = {key: weights[reference].to(self.device) for key, reference in mapping.pairs().items()}
-            if given:
-                self.model.load_state_dict(given, strict=False)
+            return {"state": {key: list(value.shape) for key, value in self.model.state_dict().items()}}
         except Exception as error:  # a ModelNew that is not quite an nn.Module; it keeps its own weights
-            return [f"could not give the candidate the reference's weights: {describe(error)}"]
-        return mapping.notes(len(weights))
+            return {"state_refused": describe(error)}
+
+    def take_weights(self, request: dict, blob: bytes) -> dict:
+        """The reference's weights under the names the judge chose (pairs: its own name -> the reference's)."""
+        try:
+            given = {own: self.offered[reference].to(self.device) for own, reference in request["pairs"].items()}
+            self.model.load_state_dict(given, strict=False)
+        except Exception as error:
+            return {"given": False, "state_refused": describe(error)}
+        return {"given": True}
 
     def forward(self, inputs: list):
         import torch
@@ -249,7 +250,8 @@ def main() -> None:
         os._exit(1)
     channel.send({"ready": True, "notes": notes, "prepare_s": round(time.monotonic() - started, 3)})
     frames = _requests(channel)
-    handlers = {"load": candidate.load, "run": candidate.run, **candidate.timing.handlers()}
+    handlers = {"load": candidate.load, "weights": candidate.take_weights, "run": candidate.run,
+                **candidate.timing.handlers()}
     while True:
         request, blob = frames.get()
         op = request.get("op")

@@ -17,6 +17,9 @@ KERNEL_NAME_CHARS = 200
 KERNEL_NAMES = 256
 BATCHES = 10_000
 SUMS_PER_CALL = 3 * 256  # three sums per output tensor
+STATE_ENTRIES = 100_000
+STATE_NAME_CHARS = 1000
+MAX_DIMENSIONS = 64
 ERROR_KINDS = ("compile_error", "runtime_error", "bad_output", "crash", "checker_error")
 
 
@@ -131,12 +134,16 @@ def _error(value, name: str) -> dict:
             "traceback": _optional_text(TRACEBACK_CHARS)(value.get("traceback"), f"{name}.traceback")}
 
 
-def _named_texts(value, name: str) -> dict[str, list[str]]:
-    """Per kernel name, short texts (what lowers a kernel's precision: precision.py)."""
-    if not isinstance(value, dict) or len(value) > KERNEL_NAMES:
-        raise WireError(f"{name} is not an object of at most {KERNEL_NAMES} entries")
-    return {_text(KERNEL_NAME_CHARS)(key, f"{name} key"): _texts(NOTE_CHARS, NOTES)(item, f"{name}[{key!r}]")
-            for key, item in value.items()}
+def _shapes(value, name: str) -> dict[str, list[int]]:
+    """The candidate's state: a shape per name (what it says of itself; the judge decides the mapping)."""
+    if not isinstance(value, dict) or len(value) > STATE_ENTRIES:
+        raise WireError(f"{name} is not an object of at most {STATE_ENTRIES} entries")
+    shapes = {}
+    for key, shape in value.items():
+        if not isinstance(shape, list) or len(shape) > MAX_DIMENSIONS:
+            raise WireError(f"{name}[{key!r}] is not a shape")
+        shapes[_text(STATE_NAME_CHARS)(key, f"{name} key")] = [_count(size, f"{name}[{key!r}]") for size in shape]
+    return shapes
 
 
 def _tree(value, name: str):
@@ -148,8 +155,9 @@ _FIELDS = {
     "loaded": _flag,
     "notes": _texts(NOTE_CHARS, NOTES),
     "prepare_s": _number,
-    "shape_specialised": _flag,
-    "lowered_precision": _named_texts,
+    "state": _shapes,
+    "state_refused": _text(MESSAGE_CHARS),
+    "given": _flag,
     "outputs": _tree,
     "launched": _texts(KERNEL_NAME_CHARS, KERNEL_NAMES),
     "estimate_ms": _number,

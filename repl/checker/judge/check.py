@@ -14,8 +14,10 @@ import time
 from repl.checker.judge.candidate_replies import clean_reply
 from repl.checker.judge.candidates import CANDIDATE_START_S, CandidateProcess
 from repl.checker.judge.ended import CHECKER_FAILED, Ended, checker_failed
+from repl.checker.judge.precision import read_kernel_source
 from repl.checker.judge.problems import Judge, Problem
 from repl.checker.judge.valid_for import find_valid_for
+from repl.checker.judge.weights import give_weights
 from repl.checker.loading import describe, tensor_bytes, traceback_text
 from repl.checker.result import CheckResult, Verdict
 from repl.checker.wire import PeerGone, Stopped, WireError, decode, encode_at
@@ -52,12 +54,12 @@ class CheckRun:
         self.trials = 0
         self.max_abs = self.max_rel = None
         self.launched: list[str] = []
-        self.shape_specialised = False
         self.inputs_all_non_negative = True
         self.trial_launches: list[int] = []  # Triton launches per trial's forward
         self.work_profiles: list[dict] = []  # work.py's observation of each trial
         self.work: dict | None = None
-        self.lowered: dict[str, list[str]] = {}  # what lowers each kernel's precision (candidate/precision.py)
+        self.source = read_kernel_source(request["kernel_code"])  # read here, never said by the candidate
+        self.loaded = False
         self.tolerance: tuple[float, float] = (1e-2, 1e-2)  # (atol, rtol) of the last comparison
         self.tolerance_why = ""
         self.computes_in_tf32 = False  # a launched kernel's tl.dot on float32 data (its fair baseline: speed.py)
@@ -136,9 +138,8 @@ class CheckRun:
 
             self.round_trip_ms = measure_round_trip(self)  # before any candidate code: it cannot slow these down
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
-        self.notes += reply.get("notes", [])
-        self.shape_specialised = bool(reply.get("shape_specialised"))
-        self.lowered = reply.get("lowered_precision", {})
+        self.loaded = True
+        self.notes += give_weights(self, problem, reply)
         self.phase("load")
 
     def load_request(self, problem: Problem) -> dict:
@@ -253,19 +254,15 @@ class CheckRun:
 
         atol, rtol = self.request["atol"], self.request["rtol"]
         dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors_in(expected) if t.is_floating_point()}
-        lowered = {name: self.lowered[name] for name in launched if name in self.lowered}
+        lowered = self.source.lowered_in(launched)
         lowered_here = bool(lowered) and "float32" in dtypes
         value, self.tolerance_why = tolerance_for(dtypes, lowered_here)
         if atol is not None and rtol is not None:
             self.tolerance_why = "as given"
         self.tolerance = (value if atol is None else atol, value if rtol is None else rtol)
         self.computes_in_tf32 |= lowered_here and any("tf32 dot" in ways for ways in lowered.values())
-        if lowered_here:
-            kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(lowered.items()))
-            note = (f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 unless "
-                    "asked for input_precision=\"ieee\" (PyTorch's eager matmul does not use TF32)")
-            if note not in self.notes:
-                self.notes.append(note)
+        if "float32" in dtypes:
+            self.notes += [note for note in self.source.notes(launched) if note not in self.notes]
         return self.tolerance
 
     def reference_alone(self, problem: Problem, inputs: list, label: str):
@@ -429,7 +426,7 @@ class CheckRun:
         return CheckResult(verdict=verdict, device=self.judge.device_label, trials=self.trials,
                            max_abs_error=self.max_abs, max_rel_error=self.max_rel, message=message,
                            triton_kernels=list(self.launched), traceback=traceback,
-                           shape_specialised=self.shape_specialised, notes=notes, phases_s=dict(self.phases),
+                           shape_specialised=self.loaded and self.source.shape_specialised, notes=notes, phases_s=dict(self.phases),
                            work=self.work if verdict is Verdict.CORRECT else None,
                            tolerance=self.tolerance_said())
 

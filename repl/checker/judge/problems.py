@@ -28,6 +28,7 @@ class Problem:
     model: object
     init_data: object  # encoded init inputs and weights, sent to every candidate
     init_blob: object  # their wire.Payload (views of the weights, not copies)
+    weight_shapes: dict = field(default_factory=dict)  # the reference's state: name -> shape (judge/weights.py)
     output_bytes: int = 0  # of the reference's output: the room a candidate's reply gets
     eager_ms: float | None = None
     compiled_ms: float | None = None
@@ -122,7 +123,8 @@ class Judge:
             init_data, init_blob = encode({"init_inputs": init_inputs, "weights": weights})
         except WireError as error:
             raise Ended(Verdict.INVALID_REFERENCE, f"reference init inputs cannot be sent: {error}")
-        problem = Problem(module, model, init_data, init_blob)
+        problem = Problem(module, model, init_data, init_blob,
+                          weight_shapes={name: tuple(value.shape) for name, value in weights.items()})
         try:
             inputs = self.make_inputs(problem)
             again = to_device(inputs, self.device, clone=True)  # the reference may change its inputs in place

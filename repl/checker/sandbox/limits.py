@@ -4,6 +4,7 @@ lower priority that cannot be raised again, and RLIMIT_CPU from the check's time
 init stage lowers (processes, file size, core dumps)."""
 
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -18,6 +19,7 @@ WATCHDOG_INTERVAL_S = 0.05
 WATCHDOG_NOTE = "total memory bounded by a watchdog"
 CPU_NOTE = "CPU bounded by priority"
 CPU_PERIOD_US = 100_000
+STALE_CGROUP_S = 60.0
 NICENESS = 10  # without a cpu cgroup: about a tenth of a core's share against each process of the judge's
 
 
@@ -134,7 +136,7 @@ def make_cgroup(limit: int, cpu: bool = True) -> Path | None:
             continue
         parent = base / path.lstrip("/")
         _remove_stale_cgroups(parent)
-        cgroup = parent / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
+        cgroup = parent / scope_name()
         try:
             cgroup.mkdir()
         except OSError:
@@ -168,7 +170,7 @@ def make_cpu_cgroup(quota: bool = True) -> Path | None:
             continue
         parent = Path("/sys/fs/cgroup", controllers) / path.lstrip("/")
         _remove_stale_cgroups(parent)
-        cgroup = parent / f"kernelllm-check-{os.getpid()}-{time.monotonic_ns()}"
+        cgroup = parent / scope_name()
         try:
             cgroup.mkdir()
         except OSError:
@@ -183,20 +185,22 @@ def make_cpu_cgroup(quota: bool = True) -> Path | None:
     return None
 
 
-def _remove_stale_cgroups(parent: Path) -> None:
-    """Empty cgroups left by callers that died before kill_process_tree (their pid is in the name)."""
-    for cgroup in parent.glob("kernelllm-check-*-*"):
-        try:
-            os.kill(int(cgroup.name.split("-")[2]), 0)
-        except ProcessLookupError:
-            if not read_text(cgroup / "cgroup.procs").strip():
-                try:
-                    cgroup.rmdir()
-                except OSError:
-                    pass
-        except (ValueError, PermissionError):
-            pass
+def scope_name() -> str:
+    """A cgroup's name as `systemd-run --scope` names its transient units (run-r and 32 hex digits): a name of the
+    checker's would tell a candidate, in /proc/self/cgroup, that it is being checked."""
+    return f"run-r{secrets.token_hex(16)}.scope"
 
+
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Empty cgroups of ours left by callers that died before kill_process_tree: made more than STALE_CGROUP_S ago
+    (a live caller's is joined within seconds, and one with processes cannot be removed)."""
+    for cgroup in [*parent.glob("run-r*.scope"), *parent.glob("kernelllm-check-*-*")]:  # the latter: older versions
+        try:
+            if time.time() - cgroup.stat().st_mtime < STALE_CGROUP_S or read_text(cgroup / "cgroup.procs").strip():
+                continue
+            cgroup.rmdir()
+        except OSError:
+            pass
 
 
 def kill_cgroup(cgroup: Path) -> None:

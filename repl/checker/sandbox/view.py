@@ -26,6 +26,7 @@ from pathlib import Path
 from repl.checker.sandbox.environment import PROJECT_ROOT
 from repl.checker.sandbox.processes import read_text
 
+NEXT_PID = "/proc/sys/kernel/ns_last_pid"
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq")
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
 GPU_DEV_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
@@ -332,10 +333,12 @@ def _private_proc(mounts: _Mounts, notes: list[str], whole: bool) -> None:
         mounts.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as error:
         notes.append(f"other processes visible under /proc (a private /proc could not be mounted: {error.strerror})")
+        _next_pid_writable(mounts, again=True)  # the judge's, made read-only above with everything else
         return
     if whole:
         return
     # Where the caller is root, root in the namespace is the host's root to sysctl and sysrq: read-only, as in docker.
+    _next_pid_writable(mounts)
     for path in PROC_READ_ONLY:
         if os.path.exists(path):
             try:
@@ -344,3 +347,18 @@ def _private_proc(mounts: _Mounts, notes: list[str], whole: bool) -> None:
                              | _MS_NOEXEC)
             except OSError as error:
                 notes.append(f"{path} stays writable ({error.strerror})")
+
+
+def _next_pid_writable(mounts: _Mounts, again: bool = False) -> None:
+    """ns_last_pid in a writable mount of its own (`again`: the one a judge's view made, writable again): it sets
+    only the writer's own PID namespace's next PID, and only with capabilities there, which the init stage uses
+    before dropping them (init_stage.draw_next_pid). Where it cannot be, PID 1 stays the candidate's PID."""
+    if not os.path.exists(NEXT_PID):
+        return
+    try:
+        if again:
+            mounts.mount(None, NEXT_PID, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        else:
+            mounts.mount(NEXT_PID, NEXT_PID, None, _MS_BIND)
+    except OSError:
+        pass

@@ -4,6 +4,9 @@ KernelBench loads the reference's state into the candidate where names and shape
 harnesses often rename them (the reference's ``linear.weight`` kept as ``self.weight``), and their authors' harnesses
 map by shape. Here a weight the names did not match goes to the one candidate weight of its shape when that shape is
 unique among what is left on both sides; where it is not, nothing is guessed and the note says so.
+
+The decision and its wording are the judge's: the candidate only says its own state's names and shapes (a lie only
+costs it the weights) and is then sent which of the reference's weights go to which of its names.
 """
 
 from collections import defaultdict
@@ -25,7 +28,7 @@ class WeightMapping:
         how = "same names and shapes" if not self.by_shape else \
             f"{len(self.by_name)} by name, {len(self.by_shape)} by unique shape: " + ", ".join(
                 f"{own} <- {reference}" for own, reference in sorted(self.by_shape.items()))
-        notes = [f"candidate given {given} of {offered} reference weights ({how})"]
+        notes = [f"candidate given {given} of {offered} reference weights" + (f" ({how})" if given else "")]
         for shape, reference, own in self.ambiguous:
             notes.append(f"weights not mapped, ambiguous: the reference's {', '.join(reference)} and the candidate's "
                          f"{', '.join(own)} share the shape {tuple(shape)}; the candidate keeps its own values")
@@ -51,3 +54,21 @@ def _by_shape(shapes: dict[str, tuple]) -> dict[tuple, list[str]]:
     for name, shape in shapes.items():
         grouped[tuple(shape)].append(name)
     return grouped
+
+
+def give_weights(run, problem, loaded: dict) -> list[str]:
+    """The judge's mapping of the reference's weights onto the state the candidate said it has (`loaded`, its load
+    reply), sent to it; the notes that say what it was given."""
+    offered = problem.weight_shapes
+    if not offered:
+        return []
+    if "state" not in loaded:
+        why = loaded.get("state_refused") or "it did not say its state's names and shapes"
+        return [f"could not give the candidate the reference's weights: {why}"]
+    mapping = map_weights({name: tuple(shape) for name, shape in loaded["state"].items()}, offered)
+    if mapping.pairs():
+        reply, _ = run.exchange({"op": "weights", "pairs": mapping.pairs()})
+        if not reply.get("given"):
+            why = reply.get("state_refused") or "it did not take them"
+            return [f"could not give the candidate the reference's weights: {why}"]
+    return mapping.notes(len(offered))
