@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from repl.cli import eval_ray
+from repl.cli import eval_ray, eval_report
 from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
                               model_options, sampling_options)
 from repl.ui.option_values import positive_float, positive_int
@@ -76,6 +76,11 @@ def add_parser(subparsers) -> None:
                              "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
                              "tuning; needs a GPU (on the CPU one line says so and the run goes on untuned)")
     parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="also draw the results as one static page (no server, no network): the summary, fast_p "
+                             "over p, the speedups, a row per problem with its verdicts, reasons and kept kernels; "
+                             "needs --json. Rerun a finished run's command with --report to draw it alone: nothing "
+                             "is resumed or loaded")
     eval_ray.add_options(parser)
 
 
@@ -99,7 +104,7 @@ def _argument_problem(args) -> str | None:
     greedy = None if args.candidates else greedy_samples_problem(args.temperature, args.samples or 1)
     if greedy:
         return f"--samples above 1 needs sampling: {greedy}"
-    return eval_ray.argument_problem(args)
+    return eval_report.argument_problem(args) or eval_ray.argument_problem(args)
 
 
 def _kernels_dir(args) -> Path | None:
@@ -211,7 +216,8 @@ def _evaluate(args, problems, err, out, log) -> int:
             engine.record_to(log if log.enabled else None)
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
                          concurrency=args.concurrency, checks=None if engine else args.checks,
-                         generate_anyway=args.generate_anyway, tune=args.tune)
+                         generate_anyway=args.generate_anyway, tune=args.tune,
+                         run_record=eval_report.run_record(args))
 
     try:
         return _run_and_report(args, runner, fatal, problems, err, out, log)
@@ -272,12 +278,26 @@ def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
         err.print(f"results in {args.json_out}", style="hint")
     if kernels is not None and kernels.is_dir():
         err.print(f"kernels and checks in {kernels}", style="hint")
+    drawn = _draw_report(args, err) if args.report else True
     if report.interrupted:
         err.print("Interrupted: the finished problems are kept"
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
-    return 1 if report.unfinished else 0
+    return 1 if report.unfinished or not drawn else 0
+
+
+def _draw_report(args, err) -> bool:
+    """Write --report from the results file; False (said in one line) when it cannot be."""
+    from repl.core.errors import one_line
+    from repl.workflows.eval_results import ResultsFileError
+
+    try:
+        err.print(f"report in {eval_report.write_report(args.json_out, args.report)}", style="hint")
+    except (OSError, ResultsFileError) as error:
+        print(f"eval: error: --report {args.report}: {one_line(error)}", file=sys.stderr)
+        return False
+    return True
 
 
 def _load_engine(args, err):
