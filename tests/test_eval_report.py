@@ -179,10 +179,14 @@ def test_the_histogram_counts_each_speedup_once_in_half_octave_bins():
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)")
 def test_headless_chromium_draws_the_page_and_runs_nothing_injected(hostile_run, tmp_path):
     """The DOM Chromium built from file://: the charts, a row per problem, the links; the title is the page's own
     (an onerror or a script that ran would have changed it) and no injected element exists."""
+    if CHROMIUM is None:
+        message = "no chromium on PATH (apt-get install -y chromium)"
+        if os.environ.get("KERNELLLM_REQUIRE_CHROMIUM"):  # CI installs it: a skip there would hide the test
+            pytest.fail(message)
+        pytest.skip(message)
     root, _ = hostile_run
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                           "--no-first-run", "--disable-background-networking", "--disable-component-update",

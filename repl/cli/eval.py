@@ -32,7 +32,9 @@ or for those --problems names. Candidates are sampled with the model (--samples 
 and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the
 geometric-mean speedup. With --json OUT, results are written after each problem (rerunning with the same OUT skips
 finished problems), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
-sampled replies and their checks also go into the session log.
+sampled replies and their checks also go into the session log. With --report FILE.html (and --json), the results
+are also drawn as one static page: the summary, the fast_p curve, the speedups and a row per problem with its
+verdicts, reasons and links to the kept kernels (rerun a finished run with --report to draw it alone).
 
 Every problem (its Model, sizing, the reference's outputs) runs confined in the checker's judge process: no network,
 a read-only view of the files with a private HOME and /tmp, no host sockets, no secrets in its environment. A problem
