@@ -3,9 +3,10 @@ and speedups (docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`
 
 Progress goes to stderr, the results table to stdout. Exit status: 0 when the evaluation ran (whatever the kernels
 did, and problems too large for the device included); 2 for bad arguments, a --json file that is not an eval
-results file, or a device the checker cannot use; 1 when the model could not be loaded or a generation or check
-failed (with --ray also: the cluster cannot be reached, a worker cannot start, problems were left unfinished after
-losing their workers); 130 after Ctrl-C (finished problems are in --json; rerun the same command to resume).
+results file, or a device the checker cannot use; 1 when the model could not be loaded, a generation or check
+failed or --report could not be written (with --ray also: the cluster cannot be reached, a worker cannot start,
+problems were left unfinished after losing their workers); 130 after Ctrl-C (finished problems are in --json; rerun
+the same command to resume).
 """
 
 import argparse
@@ -280,26 +281,13 @@ def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
         err.print(f"results in {args.json_out}", style="hint")
     if kernels is not None and kernels.is_dir():
         err.print(f"kernels and checks in {kernels}", style="hint")
-    drawn = _draw_report(args, err) if args.report else True
+    drawn = eval_report.draw(args, err) if args.report else True
     if report.interrupted:
         err.print("Interrupted: the finished problems are kept"
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
     return 1 if report.unfinished or not drawn else 0
-
-
-def _draw_report(args, err) -> bool:
-    """Write --report from the results file; False (said in one line) when it cannot be."""
-    from repl.core.errors import one_line
-    from repl.workflows.eval_results import ResultsFileError
-
-    try:
-        err.print(f"report in {eval_report.write_report(args.json_out, args.report)}", style="hint")
-    except (OSError, ResultsFileError) as error:
-        print(f"eval: error: --report {args.report}: {one_line(error)}", file=sys.stderr)
-        return False
-    return True
 
 
 def _load_engine(args, err):

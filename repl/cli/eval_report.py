@@ -9,6 +9,7 @@ one is escaped, and every link is a percent-quoted relative path (no scheme can 
 import html
 import os
 import re
+import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -51,6 +52,20 @@ def run_record(args) -> dict:
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
                 "seed": args.seed}
     return {**record, "model": model, "sampling": sampling}
+
+
+def draw(args, err) -> bool:
+    """Write --report from --json's file, saying where on `err` (a console); False, said in one line on stderr, when
+    it cannot be."""
+    from repl.core.errors import one_line
+    from repl.workflows.eval_results import ResultsFileError
+
+    try:
+        err.print(f"report in {write_report(args.json_out, args.report)}", style="hint")
+    except (OSError, ResultsFileError) as error:
+        print(f"eval: error: --report {args.report}: {one_line(error)}", file=sys.stderr)
+        return False
+    return True
 
 
 def write_report(results_path: str | os.PathLike, report_path: str | os.PathLike) -> Path:
@@ -127,7 +142,8 @@ def _summary(summary: dict, totals: dict, run: dict) -> str:
              _card("candidates", [(str(totals["candidates"]), "")],
                    f"{totals['compiled']} compiled, {totals['correct']} correct"),
              _card("solved", [(str(totals["solved"]), "")], f"of {counted(summary['problems'], 'problem')}"),
-             _card("pass@k", [(f"{pass_at[str(k)]:.3f}", f"k={k}") for k in shown], "unbiased estimator")]
+             _card("pass@k", [(f"{pass_at[str(k)]:.3f}", f"k={k}") for k in shown] or [("–", "")],
+                   "unbiased estimator")]
     if fast_p is None:
         cards.append(_card("fast_p", [("–", "")], "no kernel was timed (timing needs a GPU)"))
     else:
@@ -199,7 +215,8 @@ def _problem_table(results: list, links: _Links) -> str:
     head = ("<tr><th>problem</th><th>correct</th><th>pass@1</th><th>best</th><th>valid for</th>"
             f"{'<th>tuned</th>' if tuned else ''}<th>candidates: verdict, reason, kept kernel</th></tr>")
     rows = "".join(_problem_row(result, links, tuned) for result in results)
-    return f'<section><h2>problems</h2><table class="problems"><thead>{head}</thead><tbody>{rows}</tbody></table></section>'
+    return (f'<section><h2>problems</h2><table class="problems"><thead>{head}</thead><tbody>{rows}</tbody>'
+            "</table></section>")
 
 
 def _problem_row(result, links: _Links, tuned_column: bool) -> str:
@@ -214,10 +231,10 @@ def _problem_row(result, links: _Links, tuned_column: bool) -> str:
     cells = [f'<td class="num">{result.correct}/{result.n}</td>',
              f'<td class="num">{"–" if pass_1 is None else f"{pass_1:.2f}"}</td>',
              f"<td>{_best_cell(best)}</td>",
-             f'<td>{_text(chosen.get("valid_for") or "–")}</td>',
+             f'<td class="valid-for">{_text(chosen.get("valid_for") or "–")}</td>',
              f"<td>{_tuned_cell(result.tuned, links)}</td>" if tuned_column else "",
              f'<td><ol class="candidates">{"".join(_candidate_item(result.name, c, links) for c in candidates)}'
-             "</ol></td>"]
+             "</ol></td>" if candidates else '<td class="hint">no candidates</td>']
     state = "solved" if result.correct else "unsolved"
     return f'<tr class="problem {state}">{name}{"".join(cells)}</tr>'
 

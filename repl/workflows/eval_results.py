@@ -162,7 +162,10 @@ def write_results(path: str | os.PathLike, results: list[ProblemResult], run: di
 
 
 def read_run(path: str | os.PathLike) -> dict:
-    """The file's "run" record ({} in a file written before it was kept); ResultsFileError as read_results."""
+    """The file's "run" record ({} without a file, or in one written before it was kept); ResultsFileError as
+    read_results."""
+    if not Path(path).exists():
+        return {}
     try:
         run = json.loads(Path(path).read_text(encoding="utf-8")).get("run")
     except (OSError, ValueError, AttributeError) as error:
