@@ -164,6 +164,33 @@ def test_report_needs_the_results_file_an_existing_folder_and_no_link(tmp_path):
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "target.html").exists()  # refused before any work
 
 
+def test_gpu_timings_draw_the_curves_the_speedups_and_the_tuned_kernels(hostile_run, tmp_path):
+    """Timings need a GPU: the real run's file, given the figures a GPU run writes (kernel times, the best's speedup,
+    a flagged timing, a tuned kernel), is drawn with both curves, the histogram's bars and the tuned column."""
+    from repl.cli.eval_report import write_report
+
+    root, _ = hostile_run
+    data = json.loads((root / "r.json").read_text())
+    relu, add = data["problems"][0], data["problems"][1]
+    assert (relu["name"], add["name"]) == ("1_ReLU", "2_Add")
+    relu["candidates"][0]["kernel_ms"], relu["candidates"][2]["kernel_ms"] = 0.025, 0.1  # eager: 0.05 ms
+    relu["best"].update(kernel_ms=0.025, speedup_vs_eager=2.0)
+    add["candidates"][0].update(kernel_ms=0.01, flagged="the kernel's clock disagrees with the judge's")
+    add["best"].update(kernel_ms=0.01, speedup_vs_eager=5.0, flagged=add["candidates"][0]["flagged"])
+    relu["tuned"] = {"candidate": "good.py", "kept": "BLOCK_SIZE=128", "kernel_ms": 0.02, "speedup_vs_eager": 2.5,
+                     "speedup_vs_untuned": 1.25, "kernel_file": "r_kernels/1_ReLU/good.py.tuned.py"}
+    (tmp_path / "gpu.json").write_text(json.dumps(data))
+    page = write_report(tmp_path / "gpu.json", tmp_path / "gpu.html").read_text(encoding="utf-8")
+    text = " ".join(" ".join(_Page(page).text).split())
+    # fast_p over the 3 problems that fit: ReLU 2x counts to p = 1.5, Add's flagged 5x only in fast_0
+    assert "fast_p 1.000 p=0 0.333 p=1.0 0.333 p=1.5 0.000 p=2.0" in text
+    assert '<path class="curve"' in page and '<path class="curve tuned"' in page
+    assert page.count('<rect class="bar"') == 2  # ReLU's 2x and 0.5x; the flagged 5x is left out
+    assert "flagged timings (not in fast_p or the geomean): 2_Add/good.py" in text
+    assert "BLOCK_SIZE=128 0.02 ms, 1.25x vs untuned" in text
+    assert 'href="r_kernels/1_ReLU/good.py.tuned.py"' in page
+
+
 # -- the charts ----------------------------------------------------------------------------------------------------
 
 def test_fast_p_drops_at_each_problems_speedup():
