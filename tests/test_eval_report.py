@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
@@ -146,6 +148,37 @@ def test_a_problem_too_large_to_check_has_its_reason_and_is_counted_apart(hostil
     text = " ".join(" ".join(_Page(page).text).split())
     assert "problems 3 1 not checkable here" in text  # the summary's count: 19_ReLU is not among the 3
     assert "not checkable here (not in pass@k or fast_p): 19_ReLU" in text
+
+
+def test_after_ctrl_c_the_page_has_the_finished_problems(tmp_path):
+    """2_Add's candidate never returns: Ctrl-C once 1_ReLU has finished ends the run with 130, and the page is
+    drawn from what the results file holds."""
+    problems, candidates = tmp_path / "problems", tmp_path / "candidates"
+    problems.mkdir()
+    for name in ("1_ReLU", "2_Add"):
+        shutil.copy(TESTS / "eval_problems" / f"{name}.py", problems)
+    shutil.copytree(TESTS / "eval_candidates" / "1_ReLU", candidates / "1_ReLU")
+    (candidates / "2_Add").mkdir()
+    (candidates / "2_Add" / "hangs.py").write_text("import time\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                                                  "    def forward(self, a, b):\n        time.sleep(600)\n")
+    process = subprocess.Popen([sys.executable, "-m", "repl.cli.eval", str(problems), "--candidates", str(candidates),
+                                "--device", "cpu", "--trials", "1", "--jobs", "2", "--timeout", "300", "--json",
+                                str(tmp_path / "r.json"), "--report", str(tmp_path / "r.html")],
+                               cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    watchdog = threading.Timer(240, process.kill)
+    watchdog.start()
+    try:
+        for line in process.stderr:
+            if "1_ReLU" in line and "correct" in line:  # its progress line: the problem is in the results file
+                process.send_signal(signal.SIGINT)
+                break
+        rest = process.stderr.read()
+        assert process.wait() == 130, rest
+    finally:
+        watchdog.cancel()
+    assert f"report in {tmp_path / 'r.html'}" in " ".join(rest.split())
+    rows = re.findall(r'<tr class="problem [a-z-]+"><td class="name">([^<]*)</td>', (tmp_path / "r.html").read_text())
+    assert rows == ["1_ReLU"]
 
 
 def test_report_needs_the_results_file_an_existing_folder_and_no_link(tmp_path):
