@@ -8,4 +8,5 @@ PACKAGES = find_packages(include=["repl", "repl.*"])
 
 setup(packages=[f"kernelllm_repl.{package}" for package in PACKAGES],
       package_dir={"kernelllm_repl.repl": "repl"},
-      package_data={"kernelllm_repl.repl.fastpath": ["drafting_seed.txt"]})
+      package_data={"kernelllm_repl.repl.fastpath": ["drafting_seed.txt"],
+                    "kernelllm_repl.repl.cli": ["eval_report.css"]})

@@ -194,7 +194,8 @@ def test_known_good_and_bad_kernels_give_the_hand_computed_pass_at_k(real_run):
 def test_the_results_file_has_exactly_the_documented_keys(real_run):
     _, out = real_run
     data = json.loads(out.read_text())
-    assert set(data) == {"problems", "summary"}
+    assert set(data) == {"problems", "summary", "run"}
+    assert set(data["run"]) == {"date"}  # evaluate() called without a run record: only when it was written
     assert set(data["summary"]) == {"problems", "too_large", "not_judged", "pass_at", "fast_p", "flagged"}
     assert data["summary"]["flagged"] == {"count": 0, "candidates": []}
     for problem in data["problems"]:

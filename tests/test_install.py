@@ -76,6 +76,12 @@ def test_the_python_api_imports_from_anywhere(installed, tmp_path):
                          tmp_path)
     assert seed.returncode == 0 and seed.stdout.split()[0] == "True" and int(seed.stdout.split()[1]) > 10000, \
         seed.stdout + seed.stderr
+    # and eval --report's stylesheet (else every installed report is an unstyled page)
+    style = run_installed([installed / "python", "-c", "import kernelllm, sys; from repl.cli.eval_report import "
+                           "STYLE_FILE; print(STYLE_FILE.is_relative_to(sys.prefix), len(STYLE_FILE.read_text()))"],
+                          tmp_path)
+    assert style.returncode == 0 and style.stdout.split()[0] == "True" and int(style.stdout.split()[1]) > 1000, \
+        style.stdout + style.stderr
 
 
 def test_nothing_generic_is_installed_at_the_top_of_site_packages(installed):

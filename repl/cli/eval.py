@@ -3,9 +3,10 @@ and speedups (docs/best-of-k.md). Also runnable alone: `python -m repl.cli.eval`
 
 Progress goes to stderr, the results table to stdout. Exit status: 0 when the evaluation ran (whatever the kernels
 did, and problems too large for the device included); 2 for bad arguments, a --json file that is not an eval
-results file, or a device the checker cannot use; 1 when the model could not be loaded or a generation or check
-failed (with --ray also: the cluster cannot be reached, a worker cannot start, problems were left unfinished after
-losing their workers); 130 after Ctrl-C (finished problems are in --json; rerun the same command to resume).
+results file, or a device the checker cannot use; 1 when the model could not be loaded, a generation or check
+failed or --report could not be written (with --ray also: the cluster cannot be reached, a worker cannot start,
+problems were left unfinished after losing their workers); 130 after Ctrl-C (finished problems are in --json; rerun
+the same command to resume).
 """
 
 import argparse
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from repl.cli import eval_ray
+from repl.cli import eval_ray, eval_report
 from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
                               model_options, sampling_options)
 from repl.ui.option_values import positive_float, positive_int
@@ -32,8 +33,11 @@ or for those --problems names. Candidates are sampled with the model (--samples 
 and overall: candidates, compiled, correct, pass@k (k = 1..K, unbiased estimator), fast_p (with GPU timings) and the
 geometric-mean speedup. A candidate whose check failed on the checker's side (checker_error) is not judged: neither
 correct nor wrong, left out of pass@k and fast_p and said apart. With --json OUT, results are written after each
-problem (rerunning with the same OUT skips finished problems, and checks again those with a candidate not judged), and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR);
-sampled replies and their checks also go into the session log.
+problem (rerunning with the same OUT skips finished problems, and checks again those with a candidate not judged),
+and every sampled kernel and every check is kept in OUT_kernels/<problem>/ (--kernels DIR); sampled replies and their
+checks also go into the session log. With --report FILE.html (and --json), the results are also drawn as one static
+page: the summary, the fast_p curve, the speedups and a row per problem with its verdicts, reasons and links to the
+kept kernels (rerun a finished run with --report to draw it alone).
 
 Every problem (its Model, sizing, the reference's outputs) runs confined in the checker's judge process: no network,
 a read-only view of the files with a private HOME and /tmp, no host sockets, no secrets in its environment. A problem
@@ -77,6 +81,11 @@ def add_parser(subparsers) -> None:
                              "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
                              "tuning; needs a GPU (on the CPU one line says so and the run goes on untuned)")
     parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="also draw the results as one static page (no server, no network): the summary, fast_p "
+                             "over p, the speedups, a row per problem with its verdicts, reasons and kept kernels; "
+                             "needs --json. Rerun a finished run's command with --report to draw it alone: nothing "
+                             "is resumed or loaded")
     eval_ray.add_options(parser)
 
 
@@ -100,7 +109,7 @@ def _argument_problem(args) -> str | None:
     greedy = None if args.candidates else greedy_samples_problem(args.temperature, args.samples or 1)
     if greedy:
         return f"--samples above 1 needs sampling: {greedy}"
-    return eval_ray.argument_problem(args)
+    return eval_report.argument_problem(args) or eval_ray.argument_problem(args)
 
 
 def _kernels_dir(args) -> Path | None:
@@ -212,7 +221,8 @@ def _evaluate(args, problems, err, out, log) -> int:
             engine.record_to(log if log.enabled else None)
         runner = partial(evaluate, engine=engine, candidates_dir=args.candidates, samples=args.samples,
                          concurrency=args.concurrency, checks=None if engine else args.checks,
-                         generate_anyway=args.generate_anyway, tune=args.tune)
+                         generate_anyway=args.generate_anyway, tune=args.tune,
+                         run_record=eval_report.run_record(args))
 
     try:
         return _run_and_report(args, runner, fatal, problems, err, out, log)
@@ -273,12 +283,13 @@ def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
         err.print(f"results in {args.json_out}", style="hint")
     if kernels is not None and kernels.is_dir():
         err.print(f"kernels and checks in {kernels}", style="hint")
+    drawn = eval_report.draw(args, err) if args.report else True
     if report.interrupted:
         err.print("Interrupted: the finished problems are kept"
                   + (f" in {args.json_out}; rerun the same command to resume." if args.json_out else "."),
                   style="warn")
         return 130
-    return 1 if report.unfinished else 0
+    return 1 if report.unfinished or not drawn else 0
 
 
 def _load_engine(args, err):

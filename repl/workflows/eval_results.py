@@ -4,6 +4,7 @@ written atomically after each finished problem, read back to resume a run."""
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from repl.checker import Verdict
@@ -167,12 +168,26 @@ def read_results(path: str | os.PathLike) -> list[ProblemResult]:
                                "choose another --json path or remove it") from None
 
 
-def write_results(path: str | os.PathLike, results: list[ProblemResult]) -> None:
-    """Replace the file atomically (the one atomic writer: a temporary file beside it, then a rename)."""
+def write_results(path: str | os.PathLike, results: list[ProblemResult], run: dict | None = None) -> None:
+    """Replace the file atomically (the one atomic writer: a temporary file beside it, then a rename). `run`: how the
+    run was made (model, sampling, device...), kept under "run" with the date of this write."""
     ordered = sorted(results, key=lambda result: natural_key(result.name))
-    data = {"problems": [result.to_json_dict() for result in ordered], "summary": summarize(ordered)}
+    data = {"problems": [result.to_json_dict() for result in ordered], "summary": summarize(ordered),
+            "run": {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **(run or {})}}
     write_text_atomically(path, json.dumps(data, indent=2) + "\n", replace=True)
 
+
+
+def read_run(path: str | os.PathLike) -> dict:
+    """The file's "run" record ({} without a file, or in one written before it was kept); ResultsFileError as
+    read_results."""
+    if not Path(path).exists():
+        return {}
+    try:
+        run = json.loads(Path(path).read_text(encoding="utf-8")).get("run")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ResultsFileError(f"{path} is not an eval results file ({type(error).__name__}: {error})") from None
+    return run if isinstance(run, dict) else {}
 
 
 def resumed_results(out_path: str | os.PathLike | None) -> dict[str, ProblemResult]:

@@ -83,7 +83,8 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
              samples: int | None = None, check: CheckOptions | None = None, out_path: str | os.PathLike | None = None,
              cancel: threading.Event | None = None, concurrency: int | None = None,
              on_progress: Callable[[EvalProgress], None] | None = None, checks: CheckPool | None = None,
-             archive: EvalArchive | None = None, tune: bool = False, generate_anyway: bool = False) -> EvalReport:
+             archive: EvalArchive | None = None, tune: bool = False, generate_anyway: bool = False,
+             run_record: dict | None = None) -> EvalReport:
     """Check candidates for every problem: `samples` generated with `engine`, or (with candidates_dir) the files in
     DIR/<problem>/ (at most `samples` of them, all when None) sent straight to the judges. Checks of different
     problems run at once up to check.jobs, on the engine's judges (`checks` without an engine: a pool of the
@@ -91,7 +92,8 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
     (useful with a server); problems are sampled concurrency // samples at a time (default: one at a time).
     `archive` keeps each finished problem's kernels and checks before the results file names them. `tune`: each
     problem's best correct kernel tuned as :tune does (on a GPU; else one progress event says why not). A problem too
-    large to check on the device is not sampled unless `generate_anyway`. Raises
+    large to check on the device is not sampled unless `generate_anyway`. `run_record`: how the run was made,
+    kept in the results file (model, sampling, device: what `eval --report` shows). Raises
     ResultsFileError (bad out_path), ValueError (a device the checker cannot use) or the first error that stopped a
     run."""
     if (engine is None) == (candidates_dir is None):
@@ -102,7 +104,7 @@ def evaluate(problems: list[Problem], *, engine: Engine | None = None, candidate
         run = _LocalRun(problems, engine, candidates_dir=candidates_dir, samples=samples,
                         check=check or CheckOptions(), out_path=out_path, cancel=cancel or threading.Event(),
                         concurrency=concurrency, on_progress=on_progress or (lambda progress: None), archive=archive,
-                        tune=tune, generate_anyway=generate_anyway)
+                        tune=tune, generate_anyway=generate_anyway, run_record=run_record)
         return run.run()
     finally:
         if own_engine:
@@ -116,7 +118,7 @@ class _LocalRun:
     def __init__(self, problems: list[Problem], engine: Engine, *, candidates_dir, samples: int | None,
                  check: CheckOptions, out_path, cancel: threading.Event, concurrency: int | None,
                  on_progress: Callable[[EvalProgress], None], archive: EvalArchive | None, tune: bool = False,
-                 generate_anyway: bool = False):
+                 generate_anyway: bool = False, run_record: dict | None = None):
         self.problems, self.engine, self.candidates_dir, self.samples = problems, engine, candidates_dir, samples
         self.check, self.out_path, self.cancel, self.report, self.archive = (check, out_path, cancel, on_progress,
                                                                              archive)
@@ -126,6 +128,7 @@ class _LocalRun:
                                      resumed=len(self.skipped))
         self.in_flight: list[ProblemRun] = []
         self.tune, self.said_no_gpu, self.generate_anyway = tune, False, generate_anyway
+        self.run_record = run_record
         self.problems_at_once = (max(1, (concurrency or 1) // max(samples or 1, 1)) if candidates_dir is None
                                  else 1)
 
@@ -189,7 +192,7 @@ class _LocalRun:
                 self.archive.keep(job.problem, result, outputs)
             self.results[job.problem.name] = result
             if self.out_path:
-                write_results(self.out_path, list(self.results.values()))
+                write_results(self.out_path, list(self.results.values()), self.run_record)
             self.progress.problems_done += 1
             self.progress.finished = result
             self.report(self.progress)
