@@ -264,6 +264,10 @@ class Engine:
             return None
         return self.checks.prepare(module.code, check_device, size=wait_for_size)
 
+    def record_given(self, attempt: Attempt) -> None:
+        """A reply that did not stream here (a kernel the user edited), recorded whole as a new log entry."""
+        self._recorder.finished(attempt)
+
     def record_current(self, module_code: str, source_name: str | None, attempt: Attempt | None) -> None:
         """Note in the log what is current as an interactive session ends (the module, its kernel): --continue."""
         self._recorder.current(module_code, source_name, attempt)

@@ -1,9 +1,10 @@
 """The one table of REPL commands.
 
-A command is a function ``(session, arguments)`` (the session, the words after the command's name); its docstring is
-its help line, and ``:help`` is generated from this table, so help and behaviour cannot drift apart. The functions
-live here and, for the session log and best of k, in history_commands.py and best_commands.py; each acts through the
-session's public methods.
+A command is a function ``(session, arguments)`` (the session, the words after the command's name) that returns
+None, or text to give back to the input (an edited module that was refused); its docstring is its help line, and
+``:help`` is generated from this table, so help and behaviour cannot drift apart. The functions live here and, for
+the session log, best of k, :edit and :export, in their own *_commands.py; each acts through the session's public
+methods.
 """
 
 import difflib
@@ -16,7 +17,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from repl.ui import best_commands, export_commands, history_commands, tune_commands
+from repl.ui import best_commands, edit_commands, export_commands, history_commands, tune_commands
 from repl.ui.clipboard import copy_to_clipboard
 from repl.ui.console import syntax_theme
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
@@ -183,6 +184,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
     Command(":copy", copy_command),
+    Command(":edit [module|kernel]", edit_commands.edit_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
     Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
