@@ -65,8 +65,9 @@ def _no_arguments(arguments: list[str], name: str, instead: str) -> None:
 
 
 def run_command(session, arguments):
-    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU."""
-    options = parse_options(arguments, {name: CHECK_OPTIONS[name] for name in ("--device", "--trials")})
+    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU; --scale F
+    checks it at reduced sizes (the sizes get_inputs() uses times F, e.g. 0.01 for a KernelBench size on a CPU)."""
+    options = parse_options(arguments, {name: CHECK_OPTIONS[name] for name in ("--device", "--trials", "--scale")})
     session.check_current(**options)
 
 
@@ -177,7 +178,7 @@ def _table(*commands: Command) -> dict[str, Command]:
 
 COMMANDS: dict[str, Command] = _table(
     Command(":help [COMMAND]", help_command, aliases=("h", "?")),
-    Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
+    Command(":run [--device auto|cuda|cpu] [--trials N] [--scale F]", run_command),
     Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
     Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
@@ -187,8 +188,8 @@ COMMANDS: dict[str, Command] = _table(
     Command(":edit [module|kernel]", edit_commands.edit_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
-    Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
-    Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":best K [--device D] [--trials N] [--jobs N] [--scale F] [--tune]", best_commands.best_command),
+    Command(":fix [N] [--device D] [--trials N] [--scale F]", best_commands.fix_command),
     Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
     Command(":diff A B", diff_command),

@@ -351,7 +351,7 @@ class ReplSession:
         device = f" on {attempt.check.device}" if attempt.check.device else ""
         return f" checked: {attempt.check.verdict}{device} "
 
-    def check_current(self, device: str | None = None, trials: int | None = None) -> None:
+    def check_current(self, device: str | None = None, trials: int | None = None, scale: float | None = None) -> None:
         attempt = self._current()
         self._current_kernel()
         if not attempt.module.runnable:
@@ -363,7 +363,8 @@ class ReplSession:
         cancel = threading.Event()
         previous = attempt.check  # a cancelled check leaves the last real verdict in place
         try:
-            checked = self.engine.submit_check(attempt, device=device or self.check_device, cancel=cancel, **options)
+            checked = self.engine.submit_check(attempt, device=device or self.check_device, cancel=cancel, scale=scale,
+                                               **options)
         except ValueError as error:  # arguments the checker refuses (e.g. cuda without a GPU)
             raise commands.CommandError(one_line(error)) from None
         started = time.monotonic()
