@@ -466,6 +466,10 @@ class ReplSession:
 
     def show_model(self) -> None:
         state, message = self.engine.model_state
+        if state == "failed":  # said once, with what to do, and not again at the next prompt
+            self._reported_failure = None
+            self.report_model_failure()
+            return
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
         if self.engine.switch_failure:
