@@ -2,7 +2,6 @@
 other filters); a bad selector removes nothing and says why in one line; a session writing meanwhile loses nothing;
 on a terminal it asks first."""
 
-import os
 import sqlite3
 import subprocess
 import sys

@@ -11,7 +11,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from test_repl_e2e import COLUMNS, PASTE_END, PASTE_START, REPO, ROWS, Terminal
+from test_repl_e2e import PASTE_END, PASTE_START, REPO, Terminal, spawn
 from tiny_models import PREPARED_KERNEL, RELU_MODULE
 
 from repl.ui.edit_commands import editor_command
@@ -24,21 +24,18 @@ EDITOR = """#!/bin/sh
 
 
 @pytest.fixture
-def editing_repl(trained_model_dir, tmp_path):
+def editing_repl(trained_model_dir, tmp_path, monkeypatch):
     editor = tmp_path / "editor.sh"
     editor.write_text(EDITOR)
     editor.chmod(0o755)
     (tmp_path / "tmp").mkdir()
-    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color",
-                   "EDITOR": str(editor), "TMPDIR": str(tmp_path / "tmp")}
-    environment.pop("VISUAL", None)
-    child = pexpect.spawn(sys.executable, [str(REPO / "kernelllm.py"), "--model", str(trained_model_dir),
-                                           "--max-new-tokens", "600", "--temperature", "0"],
-                          cwd=str(tmp_path), env=environment, encoding="utf-8", dimensions=(ROWS, COLUMNS))
-    terminal = Terminal(child)
+    monkeypatch.setenv("EDITOR", str(editor))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # where the edited file goes, to see that it is removed
+    monkeypatch.delenv("VISUAL", raising=False)
+    terminal = spawn(["--model", str(trained_model_dir), "--max-new-tokens", "600", "--temperature", "0"], tmp_path)
     terminal.wait_for("paste a PyTorch module")
     yield terminal, tmp_path
-    child.terminate(force=True)
+    terminal.child.terminate(force=True)
 
 
 def edit(terminal: Terminal, folder: Path, action: str, command: str) -> None:

@@ -78,4 +78,5 @@ def test_eval_with_scale_checks_a_kernelbench_size_problem_on_the_cpu(relu_only,
     assert "pass@1 1.000" in capsys.readouterr().out
     [candidate] = json.loads(out.read_text())["problems"][0]["candidates"]
     assert candidate["verdict"] == "correct"
-    assert candidate["message"].startswith("at reduced sizes (--scale 0.001: batch_size 4,096 → 4, dim 393,216 → 393): ")
+    reduced = "at reduced sizes (--scale 0.001: batch_size 4,096 → 4, dim 393,216 → 393): "
+    assert candidate["message"].startswith(reduced)

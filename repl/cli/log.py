@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--session, --verdict, --module; each given must match); lists them and asks first")
     parser.add_argument("--before", metavar="DATE",
                         help="with --delete: entries begun before DATE (2026-11-01, or 2026-11-01 12:30; local time)")
-    parser.add_argument("--yes", action="store_true", help="with --delete: do not ask (needed where stdin is no terminal)")
+    parser.add_argument("--yes", action="store_true",
+                        help="with --delete: do not ask (needed where stdin is no terminal)")
 
 
 def run(args) -> int:
