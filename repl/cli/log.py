@@ -19,9 +19,10 @@ VERDICT_CHOICES = [verdict.value for verdict in VERDICTS] + ["unchecked"]
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("log", help="show the session log (modules, replies, checks), or one kernel",
+    parser = subparsers.add_parser("log", help="show the session log (modules, replies, checks), one kernel; prune it",
                                    description="Show the last entries of the session log, oldest first; --kernel ID "
-                                               "prints one entry's kernel (or writes it with --out).")
+                                               "prints one entry's kernel (or writes it with --out); --delete "
+                                               "removes entries.")
     add_arguments(parser)
 
 
