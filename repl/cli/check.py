@@ -17,7 +17,7 @@ from pathlib import Path
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.core.module_scaling import scale_inputs
 from repl.cli.live_status import live_status
-from repl.cli.options import TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options
+from repl.cli.options import SCALE_HELP, TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options
 from repl.ui.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
@@ -61,10 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=non_negative_float, default=DEFAULT_RTOL,
                         help="relative tolerance (default: as --atol's)")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
-    parser.add_argument("--scale", type=positive_float, metavar="F",
-                        help="check at reduced sizes: the sizes get_inputs() uses (the module's whole-number "
-                             "constants that get_init_inputs() does not use) times F, e.g. 0.01 for a KernelBench "
-                             "problem on a CPU; said in the verdict")
+    parser.add_argument("--scale", type=positive_float, metavar="F", help=SCALE_HELP)
     parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--export", metavar="PATH",

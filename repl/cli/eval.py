@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.cli import eval_ray, eval_report
-from repl.cli.options import (TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
+from repl.cli.options import (SCALE_HELP, TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options, debug_option, engine_from,
                               model_options, sampling_options)
 from repl.ui.option_values import positive_float, positive_int
 from repl.core.settings import greedy_samples_problem
@@ -73,6 +73,7 @@ def add_parser(subparsers) -> None:
                         help="generation requests in flight at once, across problems (default: --samples, one "
                              "problem at a time); with --server, set it to what the server can batch")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS", help=TIMEOUT_HELP)
+    parser.add_argument("--scale", type=positive_float, metavar="F", help=SCALE_HELP)
     parser.add_argument("--generate-anyway", action="store_true",
                         help="sample problems too large to check on this device all the same (default: not sampled, "
                              "reported as not checkable here)")
@@ -106,6 +107,8 @@ def _argument_problem(args) -> str | None:
     kernels = _kernels_dir(args)
     if kernels is not None and kernels.exists() and not kernels.is_dir():
         return f"{kernels} is a file; the kernels are kept in a folder (--kernels DIR chooses another)"
+    if args.scale is not None and args.scale > 1:
+        return f"--scale takes a factor above 0 and at most 1, not {args.scale:g}"
     greedy = None if args.candidates else greedy_samples_problem(args.temperature, args.samples or 1)
     if greedy:
         return f"--samples above 1 needs sampling: {greedy}"
@@ -237,7 +240,8 @@ def _run_and_report(args, runner, fatal, problems, err, out, log) -> int:
     from repl.workflows.eval_archive import EvalArchive
     from repl.workflows.eval_results import ResultsFileError
 
-    check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs)
+    check = CheckOptions(device=args.device, trials=args.trials, timeout=args.timeout, jobs=args.jobs,
+                         scale=args.scale)
     kernels = _kernels_dir(args)
     # On a cluster the replies were sampled on the workers: the driver logs them as they come back.
     archive = EvalArchive(kernels, Recorder(log) if log.enabled and args.ray is not None else None,

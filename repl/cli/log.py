@@ -1,5 +1,6 @@
-"""`python kernelllm.py log [--json|--jsonl] [-n N] [--verdict V] [--module NAME] [--session ID|last]`: the session log from
-the shell, as a table or as a JSON list; `log --kernel ID [--out FILE]` gives one entry's kernel.
+"""`python kernelllm.py log [--json|--jsonl] [-n N] [--verdict V] [--module NAME] [--session ID|last]`: the session log
+from the shell, as a table or as a JSON list; `log --kernel ID [--out FILE]` gives one entry's kernel; `log --delete`
+prunes it (log_delete.py).
 
 Also runnable alone (`python -m repl.cli.log`), which skips loading the rest of the command line.
 """
@@ -10,6 +11,7 @@ import sys
 
 from repl.checker.result import VERDICTS
 from repl.core.errors import one_line
+from repl.cli.log_delete import delete, delete_problem
 from repl.log.session_log import SessionLog, default_log_path
 
 DEFAULT_COUNT = 20
@@ -17,9 +19,10 @@ VERDICT_CHOICES = [verdict.value for verdict in VERDICTS] + ["unchecked"]
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("log", help="show the session log (modules, replies, checks), or one kernel",
+    parser = subparsers.add_parser("log", help="show the session log (modules, replies, checks), one kernel; prune it",
                                    description="Show the last entries of the session log, oldest first; --kernel ID "
-                                               "prints one entry's kernel (or writes it with --out).")
+                                               "prints one entry's kernel (or writes it with --out); --delete "
+                                               "removes entries.")
     add_arguments(parser)
 
 
@@ -29,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "verdict, kernel, reply, settings, timing, ...)")
     parser.add_argument("--jsonl", action="store_true",
                         help="print one JSON object a line, the same objects as --json (for jq, grep, streaming)")
-    parser.add_argument("-n", type=int, default=DEFAULT_COUNT, metavar="N",
+    parser.add_argument("-n", type=int, metavar="N",
                         help=f"the last N entries (default {DEFAULT_COUNT}; 0 for all)")
     parser.add_argument("--verdict", choices=VERDICT_CHOICES, metavar="VERDICT",
                         help="only entries whose latest check has this verdict (correct, mismatch, ..., or unchecked)")
@@ -43,10 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE",
                         help="with --kernel: write the kernel here, with a header naming the model and its check")
     parser.add_argument("--force", action="store_true", help="with --out: overwrite an existing file")
+    parser.add_argument("--delete", type=int, nargs="*", metavar="ID",
+                        help="remove entries from the log: these ids, or those the other selectors choose (--before, "
+                             "--session, --verdict, --module; each given must match); lists them and asks first")
+    parser.add_argument("--before", metavar="DATE",
+                        help="with --delete: entries begun before DATE (2026-11-01, or 2026-11-01 12:30; local time)")
+    parser.add_argument("--yes", action="store_true",
+                        help="with --delete: do not ask (needed where stdin is no terminal)")
 
 
 def run(args) -> int:
-    problem = _argument_problem(args)
+    problem = _argument_problem(args) if args.delete is None else delete_problem(args)
     if problem:
         print(f"log: error: {problem}", file=sys.stderr)
         return 2
@@ -59,7 +69,7 @@ def run(args) -> int:
         print(f"error: cannot read the session log {path}: {error.strerror or one_line(error)}", file=sys.stderr)
         return 1
     if not exists:  # reading should not create a log
-        if args.kernel is not None:
+        if args.kernel is not None or args.delete is not None:
             print(f"log: error: the session log is empty ({path})", file=sys.stderr)
             return 1
         return _show([], args, path)
@@ -71,17 +81,22 @@ def run(args) -> int:
         if args.kernel is not None:
             return _write_kernel(log.get(args.kernel), args)
         session_id = _session_id(args.session, log)
-        entries = log.find(None if args.module else (args.n or None), verdict=args.verdict, session_id=session_id)
+        if args.delete is not None:
+            return delete(args, log, session_id)
+        n = DEFAULT_COUNT if args.n is None else args.n
+        entries = log.find(None if args.module else (n or None), verdict=args.verdict, session_id=session_id)
         if args.module:  # the label is worked out from the module's code: filtered here, then the last n kept
-            entries = [entry for entry in entries if _labelled(entry, args.module)]
-            entries = entries[-args.n:] if args.n else entries
+            entries = [entry for entry in entries if labelled(entry, args.module)]
+            entries = entries[-n:] if n else entries
     finally:
         log.close()
     return _show(entries, args, path)
 
 
 def _argument_problem(args) -> str | None:
-    if args.n < 0:
+    if args.before is not None or args.yes:
+        return "--before and --yes go with --delete"
+    if args.n is not None and args.n < 0:
         return f"-n takes 0 (all) or more, not {args.n}"
     if args.session is not None and args.session != "last" and not args.session.isdigit():
         return f"--session takes a session id or last, not {args.session!r}"
@@ -98,7 +113,7 @@ def _session_id(session: str | None, log: SessionLog) -> int | None:
     return int(session)
 
 
-def _labelled(entry, name: str) -> bool:
+def labelled(entry, name: str) -> bool:
     from repl.ui.history_commands import module_label
 
     return name.lower() in module_label(entry).lower()

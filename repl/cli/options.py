@@ -21,6 +21,9 @@ from repl.core.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFA
 TRUST_PROBLEMS_HELP = ("run the problems (the reference modules) with your rights, unconfined: for a reference that "
                        "reads a data file or needs the network; only for problems you have read (default: confined: "
                        "no network, read-only files, private HOME and /tmp)")
+SCALE_HELP = ("check at reduced sizes: the sizes get_inputs() uses (the module's whole-number constants that "
+              "get_init_inputs() does not use) times F, above 0 and at most 1, e.g. 0.01 for a KernelBench problem on "
+              "a CPU; every verdict says so")
 TIMEOUT_HELP = (f"seconds the kernel may take: loading it and running every trial (default: {DEFAULT_TIMEOUT_S:g}). "
                 "The checker's own work (preparing the problem, starting the sandbox, running the reference) is not "
                 "counted, so a whole check can take longer")

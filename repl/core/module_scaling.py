@@ -1,4 +1,5 @@
-"""A module's input sizes scaled down, to check a KernelBench problem on a CPU (`check --scale F`): the same module,
+"""A module's input sizes scaled down, to check a KernelBench problem on a CPU (`check --scale F`, `eval --scale F`,
+`:run --scale F`, `:best ... --scale F`): the same module,
 with each whole-number constant at the top of the file that get_inputs() uses, and get_init_inputs() does not, times
 F. The model itself (its channels, kernel sizes: what get_init_inputs() passes) stays as it is."""
 
@@ -15,6 +16,29 @@ class ScaledModule:
         """'--scale 0.01: batch_size 4096 → 41, dim 393216 → 3932'."""
         sizes = ", ".join(f"{name} {old:,} → {new:,}" for name, old, new in self.changes)
         return f"--scale {factor:g}: {sizes}" if sizes else f"--scale {factor:g} changed nothing"
+
+
+@dataclass(frozen=True)
+class CheckedAt:
+    """The reference a check at reduced sizes runs (`code`), and the words its verdict starts with."""
+    code: str
+    sizes: str  # 'at reduced sizes (--scale 0.01: batch_size 4096 → 41)'
+
+    def said(self, message: str) -> str:
+        """A verdict's message, saying the sizes it was checked at: the one wording of check, eval, :run and the log."""
+        return f"{self.sizes}: {message}"
+
+
+def checked_at(code: str, factor: float) -> CheckedAt:
+    """The module scaled by factor for a check; one with no size to scale is checked at its own sizes, and says so.
+    ValueError (one line) for a factor out of range or a module that does not parse."""
+    try:
+        scaled = scale_inputs(code, factor)
+    except ValueError as error:
+        if "uses no whole-number constant" not in str(error):
+            raise
+        return CheckedAt(code, f"at the module's own sizes (--scale {factor:g}: {error})")
+    return CheckedAt(scaled.code, f"at reduced sizes ({scaled.describe(factor)})")
 
 
 def scale_inputs(code: str, factor: float) -> ScaledModule:

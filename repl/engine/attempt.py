@@ -1,13 +1,15 @@
 """An Attempt: a module, the reply the model gave for it, the kernel in that reply and, once checked, the verdict;
 what :save, :run and :raw work on, whether it came from a stream, a best-of candidate or the session log."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from repl.checker.result import CheckResult
 from repl.core.extract import extract_kernel_code
 from repl.generation import FINISHED, Reply
 from repl.core.module_source import ModuleSource, as_module_source, inspect_module_source
 from repl.core.settings import SamplingSettings
+
+USER_EDIT = "your edit"  # the model named by a kernel the user edited (:edit), in the session and its log
 
 
 @dataclass
@@ -18,6 +20,11 @@ class Attempt:
     check: CheckResult | None = None  # once checked
     log_id: int | None = None  # row in the session log, when logging is on
     tuning: dict | None = None  # a tuned variant of another entry's kernel (:tune): from_reply, variant, launch...
+
+    @property
+    def edited_by_user(self) -> bool:
+        """A kernel the user wrote over in their editor (:edit): never credited to a model."""
+        return self.reply.model == USER_EDIT
 
     _kernel: str | None = field(default=None, init=False, repr=False, compare=False)
     _kernel_decided: bool = field(default=False, init=False, repr=False, compare=False)
@@ -39,6 +46,12 @@ def given_reply(name: str, text: str, settings: SamplingSettings | None = None) 
     reply = Reply(model=f"file:{name}", settings=settings or SamplingSettings(), text=text, finish_reason=FINISHED)
     reply.finished_at = reply.started_at
     return reply
+
+
+def edited_attempt(attempt: Attempt, kernel: str) -> Attempt:
+    """The attempt's module with a kernel the user edited: unchecked, its reply the user's, not the model's."""
+    reply = replace(given_reply("", kernel, attempt.reply.settings), model=USER_EDIT)
+    return Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name)
 
 
 def new_attempt(module: ModuleSource | str, reply: Reply, source_name: str | None = None) -> Attempt:

@@ -15,6 +15,7 @@ from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
 from repl.generation import FINISHED, Backend, GenerationError, ReplyStream
 from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
+from repl.core.module_scaling import checked_at
 from repl.core.module_source import ModuleSource, as_module_source
 from repl.core.prompt import build_prompt
 from repl.engine.recorder import Recorder, RecordedStream
@@ -253,16 +254,21 @@ class Engine:
 
     # -- modules and checks ------------------------------------------------------------------------------------
     def submit_module(self, module: ModuleSource | str, source_name: str | None = None, *,
-                      check_device: str = "auto", wait_for_size: bool = True) -> str | None:
+                      check_device: str = "auto", wait_for_size: bool = True, scale: float | None = None) -> str | None:
         """A module the session now works on: recorded in the log, and sent to the judges, which prepare its checks
-        while the model streams (docs/checker.md). Returns why its problem is too large to check on check_device
-        (one line, said before generating), or None when it fits, cannot be sized, or the device cannot be used;
-        wait_for_size=False returns None at once."""
+        while the model streams (docs/checker.md), at its sizes times `scale` where given (as submit_check's).
+        Returns why its problem is too large to check on check_device (one line, said before generating), or None
+        when it fits, cannot be sized, or the device cannot be used; wait_for_size=False returns None at once."""
         module = as_module_source(module)
         self._recorder.module(module.code, source_name, module.model_class)
         if not module.runnable:
             return None
-        return self.checks.prepare(module.code, check_device, size=wait_for_size)
+        reference = checked_at(module.code, scale).code if scale is not None else module.code
+        return self.checks.prepare(reference, check_device, size=wait_for_size)
+
+    def record_given(self, attempt: Attempt) -> None:
+        """A reply that did not stream here (a kernel the user edited), recorded whole as a new log entry."""
+        self._recorder.finished(attempt)
 
     def record_current(self, module_code: str, source_name: str | None, attempt: Attempt | None) -> None:
         """Note in the log what is current as an interactive session ends (the module, its kernel): --continue."""
@@ -287,17 +293,20 @@ class Engine:
 
     def submit_check(self, attempt: Attempt, *, device: str = "auto", jobs: int = 1,
                      cancel: threading.Event | None = None, on_start: Callable[[], None] = lambda: None,
-                     **options) -> Future:
+                     scale: float | None = None, **options) -> Future:
         """Queue a check of the attempt's kernel (CheckPool.submit: jobs, trials, atol, rtol, timeout); the future
-        ends once its result is stored in the attempt and recorded. ValueError at once for a device that cannot be
-        used."""
-        pending = self.checks.submit(attempt.module.code, attempt.kernel or "", device=device, jobs=jobs,
-                                     cancel=cancel, on_start=on_start, **options)
+        ends once its result is stored in the attempt and recorded. scale: check against the module with the sizes
+        get_inputs() uses times scale (module_scaling.py), its verdict saying so. ValueError at once for a device
+        that cannot be used or a scale out of range."""
+        reference = checked_at(attempt.module.code, scale) if scale is not None else None
+        pending = self.checks.submit(reference.code if reference else attempt.module.code, attempt.kernel or "",
+                                     device=device, jobs=jobs, cancel=cancel, on_start=on_start, **options)
         done: Future = Future()
 
         def store(future: Future) -> None:
             try:
-                attempt.check = future.result()
+                result = future.result()
+                attempt.check = replace(result, message=reference.said(result.message)) if reference else result
                 self._recorder.check(attempt)
             except BaseException as error:
                 done.set_exception(error)

@@ -46,7 +46,8 @@ class Recorder:
         return RecordedStream(stream, attempt, self.log)
 
     def finished(self, attempt: Attempt) -> None:
-        """A reply made elsewhere and its check (a worker of `eval --ray`, on another host), recorded whole."""
+        """A reply made elsewhere and its check (a worker of `eval --ray`, on another host; a kernel the user
+        edited), recorded whole."""
         module_id = self.module(attempt.module.code, attempt.source_name, attempt.module.model_class)
         attempt.log_id = self.log.start_reply(module_id, attempt.reply.model, attempt.reply.settings)
         self.log.finish_reply(attempt.log_id, attempt.reply)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from repl.core.errors import one_line
-from repl.core.extract import extract_kernel_code
+from repl.log.entry import LogEntry
 from repl.generation import INTERRUPTED, Reply
 from repl.core.paths import data_dir
 from repl.core.settings import SamplingSettings
@@ -42,72 +42,6 @@ def default_log_path() -> Path:
 
 def logging_off_by_environment() -> bool:
     return os.environ.get(NO_LOG_VARIABLE, "").strip().lower() not in {"", "0", "false", "no", "off"}
-
-
-@dataclass
-class LogEntry:
-    """One reply with its module and its latest check: a row of :history, an object of `log --json`."""
-
-    id: int  # the reply's id; :open takes it
-    time: str  # ISO 8601 UTC, when generation started
-    module_id: int
-    module_name: str | None
-    module_code: str
-    source_name: str | None
-    model: str
-    settings: SamplingSettings
-    text: str
-    tokens: int
-    finish_reason: str | None  # None: the writer stopped before the reply ended (killed), or it is still streaming
-    error: str | None
-    elapsed_s: float | None
-    first_token_s: float | None
-    tokens_per_second: float | None
-    check: dict | None  # CheckResult.to_json_dict() of the latest check
-    session_id: int | None = None  # the process that wrote it (sessions.id); None for replies logged before sessions
-    tuning: dict | None = None  # a kernel :tune kept: from_reply (the entry it tuned), variant, launch, speedup
-
-    @property
-    def state(self) -> str:
-        return self.finish_reason or "unfinished"
-
-    @property
-    def interrupted(self) -> bool:
-        return self.finish_reason in (INTERRUPTED, None)
-
-    @property
-    def kernel(self) -> str | None:
-        return extract_kernel_code(self.text)
-
-    @property
-    def verdict(self) -> str | None:
-        return self.check["verdict"] if self.check else None
-
-    @property
-    def speedup_vs_eager(self) -> float | None:
-        return self.check.get("speedup_vs_eager") if self.check else None
-
-    @property
-    def speedup_vs_compiled(self) -> float | None:
-        return self.check.get("speedup_vs_compiled") if self.check else None
-
-    def to_reply(self) -> Reply:
-        """The reply as the engine holds it; a reply whose writer died counts as interrupted."""
-        return Reply(model=self.model, settings=self.settings, text=self.text, tokens=self.tokens,
-                     finish_reason=self.finish_reason or INTERRUPTED, error=self.error, started_at=0.0,
-                     first_token_at=self.first_token_s, finished_at=self.elapsed_s or 0.0)
-
-    def to_json_dict(self) -> dict:
-        return {
-            "id": self.id, "time": self.time, "session_id": self.session_id, "module_id": self.module_id,
-            "module_name": self.module_name,
-            "source_name": self.source_name, "model": self.model, **self.settings.__dict__,
-            "tokens": self.tokens, "finish_reason": self.state, "interrupted": self.interrupted, "error": self.error,
-            "elapsed_s": self.elapsed_s, "tokens_per_second": self.tokens_per_second, "verdict": self.verdict,
-            "speedup_vs_eager": self.speedup_vs_eager, "speedup_vs_compiled": self.speedup_vs_compiled,
-            "kernel": self.kernel, "reply": self.text, "module_code": self.module_code, "check": self.check,
-            "tuning": self.tuning,
-        }
 
 
 class SessionLog:
@@ -287,6 +221,29 @@ class SessionLog:
                                              data.get("speedup_vs_eager"), data.get("speedup_vs_compiled"),
                                              json.dumps(data))))
 
+    def delete_entries(self, entry_ids) -> "Pruned":
+        """Remove entries (replies with their checks) in one transaction, with the sessions they leave empty and,
+        when no other session is running, the modules they leave unused. Entries of a session still running are
+        kept (its process may write them yet): Pruned.kept_running names them."""
+        ids = sorted(set(entry_ids))
+
+        def delete(db):
+            db.execute("BEGIN IMMEDIATE")  # no session writes between choosing the rows and removing them
+            try:
+                pruned = _delete_replies(db, ids, running=self._running_sessions(db) - {self.session_id})
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return pruned
+
+        return self._run(delete, default=Pruned([], [], 0, 0))
+
+    @staticmethod
+    def _running_sessions(db: sqlite3.Connection) -> set[int]:
+        rows = db.execute("SELECT id, pid FROM sessions WHERE ended_at IS NULL").fetchall()
+        return {row["id"] for row in rows if _process_alive(row["pid"])}
+
     # -- reading -----------------------------------------------------------------------------------------------
     def recent(self, n: int | None = 10, *, session: str = "all") -> list[LogEntry]:
         """The last n entries (all with n=None), oldest first: of every session (session="all"), of this process's
@@ -300,11 +257,14 @@ class SessionLog:
                                                parameters).fetchall(), default=[])
         return [_entry(row) for row in reversed(rows)]
 
-    def find(self, n: int | None = None, *, verdict: str | None = None,
-             session_id: int | None = None) -> list[LogEntry]:
-        """The last n entries (all with n=None), oldest first, of one session and with one verdict (of the latest
-        check; "unchecked" for entries never checked) where given."""
+    def find(self, n: int | None = None, *, verdict: str | None = None, session_id: int | None = None,
+             before: str | None = None) -> list[LogEntry]:
+        """The last n entries (all with n=None), oldest first, of one session, with one verdict (of the latest
+        check; "unchecked" for entries never checked) and begun before a time (ISO 8601 UTC) where given."""
         conditions, parameters = [], []
+        if before is not None:
+            conditions.append("r.time < ?")
+            parameters.append(before)
         if session_id is not None:
             conditions.append("r.session_id = ?")
             parameters.append(session_id)
@@ -336,8 +296,7 @@ class SessionLog:
         still running."""
 
         def query(db):
-            sessions = db.execute("SELECT id, pid FROM sessions WHERE ended_at IS NULL").fetchall()
-            running = [row["id"] for row in sessions if _process_alive(row["pid"])]
+            running = list(self._running_sessions(db))
             marks = ",".join("?" * len(running))
             return db.execute(_ENTRY_QUERY + f" WHERE r.session_id IS NULL OR r.session_id NOT IN ({marks}) "
                               "ORDER BY r.id DESC LIMIT 1", running).fetchone()
@@ -350,6 +309,39 @@ _ENTRY_QUERY = """
     SELECT r.*, m.name AS module_name, m.code AS module_code, m.source_name,
            (SELECT c.result FROM checks c WHERE c.reply_id = r.id ORDER BY c.id DESC LIMIT 1) AS check_result
     FROM replies r JOIN modules m ON m.id = r.module_id"""
+
+
+@dataclass
+class Pruned:
+    """What delete_entries removed, and the entries it kept because their session is still running."""
+    removed: list[int]
+    kept_running: list[int]
+    sessions: int
+    modules: int
+
+
+def _delete_replies(db: sqlite3.Connection, ids: list[int], running: set[int]) -> Pruned:
+    rows = db.execute(f"SELECT id, session_id, module_id FROM replies WHERE id IN ({','.join('?' * len(ids))})",
+                      ids).fetchall()
+    kept = [row["id"] for row in rows if row["session_id"] in running]
+    removed = [row for row in rows if row["session_id"] not in running]
+    gone = [row["id"] for row in removed]
+    marks = ",".join("?" * len(gone))
+    db.execute(f"DELETE FROM checks WHERE reply_id IN ({marks})", gone)
+    db.execute(f"DELETE FROM replies WHERE id IN ({marks})", gone)
+    db.execute(f"UPDATE sessions SET current_reply_id = NULL WHERE current_reply_id IN ({marks})", gone)
+    sessions = {row["session_id"] for row in removed if row["session_id"] is not None}
+    emptied = [session for session in sessions
+               if db.execute("SELECT 1 FROM replies WHERE session_id = ?", (session,)).fetchone() is None]
+    db.execute(f"DELETE FROM sessions WHERE id IN ({','.join('?' * len(emptied))})", emptied)
+    modules = 0
+    if not running:  # a running session may hold a module's id to start its next reply with
+        unused = db.execute(
+            f"DELETE FROM modules WHERE id IN ({','.join('?' * len(removed))}) AND NOT EXISTS (SELECT 1 FROM replies "
+            "r WHERE r.module_id = modules.id) AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.current_module_id = "
+            "modules.id)", [row["module_id"] for row in removed])
+        modules = unused.rowcount
+    return Pruned(gone, kept, len(emptied), modules)
 
 
 def _retry_when_busy(work: Callable[[], object], attempts: int = 4):

@@ -24,7 +24,8 @@ def best_command(session, arguments):
     --tune then tunes its launch parameters (:tune, on a GPU)."""
     tune_after = "--tune" in arguments
     arguments = [word for word in arguments if word != "--tune"]
-    k, options = _count_and_options(arguments, "usage: :best K [--device D] [--trials N] [--jobs N] [--tune]", None)
+    usage = "usage: :best K [--device D] [--trials N] [--jobs N] [--scale F] [--tune]"
+    k, options = _count_and_options(arguments, usage, None)
     if k < 2:
         raise CommandError(":best needs K >= 2 (:regen samples one)")
     _run(session, k, options, until_correct=False)
@@ -34,7 +35,8 @@ def best_command(session, arguments):
 
 def fix_command(session, arguments):
     """Sample one kernel after another until one is correct, up to N tries (default 5)."""
-    tries, options = _count_and_options(arguments, "usage: :fix [N] [--device D] [--trials N]", DEFAULT_FIX_TRIES)
+    usage = "usage: :fix [N] [--device D] [--trials N] [--scale F]"
+    tries, options = _count_and_options(arguments, usage, DEFAULT_FIX_TRIES)
     if tries < 1:
         raise CommandError(":fix needs N >= 1")
     current = session.attempt
@@ -120,7 +122,8 @@ def _run(session, k: int, options: dict, until_correct: bool) -> None:
     if too_many:  # :fix samples one try at a time
         raise CommandError(too_many)
     check = CheckOptions(device=options.get("device") or session.check_device,
-                         trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1))
+                         trials=options.get("trials", DEFAULT_TRIALS), jobs=options.get("jobs", 1),
+                         scale=options.get("scale"))
     try:
         run = BestOfRun(session.module, k, engine=session.engine, check=check, until_correct=until_correct,
                         source_name=session.source_name)

@@ -107,6 +107,19 @@ class BestView:
         return Group(progress_table(self._candidates(), rows, self.title), Text(self.hint, style="hint"))
 
 
+NOTE_LENGTH = 60  # a table's note is read at a glance: :show N gives the whole check
+
+
+def short_note(text: str, limit: int = NOTE_LENGTH) -> str:
+    """The first clause of a check's message, at most `limit` characters: 'mismatch: max abs error 2.1 at (0, 3)'
+    rather than the tolerance, the trials and the traceback's last line, which wrapped a row over five lines."""
+    first = text.split("; ")[0].strip()
+    if len(first) <= limit:
+        return first
+    cut = first[:limit - 1].rsplit(" ", 1)[0] if " " in first[:limit - 1] else first[:limit - 1]
+    return cut.rstrip(",:;( ") + "…"
+
+
 def _number(value: float | None, digits: int = 3, suffix: str = "") -> str:
     if value is None:
         return "–"
@@ -146,7 +159,7 @@ def ranking_table(ranked: list[Candidate], current: Candidate | None = None, wid
 def _note(candidate: Candidate) -> str:
     check = candidate.check
     if check is not None and not check.correct:
-        return check.message
+        return short_note(check.message)
     if check is not None and check.flags:
         return "flagged: " + check.flags[0]
     if check is not None and check.suspicious:

@@ -4,7 +4,7 @@ Separate from the command table (commands.py) so that the modules whose function
 
 import argparse
 
-from repl.ui.option_values import device_name, positive_int
+from repl.ui.option_values import device_name, positive_int, scale_factor
 
 
 class CommandError(Exception):
@@ -12,7 +12,7 @@ class CommandError(Exception):
 
 
 # Options the commands take, with the value types the command line uses for the same flags.
-CHECK_OPTIONS = {"--device": device_name, "--trials": positive_int, "--jobs": positive_int}
+CHECK_OPTIONS = {"--device": device_name, "--trials": positive_int, "--jobs": positive_int, "--scale": scale_factor}
 
 
 def parse_options(arguments: list[str], known: dict) -> dict:

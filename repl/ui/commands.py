@@ -1,9 +1,10 @@
 """The one table of REPL commands.
 
-A command is a function ``(session, arguments)`` (the session, the words after the command's name); its docstring is
-its help line, and ``:help`` is generated from this table, so help and behaviour cannot drift apart. The functions
-live here and, for the session log and best of k, in history_commands.py and best_commands.py; each acts through the
-session's public methods.
+A command is a function ``(session, arguments)`` (the session, the words after the command's name) that returns
+None, or text to give back to the input (an edited module that was refused); its docstring is its help line, and
+``:help`` is generated from this table, so help and behaviour cannot drift apart. The functions live here and, for
+the session log, best of k, :edit and :export, in their own *_commands.py; each acts through the session's public
+methods.
 """
 
 import difflib
@@ -16,7 +17,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from repl.ui import best_commands, export_commands, history_commands, tune_commands
+from repl.ui import best_commands, edit_commands, export_commands, history_commands, tune_commands
 from repl.ui.clipboard import copy_to_clipboard
 from repl.ui.console import syntax_theme
 from repl.ui.command_parsing import CHECK_OPTIONS, CommandError, parse_options
@@ -64,8 +65,9 @@ def _no_arguments(arguments: list[str], name: str, instead: str) -> None:
 
 
 def run_command(session, arguments):
-    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU."""
-    options = parse_options(arguments, {name: CHECK_OPTIONS[name] for name in ("--device", "--trials")})
+    """Check the current kernel against the module: correctness on random inputs, and speed on a GPU; --scale F
+    checks it at reduced sizes (the sizes get_inputs() uses times F, e.g. 0.01 for a KernelBench size on a CPU)."""
+    options = parse_options(arguments, {name: CHECK_OPTIONS[name] for name in ("--device", "--trials", "--scale")})
     session.check_current(**options)
 
 
@@ -176,17 +178,18 @@ def _table(*commands: Command) -> dict[str, Command]:
 
 COMMANDS: dict[str, Command] = _table(
     Command(":help [COMMAND]", help_command, aliases=("h", "?")),
-    Command(":run [--device auto|cuda|cpu] [--trials N]", run_command),
+    Command(":run [--device auto|cuda|cpu] [--trials N] [--scale F]", run_command),
     Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
     Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
     Command(":copy", copy_command),
+    Command(":edit [module|kernel]", edit_commands.edit_command),
     Command(":load FILE", load_command, takes_path=True),
     Command(":set [NAME VALUE]", set_command),
-    Command(":best K [--device D] [--trials N] [--jobs N] [--tune]", best_commands.best_command),
-    Command(":fix [N] [--device D] [--trials N]", best_commands.fix_command),
+    Command(":best K [--device D] [--trials N] [--jobs N] [--scale F] [--tune]", best_commands.best_command),
+    Command(":fix [N] [--device D] [--trials N] [--scale F]", best_commands.fix_command),
     Command(":tune [--trials N]", tune_commands.tune_command),
     Command(":pick N", best_commands.pick_command),
     Command(":diff A B", diff_command),

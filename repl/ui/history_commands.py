@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repl.core.module_source import inspect_module_source
+from repl.engine.attempt import USER_EDIT
 from repl.log.current import current_of_last_session
 from repl.log.session_log import LogEntry
 from repl.ui.command_parsing import CommandError
@@ -135,8 +136,9 @@ def entries_table(entries: list[LogEntry], title: str | None = None, with_sessio
         rows.append([
             str(entry.id), str(entry.session_id or "") if with_session else "", local_time(entry.time),
             module_label(entry), str(entry.tokens),
-            Text(tuned_from(entry), style="accent") if entry.tuning else
-            Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
+            Text(tuned_from(entry), style="accent") if entry.tuning
+            else Text("your edit", style="") if entry.model == USER_EDIT
+            else Text(REPLY_STATES.get(entry.state, entry.state), style="" if entry.state == "stop" else "warn"),
             Text(entry.verdict or "not checked", style=verdict_style),
             f"{entry.speedup_vs_eager:.2f}x" if entry.speedup_vs_eager else ""])
     return fitted_table(ENTRY_COLUMNS, rows, width - 2, padding=(0, 1), pad_edge=True, header_style="accent",

@@ -28,6 +28,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def scale_factor(text: str) -> float:
+    """--scale's F: above 0 and at most 1 (a check at reduced sizes)."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {text}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = _float(text)
     if not value >= 0:

@@ -27,6 +27,7 @@ from repl.ui import commands
 from repl.ui.prompt_input import InputOptions, ModuleInput, make_module_input
 from repl.ui.stream_view import LibraryMessages, StreamView, print_finished_reply, print_kernel
 from repl.ui.typeahead import KeyCapture
+from repl.ui.stream_reader import StreamReader
 from repl.ui.console import terminal_safe
 from repl.ui.interrupts import interrupts_as_event, wait_through_interrupts
 
@@ -52,6 +53,7 @@ class ReplSession:
         self.candidates: list = []  # the last :best/:fix candidates, best first
         self._reported_failure: tuple[str, str] | None = None  # (model, message) already shown in the transcript
         self._reported_switch_failure: str | None = None
+        self._key_capture: KeyCapture | None = None  # while a submission is handled
         self.input = module_input or make_module_input(InputOptions(
             history_file=str(history_file()),
             toolbar=self.toolbar_text,
@@ -102,10 +104,17 @@ class ReplSession:
                           write_to_terminal=lambda text: (self.console.file.write(text), self.console.file.flush()))
         try:
             with keys:
+                self._key_capture = keys
                 yield
         finally:
+            self._key_capture = None
             if keep:
                 self.input.keep_typeahead(keys.presses())
+
+    def terminal_handed_over(self):
+        """For a program that reads the terminal itself (:edit's editor): the terminal as the user had it, and the
+        keys typed meanwhile the program's, not the next prompt's."""
+        return self._key_capture.paused() if self._key_capture is not None else contextlib.nullcontext()
 
     def handle(self, text: str) -> str | None:
         """Act on one submission; returns text to put back into the input buffer (a rejected module)."""
@@ -114,7 +123,7 @@ class ReplSession:
         if text.strip().startswith(":"):
             try:
                 command, arguments = commands.parse(text)
-                command.run(self, arguments)
+                return command.run(self, arguments)  # text the command gives back to the input, or None
             except commands.CommandError as error:
                 self.console.print(one_line(error), style="bad")
             return None
@@ -237,7 +246,7 @@ class ReplSession:
     def _show_stream(self, stream) -> Reply:
         """The live view while a thread reads the stream (keys typed meanwhile are kept by run()'s capture). Ctrl-C
         cancels and returns within STOP_WAIT_S, with the reply marked interrupted."""
-        reader = _StreamReader(stream)
+        reader = StreamReader(stream)
         reply = stream.reply
         with interrupts_as_event() as interrupted, StreamView(self.console, stream.reply) as view:
             try:
@@ -338,11 +347,11 @@ class ReplSession:
 
     def _check_summary(self, attempt: Attempt) -> str:
         if attempt.check is None:
-            return " not checked yet (:run) "
+            return " your edit, not checked yet (:run) " if attempt.edited_by_user else " not checked yet (:run) "
         device = f" on {attempt.check.device}" if attempt.check.device else ""
         return f" checked: {attempt.check.verdict}{device} "
 
-    def check_current(self, device: str | None = None, trials: int | None = None) -> None:
+    def check_current(self, device: str | None = None, trials: int | None = None, scale: float | None = None) -> None:
         attempt = self._current()
         self._current_kernel()
         if not attempt.module.runnable:
@@ -354,7 +363,8 @@ class ReplSession:
         cancel = threading.Event()
         previous = attempt.check  # a cancelled check leaves the last real verdict in place
         try:
-            checked = self.engine.submit_check(attempt, device=device or self.check_device, cancel=cancel, **options)
+            checked = self.engine.submit_check(attempt, device=device or self.check_device, cancel=cancel, scale=scale,
+                                               **options)
         except ValueError as error:  # arguments the checker refuses (e.g. cuda without a GPU)
             raise commands.CommandError(one_line(error)) from None
         started = time.monotonic()
@@ -456,6 +466,10 @@ class ReplSession:
 
     def show_model(self) -> None:
         state, message = self.engine.model_state
+        if state == "failed":  # said once, with what to do, and not again at the next prompt
+            self._reported_failure = None
+            self.report_model_failure()
+            return
         style = {"ready": "ok", "failed": "bad"}.get(state, "hint")
         self.console.print(f"{state}: {message}", style=style)
         if self.engine.switch_failure:
@@ -464,37 +478,3 @@ class ReplSession:
         reason = backend.reason if backend is not None else None
         if reason:
             self.console.print(reason, style="hint")
-
-
-class _StreamReader:
-    """Reads a reply stream to its end in a thread, so the session's thread stays free for Ctrl-C. Not a daemon: an
-    interrupted reply whose backend is still busy is waited for at exit (a thread inside torch at interpreter exit
-    aborts the process)."""
-
-    def __init__(self, stream):
-        self.finished = threading.Event()
-        self.error: BaseException | None = None
-        self._stream = stream
-        threading.Thread(target=self._read, name="stream-reader").start()
-
-    def say_so_at_exit(self, console: Console) -> None:
-        """If the session ends while the backend still works on this reply, say what the exit waits for."""
-        def note() -> None:
-            if not self.finished.is_set():
-                console.print("Waiting for the model to finish reading the interrupted module…", style="hint")
-
-        threading._register_atexit(note)  # runs before the interpreter waits for this thread (as concurrent.futures)
-
-    def _read(self) -> None:
-        try:
-            while True:
-                try:
-                    for _ in self._stream:
-                        pass
-                    return
-                except KeyboardInterrupt:  # a stream that reports Ctrl-C from inside: cancel, then let it wind down
-                    self._stream.cancel()
-        except BaseException as error:  # raised again in the session's thread
-            self.error = error
-        finally:
-            self.finished.set()

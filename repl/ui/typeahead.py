@@ -10,6 +10,7 @@ Ctrl-C still interrupts (signals stay on); Ctrl-D is not kept, so a key pressed 
 """
 
 import codecs
+import contextlib
 import os
 import select
 import termios
@@ -64,6 +65,7 @@ class KeyCapture:
             self._saved = termios.tcgetattr(self.fd)
         except (OSError, termios.error):
             return self
+        self._stop_at = None
         termios.tcsetattr(self.fd, termios.TCSANOW, capture_mode(termios.tcgetattr(self.fd)))
         self._write(BRACKETED_PASTE_ON)
         self._thread = threading.Thread(target=self._read, name="stream-keys", daemon=True)
@@ -78,6 +80,18 @@ class KeyCapture:
         self._write(BRACKETED_PASTE_OFF)
         termios.tcsetattr(self.fd, termios.TCSANOW, self._saved)
         self._saved = None
+
+    @contextlib.contextmanager
+    def paused(self):
+        """The terminal as it was, for a program that reads it itself (:edit's editor); keys kept so far stay."""
+        if self._saved is None:
+            yield
+            return
+        self.__exit__(None, None, None)
+        try:
+            yield
+        finally:
+            self.__enter__()
 
     def _paste_unfinished(self) -> bool:
         return self._data.rfind(PASTE_START) > self._data.rfind(PASTE_END)

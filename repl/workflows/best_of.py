@@ -141,6 +141,7 @@ class CheckOptions:
     rtol: float | None = DEFAULT_RTOL
     timeout: float | None = None  # seconds per check (the checker's default when None)
     jobs: int = 1  # checks at once
+    scale: float | None = None  # check at the sizes get_inputs() uses times scale (--scale F)
 
 
 def submit_candidate(engine: Engine, candidate: Candidate, check: CheckOptions, cancel: threading.Event,
@@ -259,7 +260,7 @@ class BestOfRun:
             # The judges size the problem, then build, study and (on a GPU) time the reference while the candidates
             # stream: no generation is spent on a problem that cannot be checked here, unless asked.
             too_large = self.engine.submit_module(self.module, self.source_name, check_device=self.check.device,
-                                                  wait_for_size=not self.generate_anyway)
+                                                  wait_for_size=not self.generate_anyway, scale=self.check.scale)
             if too_large:
                 raise NotCheckableHere(f"not checkable here: {too_large}")
             together = not self.until_correct and self.k > 1 and self.engine.backend().samples_together
