@@ -183,6 +183,18 @@ def test_kernel_settings_under_proc_cannot_be_opened_for_writing_even_without_la
 
 
 @needs_namespaces
+def test_a_thread_is_named_through_a_proc_of_its_own_pid_namespace():
+    # CUDA's driver names its threads so while the candidate's context is made: an error there fails cuInit (304).
+    sandbox_dir = make_sandbox_dir()
+    process, notes = start_confined([sys.executable, str(CASES / "name_a_thread.py")], sandbox_dir=sandbox_dir,
+                                    gpu=False, stdout=subprocess.PIPE)
+    stdout, _ = process.communicate(timeout=60)
+    kill_process_tree(process)
+    remove_sandbox_dir(sandbox_dir)
+    assert json.loads(stdout) == {"written": "ok", "name": "named-thread"}, notes
+
+
+@needs_namespaces
 def test_nothing_written_to_dev_shm_tmp_or_home_is_left_behind():
     name = f"kernelllm-leftover-{uuid.uuid4().hex[:8]}"
     sandbox_dir = make_sandbox_dir()
