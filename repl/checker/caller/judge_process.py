@@ -148,9 +148,17 @@ class JudgeProcess:
         return None
 
     def check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
+        waited = time.monotonic()
         failed = self._wait_ready(cancel)
         if failed is not None:
             return failed
+        judge_start = time.monotonic() - waited
+        result = self._check(request, cancel)
+        if judge_start > 0.01 and result.phases_s:  # the check waited for its judge to start: said first
+            result.phases_s = {"judge_start": round(judge_start, 3), **result.phases_s}
+        return result
+
+    def _check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
         try:
             self.send(request)
         except PeerGone:
