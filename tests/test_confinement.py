@@ -405,6 +405,24 @@ def test_no_capability_is_left_not_even_in_a_process_that_never_execs():
     assert ran.report["umount /proc"] is False
 
 
+@needs_namespaces
+def test_whoever_asks_the_fork_server_gets_a_candidates_confinement(started_by):
+    # A judge's reference can reach its fork server's socket: a request for a judge's sandbox (capabilities kept,
+    # namespaces allowed) must still give a candidate's, before any program of the caller's choosing runs.
+    if started_by != "fork server":
+        pytest.skip("about the fork server")
+    sandbox_dir = make_sandbox_dir()
+    process, _ = start_confined([sys.executable, str(CASES / "capabilities.py")], sandbox_dir=sandbox_dir, gpu=False,
+                                judge=True, stdout=subprocess.PIPE)
+    try:
+        report = json.loads(process.communicate(timeout=60)[0])
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    assert (report["CapEff"], report["CapBnd"], report["CapAmb"]) == ("0" * 16,) * 3
+    assert report["umount /proc"] is False and report["new user namespace"] is False
+
+
 def test_the_process_holds_no_descriptor_but_its_standard_streams():
     # A forked candidate must not keep the fork server's control socket or another candidate's pipes.
     ran = run_case("open_descriptors.py")
