@@ -200,6 +200,9 @@ def test_a_checker_keeps_its_judge_and_a_fresh_candidate_for_each_check():
         third = checker.check(RELU_REFERENCE, kernel)
         assert checker.judges.idle[0].process.pid == judge
     assert (first.verdict, second.verdict, third.verdict) == ("correct", "mismatch", "correct")
+    # Where the time went: the first check waited for its judge to start, said first; the judge was warm after.
+    assert list(first.phases_s)[0] == "judge_start" and first.phases_s["judge_start"] > 0
+    assert "judge_start" not in third.phases_s and "problem" in third.phases_s
     with pytest.raises(RuntimeError):
         checker.check(RELU_REFERENCE, kernel)
 

@@ -183,6 +183,18 @@ def test_kernel_settings_under_proc_cannot_be_opened_for_writing_even_without_la
 
 
 @needs_namespaces
+def test_a_thread_is_named_through_a_proc_of_its_own_pid_namespace():
+    # CUDA's driver names its threads so while the candidate's context is made: an error there fails cuInit (304).
+    sandbox_dir = make_sandbox_dir()
+    process, notes = start_confined([sys.executable, str(CASES / "name_a_thread.py")], sandbox_dir=sandbox_dir,
+                                    gpu=False, stdout=subprocess.PIPE)
+    stdout, _ = process.communicate(timeout=60)
+    kill_process_tree(process)
+    remove_sandbox_dir(sandbox_dir)
+    assert json.loads(stdout) == {"written": "ok", "name": "named-thread"}, notes
+
+
+@needs_namespaces
 def test_nothing_written_to_dev_shm_tmp_or_home_is_left_behind():
     name = f"kernelllm-leftover-{uuid.uuid4().hex[:8]}"
     sandbox_dir = make_sandbox_dir()
@@ -395,6 +407,24 @@ def test_no_capability_is_left_not_even_in_a_process_that_never_execs():
         ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), zero)
     assert ran.report["NoNewPrivs"] == "1"
     assert ran.report["umount /proc"] is False
+
+
+@needs_namespaces
+def test_whoever_asks_the_fork_server_gets_a_candidates_confinement(started_by):
+    # A judge's reference can reach its fork server's socket: a request for a judge's sandbox (capabilities kept,
+    # namespaces allowed) must still give a candidate's, before any program of the caller's choosing runs.
+    if started_by != "fork server":
+        pytest.skip("about the fork server")
+    sandbox_dir = make_sandbox_dir()
+    process, _ = start_confined([sys.executable, str(CASES / "capabilities.py")], sandbox_dir=sandbox_dir, gpu=False,
+                                judge=True, stdout=subprocess.PIPE)
+    try:
+        report = json.loads(process.communicate(timeout=60)[0])
+    finally:
+        kill_process_tree(process)
+        remove_sandbox_dir(sandbox_dir)
+    assert (report["CapEff"], report["CapBnd"], report["CapAmb"]) == ("0" * 16,) * 3
+    assert report["umount /proc"] is False and report["new user namespace"] is False
 
 
 def test_the_process_holds_no_descriptor_but_its_standard_streams():

@@ -9,11 +9,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as the candidate
 from repl.checker.sandbox import confine_self  # noqa: E402
 
 sandbox_dir, case, *args = sys.argv[1:]
-if "gpu" in case:  # as a candidate does (candidate.prepare): its CUDA context exists before Landlock applies
+on_gpu = "gpu" in Path(case).name  # the case's own name: a checkout's folder may hold "gpu" too
+if on_gpu:  # as a candidate does (candidate.prepare): its CUDA context exists before Landlock applies
     import torch
 
     torch.empty(1, device="cuda")
-notes = confine_self(sandbox_dir, memory_limit_bytes=None, gpu="gpu" in case)
+notes = confine_self(sandbox_dir, memory_limit_bytes=None, gpu=on_gpu)
 print(json.dumps({"confine_self_notes": notes}), file=sys.stderr, flush=True)
 sys.argv = [case, *args]
 runpy.run_path(case, run_name="__main__")

@@ -1,7 +1,7 @@
 """A reference (the user's module) that tries, as it is imported, what a confined judge must refuse: write outside
 its sandbox, connect to a TCP server on loopback, read a file in the user's HOME, connect to the unix socket that
-TMUX names (its path known). Each attempt that works is named in the error it raises; where all are refused, it is
-a plain a + b. The test names the targets in KERNELLLM_TEST_* variables (the judge keeps those)."""
+TMUX names (its path known), make a user namespace. Each attempt that works is named in the error it raises; where
+all are refused, it is a plain a + b. The test names the targets in KERNELLLM_TEST_* variables (the judge keeps those)."""
 import os
 import socket
 
@@ -34,7 +34,20 @@ def _escapes() -> list[str]:
         done.append("reached the TMUX socket")
     except OSError:
         pass
+    if _made_a_user_namespace():
+        done.append("made a user namespace")
     return done
+
+
+def _made_a_user_namespace() -> bool:
+    """In a child: root there could mount a /proc of its own, without the covers over the host's kernel settings."""
+    import ctypes
+
+    clone_newuser, clone_newns = 0x10000000, 0x00020000
+    pid = os.fork()
+    if pid == 0:
+        os._exit(ctypes.CDLL(None).unshare(clone_newuser | clone_newns) != 0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 ESCAPED = _escapes()

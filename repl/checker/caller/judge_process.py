@@ -32,10 +32,6 @@ OUTPUT_TAIL_BYTES = 16 * 1024
 CANCEL_GRACE_S = 1.5  # after asking the judge to cancel, how long before it is stopped instead
 
 
-UNCONFINED_ON_CUDA = ("no confinement: on a GPU the reference is not confined yet (docs/trust.md); check modules "
-                      "from others on the CPU, or in a container")
-
-
 class JudgeProcess:
     preparing = None  # Preparing: the last preparation sent, until the judge says it has ended
     stuck_on_another_reference = False  # stopped while stuck preparing another reference than its check's
@@ -59,10 +55,8 @@ class JudgeProcess:
             argv += ["--spares", str(spares)]
         if memory_limit_bytes:
             argv += ["--memory-limit", str(memory_limit_bytes)]
-        # On a GPU the confined judge's candidates could not reach CUDA (cudaGetDeviceCount: error 304 on an H200,
-        # 2026-12-02, docs/trust.md): there the reference runs unconfined, and every verdict says so.
-        self.confined = confine_reference and device != "cuda"
-        self.notes: list[str] = [] if self.confined or not confine_reference else [UNCONFINED_ON_CUDA]
+        self.confined = confine_reference
+        self.notes: list[str] = []
         streams = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             if self.confined:
@@ -154,9 +148,17 @@ class JudgeProcess:
         return None
 
     def check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
+        waited = time.monotonic()
         failed = self._wait_ready(cancel)
         if failed is not None:
             return failed
+        judge_start = time.monotonic() - waited
+        result = self._check(request, cancel)
+        if judge_start > 0.01 and result.phases_s:  # the check waited for its judge to start: said first
+            result.phases_s = {"judge_start": round(judge_start, 3), **result.phases_s}
+        return result
+
+    def _check(self, request: dict, cancel: threading.Event | None) -> CheckResult:
         try:
             self.send(request)
         except PeerGone:

@@ -34,7 +34,8 @@ if __name__ == "__main__" and not __package__:  # started as a script: no PYTHON
 from repl.checker.candidate.disguise import rewrite_cmdline  # noqa: E402
 from repl.checker.candidate.fork_server import MAX_FDS, MAX_MESSAGE_BYTES  # noqa: E402
 from repl.checker.sandbox.init_stage import enter_sandbox  # noqa: E402
-from repl.checker.sandbox.syscall_filter import load_binding  # noqa: E402
+from repl.checker.sandbox.syscall_filter import install_syscall_filter, load_binding  # noqa: E402
+from repl.checker.sandbox.view import drop_capabilities  # noqa: E402
 
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (0x00020000, 0x08000000, 0x10000000,
                                                                             0x20000000, 0x40000000)
@@ -91,6 +92,11 @@ def serve(control: socket.socket, device: str) -> None:
         control.send(json.dumps({"unusable": "its imports touched CUDA: its children could not use the GPU"}).encode())
         return
     gc.freeze()  # what the imports made stays out of every collection: a child's would copy all of its pages
+    if os.getuid() == 0:
+        # Root here (in a confined judge's namespace, or a root caller): its /proc files stay its own when not
+        # dumpable, and no process but one with CAP_SYS_PTRACE over it (none below a confined judge) can write its
+        # memory, nor its children's until they are confined: a reference cannot steer the next start.
+        _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     control.send(json.dumps({"ready": True}).encode())
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
@@ -231,6 +237,7 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
     os.close(status_write)
     for fd in {0, 1, 2, *targets}:
         os.close(fd)  # the child holds them: the judge sees the pipes close when it ends
+    _keep_nothing_to_lend(libc)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -244,6 +251,15 @@ def _middle(request: dict, targets: dict[int, int], server: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+def _keep_nothing_to_lend(libc) -> None:
+    """The middle process, once its child is forked, only waits: no capability in its namespace, no namespace or
+    mount, then dumpable again (the judge's memory watchdog reads its proportional set size; what it shares with the
+    server would count whole in its resident size)."""
+    install_syscall_filter()
+    drop_capabilities()
+    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
 def _child(request: dict, libc, parent_alive: int, status_fd: int) -> None:
     import select
 
@@ -251,8 +267,10 @@ def _child(request: dict, libc, parent_alive: int, status_fd: int) -> None:
     if select.select([parent_alive], [], [], 0)[0]:
         os._exit(1)  # end of file: the middle process died before the line above
     os.close(parent_alive)
+    # Whoever asks (a judge's reference can reach this server too), a child is confined as a candidate is.
+    spec = {**request["spec"], "judge": False, "writable": [], "namespaces": True, "user_namespace": True}
     try:
-        drawn = enter_sandbox(request["spec"], draw_pid=True)
+        drawn = enter_sandbox(spec, draw_pid=True)
     except BaseException as error:
         print(f"the sandbox could not be built: {error}", file=sys.stderr, flush=True)
         os._exit(127)
@@ -260,6 +278,12 @@ def _child(request: dict, libc, parent_alive: int, status_fd: int) -> None:
         _run_below_the_init(libc, status_fd)  # returns in the program's process, status_fd closed
     else:
         os.close(status_fd)
+    # No namespace or mount from here on, before anything runs that the caller chose (candidate/main.py adds the
+    # rest of its confinement once its CUDA context is made).
+    install_syscall_filter()
+    # Confined now, it lends no right of the server's: dumpable again, as a new process is (the judge's memory
+    # watchdog reads its proportional set size).
+    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     # What a new interpreter starts with: KeyboardInterrupt on SIGINT, SIGPIPE ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)

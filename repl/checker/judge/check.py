@@ -380,8 +380,11 @@ class CheckRun:
         if not problem.timed:
             self.stage("reference", alone=True, allowance=float(self.request["timeout"]))
             judge.pool.wait_for_spares(self.deadline, self.cancel)  # a starting spare loads the CPU and the GPU
-            time_reference(judge, problem)
+            self.phase("spares_started")
+            spent = time_reference(judge, problem)
             self.stage("candidate")
+            self.phases.update(spent)  # eager, and torch.compile with its compilation
+            self._phase_start += sum(spent.values())
             self.phase("reference_timing")
         result.eager_ms, result.compiled_ms = problem.eager_ms, problem.compiled_ms
         if self.computes_in_tf32 and problem.eager_ms:

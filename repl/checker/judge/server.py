@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--spares", type=int, default=None)
     parser.add_argument("--confined", action="store_true", help="started in a sandbox: add the syscall filter")
     options = parser.parse_args()
-    # Before any reference runs; namespaces and mounts stay allowed: its candidates' sandboxes are made with them.
+    # Before any reference runs; namespaces and mounts stay allowed until its fork server has started (below).
     notes = install_syscall_filter(namespaces=True) if options.confined else []
     if options.confined:  # its candidates may see it under /proc (where the caller is root): not its memory
         import ctypes
@@ -191,6 +191,10 @@ def main() -> None:
         channel.send({"failed": describe(error)})
         remove_sandbox_root()  # each way out removes the candidates' folders: os._exit runs no atexit hook
         os._exit(1)
+    if options.confined and judge.pool.fork_server is not None:
+        # Its candidates now come from its fork server, which has what it needs: from here on no new namespace or
+        # mount for the reference (which could otherwise mount a /proc without covers in a namespace of its own).
+        notes += install_syscall_filter()
     channel.send({"ready": True, "notes": notes})
     JudgeServer(channel, judge).serve()
     judge.pool.close()

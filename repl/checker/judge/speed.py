@@ -308,8 +308,9 @@ def forget_null_windows(problem, known: set) -> None:
         del problem.facts.null_ms[count]
 
 
-def time_reference(judge, problem) -> None:
-    """Eager and torch.compile timings of the reference, by the candidates' harness; kept with the problem."""
+def time_reference(judge, problem) -> dict[str, float]:
+    """Eager and torch.compile timings of the reference, by the candidates' harness; kept with the problem. Returns
+    the seconds each took (torch.compile's compilation included), by name."""
     import torch
 
     from repl.checker.loading import describe
@@ -327,7 +328,9 @@ def time_reference(judge, problem) -> None:
     models = [("eager_ms", problem.model)]
     if judge.on_cuda:
         models.append(("compiled_ms", None))
+    spent = {}
     for attribute, model in models:
+        started = time.monotonic()
         try:
             if model is None:
                 model = torch.compile(problem.model)
@@ -335,12 +338,14 @@ def time_reference(judge, problem) -> None:
         except BaseException as error:
             what = "timing the reference" if attribute == "eager_ms" else "torch.compile(reference)"
             problem.timing_notes.append(f"{what} failed: {describe(error)}")
+        spent["reference_" + attribute.removesuffix("_ms")] = round(time.monotonic() - started, 3)
     if problem.timed and not gpu_quiet(judge, wait_s=0):  # quiet when it began, busy by the end: not kept for good
         problem.timed = False
         problem.timing_notes.append("the GPU was busy (another process?) while the reference was timed: its times "
                                     "may be high, and are measured again at the next check")
     if not problem.timed:
         forget_null_windows(problem, known)
+    return spent
 
 
 def time_model(judge, problem, model, bases: list, template) -> float:

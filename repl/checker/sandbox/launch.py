@@ -86,6 +86,8 @@ def start_confined(argv: list[str], *, sandbox_dir: Path, gpu: bool, cuda_visibl
         "max_processes": max(limits.MAX_PROCESSES, 8 * (os.cpu_count() or 1)) * (4 if judge else 1),
         "judge": judge,
         "host_root": os.geteuid() == 0,
+        # Its candidates' own /proc (view.py); not where they start through the unshare tool, which the judge keeps.
+        "whole_proc_for_candidates": judge and os.environ.get("KERNELLLM_FORK_SERVER") != "0",
         "writable": [str(path) for path in (confinement.cgroup, confinement.cpu_cgroup) if judge and path],
         "cwd": str(popen_kwargs["cwd"]),
         **(view.view_plan(base_env, sandbox_dir, gpu) if namespaces else {}),

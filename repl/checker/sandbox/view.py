@@ -29,6 +29,7 @@ from repl.checker.sandbox.processes import read_text
 NEXT_PID = "/proc/sys/kernel/ns_last_pid"
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq")
 MINIMAL_DEV = ("null", "zero", "full", "random", "urandom")
+WHOLE_PROC_PARENT = "/dev/.proc"  # in a judge's own /dev, which its candidates' /dev covers
 GPU_DEV_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
 SOCKET_VARIABLES = ("TMUX", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST",
                     "WAYLAND_DISPLAY", "PULSE_SERVER", "GPG_AGENT_INFO", "KITTY_LISTEN_ON", "NVIM",
@@ -229,13 +230,16 @@ def _build_view_with(spec: dict, notes: list[str], opened: list[int]) -> None:
     _writable_again(mounts, spec.get("writable", []), notes)
     empties = _cover_directories(mounts, spec, keep, _seed_sandbox(mounts, spec, host_sandbox))
     _minimal_dev(mounts, devices, sandbox_dir)
+    covered_proc = not (spec.get("judge", False) and not spec.get("host_root", True))
+    if spec.get("judge") and covered_proc and spec.get("whole_proc_for_candidates"):
+        _whole_proc_out_of_reach(mounts, notes)
     empties.append("/dev")
     _hide_host_sockets(mounts, spec["sockets"], devices.get("/dev/null"), notes)
     for path in empties:
         mounts.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID |
                      (_MS_NOEXEC if path == "/dev" else _MS_NODEV))
     # Unless the caller is root: in the namespace it is still the host's root to sysctl, with or without capabilities.
-    _private_proc(mounts, notes, whole=spec.get("judge", False) and not spec.get("host_root", True))
+    _private_proc(mounts, notes, whole=not covered_proc)
 
 
 def _writable_again(mounts: _Mounts, paths: list[str], notes: list[str]) -> None:
@@ -314,6 +318,22 @@ def _minimal_dev(mounts: _Mounts, devices: dict[str, int], sandbox_dir: str) -> 
         os.symlink(target, f"/dev/{name}")
     os.mkdir("/dev/shm")
     mounts.bind_fd(mounts.path_fd(os.path.join(sandbox_dir, "shm")), "/dev/shm")
+
+
+def _whole_proc_out_of_reach(mounts: _Mounts, notes: list[str]) -> None:
+    """A judge whose /proc has its kernel settings covered (a root caller) keeps a whole /proc mounted where no path
+    reaches it (a read-only tmpfs over its parent): the kernel lets a nested namespace mount a /proc of its own only
+    where one is fully visible in its mount namespace, and a candidate needs its own (CUDA's driver names its threads
+    through /proc/self/task/<tid>/comm, which a /proc of another PID namespace, read-only, does not give). Once its
+    fork server has started, the judge gives up making namespaces (judge/server.py), so only candidates mount one."""
+    try:
+        os.makedirs(f"{WHOLE_PROC_PARENT}/proc")
+        mounts.mount("proc", f"{WHOLE_PROC_PARENT}/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        mounts.mount("tmpfs", WHOLE_PROC_PARENT, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                     "size=4k,mode=0")
+    except OSError as error:
+        notes.append(f"its candidates cannot mount a /proc of their own ({error.strerror}): they see its processes, "
+                     "and CUDA cannot start in them")
 
 
 def _hide_host_sockets(mounts: _Mounts, sockets: list[str], null: int | None, notes: list[str]) -> None:
