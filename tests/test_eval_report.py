@@ -272,3 +272,25 @@ def test_headless_chromium_draws_the_page_and_runs_nothing_injected(hostile_run,
     assert len(re.findall(r'<a class="file" href="[^"]+">', dom)) == 7
     assert not re.search(r"<\s*(script|img)", dom, re.I)
     assert "&lt;script&gt;document.title='script ran'&lt;/script&gt;" in dom
+
+
+def test_candidates_the_checker_failed_to_judge_are_said_apart_and_left_out_of_fast_p(tmp_path):
+    from repl.cli.eval_report import report_page
+    from repl.workflows.eval_results import ProblemResult
+
+    def record(file, verdict, speedup=None):
+        return {"file": file, "verdict": verdict, "message": f"{verdict} <b>here</b>", "kernel_ms": 1.0 if speedup
+                else None, "flagged": None, "speedup_vs_eager": speedup}
+
+    judged = ProblemResult(name="1_ReLU", n=2, compiled=2, correct=1, pass_at={"1": 0.5, "2": 1.0},
+                           best={"candidate": "a.py", "kernel_ms": 1.0, "speedup_vs_eager": 2.0, "flagged": None},
+                           candidates=[record("a.py", "correct", 2.0), record("b.py", "checker_error")])
+    unjudged = ProblemResult(name="2_Add", n=1, compiled=0, correct=0, pass_at=None, best=None,
+                             candidates=[record("c.py", "checker_error")])
+    page = report_page([judged, unjudged], {"date": "today"}, tmp_path, tmp_path, "r.json")
+    text = " ".join(" ".join(_Page(page).text).split())
+    assert ("not judged (the checker failed; neither correct nor wrong, not in pass@k or fast_p): 2 candidates; "
+            "no candidate judged for 2_Add") in text
+    assert "<b>" not in page  # the reasons are text
+    fast_0 = re.search(r"fast_0 (\d+)% \(correct\)", text)
+    assert fast_0 and fast_0.group(1) == "100", text  # 1_ReLU solved of the one problem judged, not of two

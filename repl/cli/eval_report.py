@@ -86,7 +86,7 @@ def report_page(results: list, run: dict, results_dir: Path, report_dir: Path, t
     from repl.workflows.eval_scores import overall_totals, summarize  # not for `eval --help`
 
     summary, totals = summarize(results), overall_totals(results)
-    counted_results = [result for result in results if not result.too_large]
+    counted_results = [result for result in results if not result.too_large and not result.checker_failed]
     best = [_fast_speedup(result, result.best) for result in counted_results]
     tuned = ([_fast_speedup(result, {**(result.best or {}), "speedup_vs_eager": result.tuned_speedup})
               for result in counted_results] if "tuned" in summary else None)
@@ -155,6 +155,11 @@ def _summary(summary: dict, totals: dict, run: dict) -> str:
     if totals["too_large"]:
         notes += (f'<p class="warn">not checkable here (not in pass@k or fast_p): '
                   f'{_text(", ".join(totals["too_large"]))}</p>')
+    if totals["not_judged"]:
+        failed = totals["not_judged_problems"]
+        notes += (f'<p class="warn">not judged (the checker failed; neither correct nor wrong, not in pass@k or '
+                  f'fast_p): {counted(totals["not_judged"], "candidate")}'
+                  + (f'; no candidate judged for {_text(", ".join(failed))}' if failed else "") + "</p>")
     if totals["flagged"]:
         notes += (f'<p class="warn">flagged timings (not in fast_p or the geomean): '
                   f'{_text(", ".join(totals["flagged"]))}</p>')
