@@ -80,3 +80,12 @@ def test_eval_with_scale_checks_a_kernelbench_size_problem_on_the_cpu(relu_only,
     assert candidate["verdict"] == "correct"
     reduced = "at reduced sizes (--scale 0.001: batch_size 4,096 → 4, dim 393,216 → 393): "
     assert candidate["message"].startswith(reduced)
+    # Resumed at another scale (or none), the file would mix checks at two sizes: refused, nothing changed.
+    made = out.read_text()
+    for other in (["--scale", "0.01"], []):
+        assert main_cli.main(arguments[:-4] + other + ["--json", str(out)]) == 2
+        error = " ".join(capsys.readouterr().err.split())
+        assert "holds problems checked at --scale 0.001 and this run checks" in error, error
+        assert "Rerun with --scale 0.001 to resume, or give another --json to start over" in error
+    assert out.read_text() == made
+    assert main_cli.main(arguments) == 0 and "1 problem already finished" in " ".join(capsys.readouterr().err.split())

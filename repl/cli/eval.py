@@ -181,7 +181,18 @@ def _run(args) -> int:
 
 def _resume_problem(args, finished, problems) -> str | None:
     """Why the results file cannot be resumed by this run (one line, with what differs and what to do), or None:
-    a problem sampled K times in it, and K' now, would mix two runs in one pass@k."""
+    a problem sampled K times in it, and K' now, would mix two runs in one pass@k; so would checks at other sizes."""
+    from repl.workflows.eval_results import read_run
+
+    made = read_run(args.json_out) if finished else {}  # local runs keep their scale (eval --ray's do not yet)
+    made_scale = made.get("scale")
+    if "scale" in made and made_scale != args.scale:
+        def sizes(scale):
+            return "at the problems' own sizes" if scale is None else f"at --scale {scale:g}"
+        return (f"{args.json_out} holds problems checked {sizes(made_scale)} and this run checks "
+                f"{sizes(args.scale)}: resuming would mix them. Rerun "
+                f"{'without --scale' if made_scale is None else f'with --scale {made_scale:g}'} to resume, or give "
+                "another --json to start over")
     if args.candidates or args.ray is not None:
         return None
     wanted = args.samples or 1

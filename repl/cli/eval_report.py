@@ -44,7 +44,7 @@ def run_record(args) -> dict:
     except ValueError:
         device = args.device  # refused later, in one line, by the checker
     record = {"device": "cpu (Triton interpreter)" if device == "cpu" else device, "trials": args.trials,
-              "timeout_s": args.timeout, "samples": args.samples}
+              "timeout_s": args.timeout, "samples": args.samples, "scale": args.scale}
     if args.candidates:  # absolute: the page links to the given kernels from wherever it is drawn
         return {**record, "candidates": str(Path(args.candidates).expanduser().resolve())}
     server = args.server or os.environ.get("KERNELLLM_SERVER")
