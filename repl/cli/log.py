@@ -86,6 +86,8 @@ def run(args) -> int:
         n = DEFAULT_COUNT if args.n is None else args.n
         entries = log.find(None if args.module else (n or None), verdict=args.verdict, session_id=session_id)
         if args.module:  # the label is worked out from the module's code: filtered here, then the last n kept
+            from repl.ui.history_commands import labelled
+
             entries = [entry for entry in entries if labelled(entry, args.module)]
             entries = entries[-n:] if n else entries
     finally:
@@ -111,12 +113,6 @@ def _session_id(session: str | None, log: SessionLog) -> int | None:
     if session == "last":
         return log.last_session_id() or -1  # no session yet: nothing matches
     return int(session)
-
-
-def labelled(entry, name: str) -> bool:
-    from repl.ui.history_commands import module_label
-
-    return name.lower() in module_label(entry).lower()
 
 
 def _show(entries, args, path) -> int:

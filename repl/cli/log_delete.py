@@ -62,7 +62,7 @@ def delete(args, log: SessionLog, session_id: int | None) -> int:
 
 def _chosen(args, log: SessionLog, session_id: int | None):
     """The entries every given selector matches; None (said) for an id that is not in the log."""
-    from repl.cli.log import labelled
+    from repl.ui.history_commands import labelled
 
     for entry_id in args.delete:
         if log.get(entry_id) is None:

@@ -116,6 +116,11 @@ def module_label(entry: LogEntry) -> str:
     return label
 
 
+def labelled(entry, name: str) -> bool:
+    """Whether the entry's module label (its file, or its operation) contains name, case aside."""
+    return name.lower() in module_label(entry).lower()
+
+
 def local_time(iso_time: str) -> str:
     return datetime.fromisoformat(iso_time).astimezone().strftime("%Y-%m-%d %H:%M")
 
