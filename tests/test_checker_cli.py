@@ -108,6 +108,7 @@ def test_an_unusable_reference_exits_2(runs):
     ((CASES_DIR / "relu_reference.py", CASES_DIR / "no_such_kernel.py"), "cannot read KERNEL"),
     ((CASES_DIR / "relu_reference.py", CASES_DIR / "relu_triton.py", "--trials", "0"), "--trials"),
     ((CASES_DIR / "relu_reference.py", CASES_DIR / "relu_triton.py", "--device", "tpu"), "device must be"),
+    ((CASES_DIR / "relu_reference.py", CASES_DIR / "relu_triton.py", "--op"), "--op is a form of --export's module"),
 ])
 def test_bad_arguments_exit_2_with_a_message_and_no_traceback(arguments, complaint):
     run = check_command(*arguments)

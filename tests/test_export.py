@@ -14,7 +14,7 @@ import pytest
 
 from repl.checker.result import CheckResult, Verdict
 from repl.core.settings import SamplingSettings
-from repl.engine.export import ExportRefused, export_kernel, export_refusal, exported_module_text
+from repl.engine.export import OP_FORM_CAVEAT, ExportRefused, export_kernel, export_refusal, exported_module_text
 
 CASES = Path(__file__).resolve().parent / "checker_cases"
 
@@ -51,6 +51,7 @@ USE_EXPORTED = textwrap.dedent('''
     run("3-d", torch.randn(2, 8, 32))
     run("strided", torch.randn(32, 8).t())
     run("autograd on", torch.randn(8, 32), grad=True)
+    report["op off"] = exported.KERNELLLM_OP_OFF if exported.kernel_op is None else None
     print(json.dumps(report))
 ''')
 
@@ -66,10 +67,11 @@ def linear_check(free_rows: bool = True) -> CheckResult:
                                        "contiguous": True, "stride": [32, 1]}]})
 
 
-def export_linear(tmp_path, check: CheckResult) -> Path:
+def export_linear(tmp_path, check: CheckResult, op: bool = False) -> Path:
+    """op: the op form (:export --op)."""
     return export_kernel(tmp_path / "linear_export.py", (CASES / "linear_reference.py").read_text(),
                          (CASES / "linear_triton.py").read_text(), check, model="facebook/KernelLLM",
-                         settings=SamplingSettings(seed=3))
+                         settings=SamplingSettings(seed=3), op=op)
 
 
 def use_exported(path: Path, cwd: Path, device: str = "cpu", script_text: str = USE_EXPORTED) -> dict:
@@ -105,7 +107,7 @@ def test_exported_module_stands_alone_and_takes_the_kernel_only_where_verified(t
     report = use_exported(exported, elsewhere, device)
     assert report == {"verified": ["kernel", True], "other rows": ["kernel", True],
                       "3-d": ["reference", True], "strided": ["reference", True],
-                      "autograd on": ["reference", True]}
+                      "autograd on": ["reference", True], "op off": "not asked for (--op)"}  # called directly
 
 
 def test_a_size_verified_only_as_tested_goes_to_the_reference(tmp_path):
@@ -138,6 +140,15 @@ def test_only_a_correct_kernel_with_its_verified_inputs_is_exported(tmp_path):
         export_linear(tmp_path, linear_check())
 
 
+def relu_check() -> CheckResult:
+    """A correct check of the session's ReLU, its output one tensor (what a custom op needs)."""
+    return CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", message="matches",
+                       valid_for={"summary": "any size of dims 0 and 1", "device": "cpu", "output": "tensor",
+                                  "init_arguments": [[], {}], "inputs": [
+                                      {"shape": ["d0", "d1"], "dtype": "torch.float32", "contiguous": True,
+                                       "stride": [8, 1]}]})
+
+
 def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_path, monkeypatch):
     from test_repl_session import RELU, make_session, output
 
@@ -145,11 +156,7 @@ def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_p
     session.handle(RELU)
     session.handle(":export")
     assert "not exported: the kernel is not checked yet; :run checks it" in " ".join(output(console).split())
-    session.attempt.check = CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", message="matches",
-                                        valid_for={"summary": "any size of dims 0 and 1", "device": "cpu",
-                                                   "init_arguments": [[], {}], "inputs": [
-                                                       {"shape": ["d0", "d1"], "dtype": "torch.float32",
-                                                        "contiguous": True, "stride": [8, 1]}]})
+    session.attempt.check = relu_check()
     session.handle(":export")
     written = tmp_path / "relu_triton_export.py"
     assert "# valid for: any size of dims 0 and 1" in written.read_text()
@@ -157,12 +164,60 @@ def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_p
     assert "relu_triton_export.py exists; :export relu_triton_export.py --force overwrites it" in output(console)
 
 
-def test_check_export_writes_only_a_correct_kernel(tmp_path):
+def test_repl_export_calls_the_kernel_directly_unless_op_asks_for_the_custom_op(tmp_path, monkeypatch):
+    from test_repl_session import RELU, make_session, output
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.attempt.check = relu_check()
+    session.handle(":export direct.py")
+    assert "KERNELLLM_OP_NAME = None\n" in (tmp_path / "direct.py").read_text()
+    assert "op form" not in output(console)
+    session.handle(":export op.py --op")
+    assert "KERNELLLM_OP_NAME = 'kernelllm::" in (tmp_path / "op.py").read_text()
+    assert f"The op form (--op) is {OP_FORM_CAVEAT}." in " ".join(output(console).split())
+    session.handle(":export op.py --op")
+    assert "op.py exists; :export op.py --force --op overwrites it" in output(console)
+    for wrong in (":export --opp", ":export a.py b.py"):
+        session.handle(wrong)
+        assert "usage: :export [PATH] [--force] [--op]" in output(console), wrong
+    assert not (tmp_path / "--opp").exists()
+
+
+def test_one_shot_and_best_of_export_the_op_form_only_with_op(tmp_path, monkeypatch, capsys):
+    """--export (one-shot and --samples both export through export_attempt) and --export --op."""
+    import argparse
+
+    from repl.cli.kernel_output import export_attempt
+    from test_repl_session import RELU, make_session
+
+    session, _, _ = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.attempt.check = relu_check()  # checked: export_attempt needs no checker
+    for name, op in (("direct.py", False), ("op.py", True)):
+        args = argparse.Namespace(export=str(tmp_path / name), force=False, op=op, check_device="cpu", trials=1)
+        assert export_attempt(session.engine, session.attempt, args)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "KERNELLLM_OP_NAME = None\n" in (tmp_path / "direct.py").read_text()
+    assert "KERNELLLM_OP_NAME = 'kernelllm::" in (tmp_path / "op.py").read_text()
+    assert said.count(f"the op form (--op) is {OP_FORM_CAVEAT}") == 1
+
+
+def test_op_without_export_is_refused_in_one_line(tmp_path, capsys):
+    from repl.cli.main import main
+
+    with pytest.raises(SystemExit) as exit:  # argparse's error, as for any misused option
+        main(["--file", str(tmp_path / "model.py"), "--op"])
+    assert exit.value.code == 2
+    assert "error: --op is a form of --export's module: add --export PATH" in capsys.readouterr().err
+
+
+def test_check_export_writes_only_a_correct_kernel_and_the_op_form_only_with_op(tmp_path):
     repo = Path(__file__).resolve().parent.parent
 
-    def check(kernel: str, out: Path):
+    def check(kernel: str, out: Path, *options: str):
         return subprocess.run([sys.executable, "-m", "repl.cli.check", str(CASES / "relu_reference.py"),
-                               str(CASES / kernel), "--device", "cpu", "--export", str(out)], cwd=repo,
+                               str(CASES / kernel), "--device", "cpu", "--export", str(out), *options], cwd=repo,
                               capture_output=True, text=True, timeout=300)
 
     wrong = check("relu_wrong_mask.py", tmp_path / "wrong.py")
@@ -170,4 +225,8 @@ def test_check_export_writes_only_a_correct_kernel(tmp_path):
     assert not (tmp_path / "wrong.py").exists()
     right = check("relu_triton.py", tmp_path / "right.py")
     assert right.returncode == 0, right.stderr
-    assert "# valid for: any size of dims 0, 1, 2 and 3" in (tmp_path / "right.py").read_text()
+    text = (tmp_path / "right.py").read_text()
+    assert "# valid for: any size of dims 0, 1, 2 and 3" in text and "KERNELLLM_OP_NAME = None\n" in text
+    op = check("relu_triton.py", tmp_path / "op.py", "--op")
+    assert op.returncode == 0 and "the op form (--op) is verified on the CPU" in op.stderr, op.stderr
+    assert "KERNELLLM_OP_NAME = 'kernelllm::relu_reference_" in (tmp_path / "op.py").read_text()

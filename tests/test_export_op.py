@@ -1,13 +1,14 @@
-""":export's custom op (repl/engine/export_op.py): the exported file, imported by a fresh interpreter that cannot
-import this project, calls its kernel as one torch.library.custom_op, so that torch.compile(fullgraph=True) traces a
-model using it without running the kernel (its fake is the user's PyTorch code on fake tensors), and the guard still
-sends the inputs it was not verified for to the PyTorch code. On the CPU the kernel runs under Triton's interpreter."""
+""":export --op, the op form (repl/engine/export_op.py): the exported file, imported by a fresh interpreter that
+cannot import this project, calls its kernel as one torch.library.custom_op, so that torch.compile(fullgraph=True)
+traces a model using it without running the kernel (its fake is the user's PyTorch code on fake tensors), and the
+guard still sends the inputs it was not verified for to the PyTorch code. On the CPU the kernel runs under Triton's
+interpreter. The CUDA variant failed on an H200 on 2026-12-02 (not yet diagnosed): hence the op form is opt-in."""
 
 import textwrap
 
 import pytest
 
-from repl.engine.export import exported_module_text, op_name
+from repl.engine.export import OP_FORM_CAVEAT, exported_module_text, op_name
 from test_export import CASES, cuda_available, export_linear, linear_check, use_exported
 
 COMPILE_EXPORTED = textwrap.dedent('''
@@ -71,7 +72,7 @@ def test_torch_compile_traces_the_exported_op_as_one_operation_and_keeps_the_gua
         assert check.correct and check.valid_for["output"] == "tensor", check.valid_for
     else:
         check = with_output_form(linear_check())
-    exported = export_linear(tmp_path, check)
+    exported = export_linear(tmp_path, check, op=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     report = use_exported(exported, elsewhere, device, script_text=COMPILE_EXPORTED)
@@ -90,16 +91,33 @@ def test_the_op_name_is_a_valid_name_whatever_the_problem_is_called():
         namespace, rest = name.split("::")
         assert namespace == "kernelllm" and rest.startswith(stem) and rest.isidentifier() and rest.isascii(), name
     assert op_name("relu", "a") != op_name("relu", "b")  # another kernel, another op
-    text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
-                                with_output_form(linear_check()), model="file:k.py", settings=None,
-                                problem_name="Lin\near")
+    text, header = exported(problem_name="Lin\near", op=True)
     assert "KERNELLLM_OP_NAME = 'kernelllm::lin_ear_" in text
-    assert "# torch.compile sees the kernel as one operation: Model calls it as the custom op kernelllm::lin_ear_" in text
+    assert "The op form (--op): Model calls the kernel as the custom op kernelllm::lin_ear_" in header
+
+
+def exported(check=None, **options) -> tuple[str, str]:
+    """The exported Linear's text, and its header's comment lines joined as one line."""
+    text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
+                                check or with_output_form(linear_check()), model="file:k.py", settings=None,
+                                **options)
+    return text, " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+
+
+def test_the_op_form_only_when_asked_and_its_header_says_so_with_its_caveat():
+    direct, header = exported()
+    assert "KERNELLLM_OP_NAME = None\n" in direct and "define_op" not in direct  # the op's runtime is not even there
+    assert "Model calls the kernel directly (torch.compile traces into the kernel's Python); :export --op" in header
+    assert "The op form is" not in header
+    op, header = exported(op=True)
+    assert "KERNELLLM_OP_NAME = 'kernelllm::linear_" in op and "define_op(" in op
+    assert f"The op form is {OP_FORM_CAVEAT}." in header
+    assert "its GPU test failed on an H200 on 2026-12-02 and is not yet diagnosed" in header
 
 
 def test_a_check_without_the_output_form_exports_a_module_that_calls_the_kernel_directly(tmp_path):
-    report = use_exported(export_linear(tmp_path, linear_check()), tmp_path)  # no "output": an older check
+    report = use_exported(export_linear(tmp_path, linear_check(), op=True), tmp_path)  # no "output": an older check
     assert report["verified"] == ["kernel", True] and report["3-d"] == ["reference", True]
-    text = exported_module_text((CASES / "linear_reference.py").read_text(), (CASES / "linear_triton.py").read_text(),
-                                linear_check(), model="file:k.py", settings=None)
-    assert "# Model calls the kernel directly: its check did not record the output's form" in text
+    assert report["op off"] == "its check did not record one tensor or a tuple of tensors as the output"
+    _, header = exported(linear_check(), op=True)
+    assert "The op form (--op) was asked for, but Model calls the kernel directly: its check did not record" in header

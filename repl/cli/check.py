@@ -17,7 +17,8 @@ from pathlib import Path
 from repl.checker.defaults import DEFAULT_ATOL, DEFAULT_RTOL
 from repl.core.module_scaling import scale_inputs
 from repl.cli.live_status import live_status
-from repl.cli.options import SCALE_HELP, TIMEOUT_HELP, TRUST_PROBLEMS_HELP, check_options
+from repl.cli.options import (EXPORT_OP_ALONE, EXPORT_OP_HELP, SCALE_HELP, TIMEOUT_HELP, TRUST_PROBLEMS_HELP,
+                              check_options)
 from repl.ui.option_values import non_negative_float, positive_float
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_UNUSABLE = 0, 1, 2
@@ -67,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", metavar="PATH",
                         help="when correct, also write a standalone module (torch and triton only) whose Model runs "
                              "the kernel on the inputs it was verified for and the reference otherwise")
+    parser.add_argument("--op", action="store_true", help=EXPORT_OP_HELP)
     parser.add_argument("--force", action="store_true", help="let --export overwrite an existing file")
     parser.add_argument("--debug", action="store_true", help="show the whole traceback")
 
@@ -78,6 +80,8 @@ def run(args) -> int:
     try:
         if args.reference == args.kernel == "-":
             raise ValueError("only one of REFERENCE and KERNEL can be read from stdin (-)")
+        if args.op and not args.export:
+            raise ValueError(EXPORT_OP_ALONE)
         if args.export and args.scale is not None:  # a kernel verified at other sizes is not shipped
             raise ValueError("--export ships a kernel checked at the module's own sizes; leave out --scale")
         reference = _read(args.reference, "REFERENCE")
@@ -117,7 +121,8 @@ def export(args, reference: str, kernel_text: str, result) -> bool:
     kernel = extract_kernel_code(kernel_text) or kernel_text  # the code the checker took from the file
     return write_export_output(args.export, reference, kernel, result, force=args.force,
                                model=f"file:{Path(args.kernel).name}", settings=None, atol=args.atol, rtol=args.rtol,
-                               problem_name=None if args.reference == "-" else Path(args.reference).stem)
+                               problem_name=None if args.reference == "-" else Path(args.reference).stem,
+                               op=args.op)
 
 
 def print_report(result, *, as_json: bool, debug: bool, kernel_name: str | None = None) -> None:

@@ -49,8 +49,8 @@ def _written(path: str, write):
 
 def write_export_output(path: str, reference: str, kernel: str, check, *, force: bool, **header) -> bool:
     """:export's module (repl/engine/export.py) to path; False, with a one-line message, when it is refused or could
-    not be written."""
-    from repl.engine.export import ExportRefused, export_kernel
+    not be written; header["op"]: the op form, whose caveat is said."""
+    from repl.engine.export import OP_FORM_CAVEAT, ExportRefused, export_kernel
 
     try:
         written = _written(path, lambda: export_kernel(path, reference, kernel, check, force=force, **header))
@@ -59,6 +59,8 @@ def write_export_output(path: str, reference: str, kernel: str, check, *, force:
         return False
     if written is not None:
         say(f"exported {written}: Model runs the kernel on the inputs it was verified for, PyTorch otherwise")
+        if header.get("op"):
+            say(f"the op form (--op) is {OP_FORM_CAVEAT}")
     return written is not None
 
 
@@ -75,4 +77,5 @@ def export_attempt(engine, attempt, args) -> bool:
         say(f"check: {attempt.check.verdict}: {attempt.check.message}")
     return write_export_output(args.export, attempt.module.code, attempt.kernel, attempt.check, force=args.force,
                                model=attempt.reply.model, settings=attempt.reply.settings,
-                               problem_name=attempt.source_name, tuning=attempt.tuning)
+                               problem_name=attempt.source_name, tuning=attempt.tuning,
+                               op=getattr(args, "op", False))

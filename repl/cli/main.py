@@ -6,7 +6,8 @@ import importlib
 import os
 import sys
 
-from repl.cli.options import Parser, check_options, debug_option, engine_from, model_options, sampling_options
+from repl.cli.options import (EXPORT_OP_ALONE, EXPORT_OP_HELP, Parser, check_options, debug_option, engine_from,
+                              model_options, sampling_options)
 from repl.ui.option_values import positive_int
 from repl.core.errors import one_line
 from repl.core.paths import use_user_cache_dir
@@ -37,6 +38,7 @@ def build_parser(prog: str = "kernelllm.py") -> argparse.ArgumentParser:
     parser.add_argument("--export", metavar="MODULE.py",
                         help="with --file or piped input: check the kernel and, when correct, also write it as a "
                              "standalone module whose Model runs it on the inputs it was verified for (:export)")
+    parser.add_argument("--op", action="store_true", help=EXPORT_OP_HELP)
     parser.add_argument("--samples", type=positive_int, metavar="K",
                         help="with --file or piped input: sample K kernels, check them all (--check-device, --trials, "
                              "--jobs), write the fastest correct one (exit status 1 when none is correct)")
@@ -111,6 +113,8 @@ def _main(argv: list[str] | None, prog: str, checks) -> int:
     try:
         if args.command:
             return args.run(args)
+        if args.op and not args.export:
+            parser.error(EXPORT_OP_ALONE)
         greedy = greedy_samples_problem(args.temperature, args.samples or 1)
         if greedy:  # refused before any model or checker starts
             parser.error(f"--samples above 1 needs sampling: {greedy}")

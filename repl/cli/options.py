@@ -13,6 +13,7 @@ import os
 import re
 
 from repl.checker.defaults import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
+from repl.engine.export import OP_FORM_CAVEAT
 from repl.generation.model_loading import DEFAULT_MODEL
 from repl.ui.option_values import (QUANTIZE_CHOICES, device_name, non_negative_float, positive_int, probability,
                                 quantize_list)
@@ -27,6 +28,11 @@ SCALE_HELP = ("check at reduced sizes: the sizes get_inputs() uses (the module's
 TIMEOUT_HELP = (f"seconds the kernel may take: loading it and running every trial (default: {DEFAULT_TIMEOUT_S:g}). "
                 "The checker's own work (preparing the problem, starting the sandbox, running the reference) is not "
                 "counted, so a whole check can take longer")
+
+EXPORT_OP_HELP = ("with --export: write the op form, whose Model calls the kernel as one torch.library.custom_op, so "
+                  "torch.compile treats it as one operation (without --op, Model calls the kernel directly); the op "
+                  f"form is {OP_FORM_CAVEAT}")
+EXPORT_OP_ALONE = "--op is a form of --export's module: add --export PATH"
 
 
 class Parser(argparse.ArgumentParser):

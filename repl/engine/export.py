@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +19,8 @@ HEADER_VALUE_CHARS = 400
 RUNTIME_PATH = Path(__file__).with_name("export_runtime.py")
 OP_RUNTIME_PATH = Path(__file__).with_name("export_op.py")
 OP_NAMESPACE = "kernelllm"
+OP_FORM_CAVEAT = ("verified on the CPU (Triton's interpreter); its GPU test failed on an H200 on 2026-12-02 and is "
+                  "not yet diagnosed")
 
 _ASSEMBLY = '''
 
@@ -40,18 +43,26 @@ def _kernelllm_load(name, source):
 
 
 KERNELLLM_VERIFIED_FOR = {verified_for}
-KERNELLLM_OP_NAME = {op_name}
 _kernelllm_kernel_class = ModelNew
 _kernelllm_reference = _kernelllm_load("reference", {reference})
 _kernelllm_guard = _kernelllm_load("guard", {runtime})
+{op_section}
+Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_kernel_class, KERNELLLM_VERIFIED_FOR,
+                                       kernel_op, _kernelllm_call_op)
+'''
+
+
+# The default: Model calls the kernel directly (the custom op is opt-in: its GPU test failed, not yet diagnosed)
+_DIRECT_CALL = '''KERNELLLM_OP_NAME = None
+kernel_op, KERNELLLM_OP_OFF, _kernelllm_call_op = None, "not asked for (--op)", None'''
+
+_OP_CALL = '''KERNELLLM_OP_NAME = {op_name}
 _kernelllm_op = _kernelllm_load("op", {op_runtime})
 # The kernel as one torch.library.custom_op, so that torch.compile treats it as one operation (None: called directly)
 kernel_op, KERNELLLM_OP_OFF = _kernelllm_op.define_op(KERNELLLM_OP_NAME, _kernelllm_kernel_class,
                                                       _kernelllm_reference.Model, KERNELLLM_VERIFIED_FOR,
                                                       _kernelllm_guard.tie_weights)
-Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_kernel_class, KERNELLLM_VERIFIED_FOR,
-                                       kernel_op, _kernelllm_op.call_op)
-'''
+_kernelllm_call_op = _kernelllm_op.call_op'''
 
 
 class ExportRefused(ValueError):
@@ -72,19 +83,23 @@ def export_refusal(check: CheckResult | None) -> str | None:
 def exported_module_text(reference_code: str, kernel_code: str, check: CheckResult, *, model: str, settings,
                          atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
                          exported_at: datetime | None = None, problem_name: str | None = None,
-                         tuning: dict | None = None) -> str:
-    """The module's text; problem_name (the module's file, untrusted) names its custom op; tuning: the record of a
-    kernel :tune kept (Attempt.tuning), said in the header. ExportRefused when the kernel cannot be exported."""
+                         tuning: dict | None = None, op: bool = False) -> str:
+    """The module's text; op: Model calls the kernel through a custom op (the op form), named from problem_name (the
+    module's file, untrusted), else directly; tuning: the record of a kernel :tune kept (Attempt.tuning), said in the
+    header. ExportRefused when the kernel cannot be exported."""
     refusal = export_refusal(check)
     if refusal:
         raise ExportRefused(refusal)
     verified_for = {key: check.valid_for.get(key) for key in ("device", "inputs", "init_arguments", "output")}
-    name = op_name(problem_name or _problem_name(reference_code), reference_code, kernel_code, verified_for)
+    name = op_name(problem_name or _problem_name(reference_code), reference_code, kernel_code,
+                   verified_for) if op else ""
+    op_section = (_OP_CALL.replace("{op_name}", repr(name))
+                  .replace("{op_runtime}", source_literal(OP_RUNTIME_PATH.read_text(encoding="utf-8")))
+                  if op else _DIRECT_CALL)
     assembly = (_ASSEMBLY.replace("{verified_for}", python_literal(verified_for))
-                .replace("{op_name}", repr(name))
                 .replace("{reference}", source_literal(reference_code))
                 .replace("{runtime}", source_literal(RUNTIME_PATH.read_text(encoding="utf-8")))
-                .replace("{op_runtime}", source_literal(OP_RUNTIME_PATH.read_text(encoding="utf-8"))))
+                .replace("{op_section}", op_section))
     header = provenance_header(check, model=model, settings=settings, atol=atol, rtol=rtol,
                                exported_at=exported_at or datetime.now(timezone.utc), op=name, tuning=tuning)
     return header + "\n" + kernel_code.rstrip("\n") + "\n" + assembly
@@ -144,11 +159,20 @@ def provenance_header(check: CheckResult, *, model: str, settings, atol: float, 
 
 
 def op_lines(op: str, output_form) -> list[str]:
-    if output_form is None:
-        return ["# Model calls the kernel directly: its check did not record the output's form, which a custom op",
-                "# declares (torch.compile traces into the kernel's Python)."]
-    return [f"# torch.compile sees the kernel as one operation: Model calls it as the custom op {op}",
-            "# (kernel_op; KERNELLLM_OP_OFF says why not where it cannot, and Model then calls it directly)."]
+    """What the header says of the custom op; op: its name in the op form (:export --op), else empty."""
+    if not op:
+        text = ("Model calls the kernel directly (torch.compile traces into the kernel's Python); :export --op writes "
+                "the op form instead, the kernel as one torch.library.custom_op.")
+    elif output_form is None:
+        text = ("The op form (--op) was asked for, but Model calls the kernel directly: its check did not record the "
+                "output's form, which a custom op declares (torch.compile traces into the kernel's Python).")
+    else:
+        text = (f"The op form (--op): Model calls the kernel as the custom op {op}, which torch.compile sees as one "
+                "operation (kernel_op; KERNELLLM_OP_OFF says why not where it cannot, and Model then calls it "
+                "directly).")
+    if op:
+        text += f" The op form is {OP_FORM_CAVEAT}."
+    return ["# " + line for line in textwrap.wrap(text, 116, break_on_hyphens=False)]
 
 
 def timings_line(check: CheckResult) -> str:

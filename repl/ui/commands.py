@@ -180,7 +180,7 @@ COMMANDS: dict[str, Command] = _table(
     Command(":help [COMMAND]", help_command, aliases=("h", "?")),
     Command(":run [--device auto|cuda|cpu] [--trials N] [--scale F]", run_command),
     Command(":save [PATH|DIR/] [--force]", save_command, takes_path=True),
-    Command(":export [PATH] [--force]", export_commands.export_command, takes_path=True),
+    Command(":export [PATH] [--force] [--op]", export_commands.export_command, takes_path=True),
     Command(":regen", regen_command),
     Command(":show [N]", show_command),
     Command(":raw", raw_command),
