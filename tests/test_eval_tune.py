@@ -147,3 +147,20 @@ def test_the_command_line_shows_the_tuned_kernel_and_fast_p_both_ways(gpu_checks
     assert "fast_p tuned  p=0 1.000  p=1.0 1.000  p=1.5 1.000  p=2.0 1.000" in captured.out
     assert "fast_p  p=0 1.000  p=1.0 1.000  p=1.5 0.500  p=2.0 0.500" in captured.out
     assert "tuned: 2 kernels, 1 faster (geomean 1.41x vs untuned), 0 not tuned" in captured.out
+
+
+def test_with_scale_the_variants_are_checked_against_the_same_reduced_module(stand_in_checks, tmp_path):
+    """eval --tune --scale F: the best kernel was checked at reduced sizes, so its variants are too, and their
+    verdicts say so."""
+    references = []
+
+    def check(reference_code, kernel, **options):
+        references.append(reference_code)
+        return on_a_gpu(5.0 if "BLOCK_SIZE=128" in kernel else 10.0)
+
+    out = tmp_path / "results.json"
+    evaluate(find_problems(PROBLEMS)[:1], candidates_dir=CANDIDATES, out_path=out, checks=stand_in_checks(check),
+             check=CheckOptions(scale=0.5), tune=True)
+    [relu] = json.loads(out.read_text())["problems"]
+    assert relu["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128", relu["tuned"]
+    assert len(set(references)) == 1 and "batch_size = 2" in references[0], references[0]  # 4 halved, every check

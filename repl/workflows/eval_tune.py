@@ -4,10 +4,11 @@ the Ray workers. What it gives: the results file's "tuned" record of the problem
 for the archive (kept beside the untuned one)."""
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
+from repl.core.module_scaling import checked_at
 from repl.workflows.best_of import Candidate, CheckOptions, rank
 from repl.workflows.eval_archive import reply_record
 from repl.workflows.eval_results import ProblemResult
@@ -57,10 +58,16 @@ def tune_best(reference_code: str, candidates: list[Candidate], checks: CheckPoo
     if refusal:
         return TunedBest({"candidate": name, "not_tuned": refusal})
 
+    options = asdict(check)
+    scale = options.pop("scale")  # the variants are checked at the sizes the kernel was: the reference scaled alike
+    reference = checked_at(reference_code, scale) if scale is not None else None
+
     def check_variant(code: str) -> CheckResult:
         if cancel.is_set():
             raise RuntimeError("the run was stopped")
-        return checks.submit(reference_code, code, cancel=cancel, **asdict(check)).result()
+        result = checks.submit(reference.code if reference else reference_code, code, cancel=cancel,
+                               **options).result()
+        return replace(result, message=reference.said(result.message)) if reference else result
 
     report = tune(best.attempt.kernel, best.check, check_variant)
     if cancel.is_set():  # its variants were cancelled, not slower: nothing is known of them
