@@ -2,6 +2,7 @@
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,40 @@ def stand_in_checks():
     yield checks
     for pool in pools:
         pool.close()
+
+
+# --- One working Checker for the checker's suite cases (tests/checker_suite.py), shared by the session ---
+
+@pytest.fixture(scope="session")
+def hang_marker():
+    """A word that relu_hangs.py puts on the command line of the child process it starts, to find it by."""
+    from processes import processes_with
+
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    os.environ["KERNELLLM_TEST_MARKER"] = marker
+    yield marker
+    del os.environ["KERNELLLM_TEST_MARKER"]
+    for pid in processes_with(marker):  # only if a test failed to see them killed
+        os.kill(pid, 9)
+
+
+@pytest.fixture(scope="session")
+def suite_checker(hang_marker):
+    """A Checker on the CPU for the tests that need a working one (each new Checker starts its judges and their
+    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own.
+
+    After hang_marker: a judge copies the environment as it starts, and its first one starts here; started before the
+    marker was set, its candidates' children would carry none, and no test could see them outlive a check."""
+    from repl.checker import Checker
+
+    with Checker(device="cpu", jobs=2) as checker:
+        yield checker
+
+
+@pytest.fixture(scope="session")
+def suite_checked(suite_checker):
+    """Every case of checker_suite.CASES (JUDGING's too), checked once per session on the CPU, two at a time (each
+    check is a separate worker process): {case name: CheckResult}."""
+    from checker_suite import check_all
+
+    return check_all(device="cpu", at_once=2, checker=suite_checker)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checker_suite import CASES, CASES_DIR, check_all
+from checker_suite import CASES, CASES_DIR
 from processes import processes_with, wait_until
 from repl.checker import VERDICTS, Checker, check_kernel
 from repl.checker.caller import judge_process
@@ -23,32 +23,16 @@ from repl.checker.sandbox import namespace_prefix, network_cut_prefix
 RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
 
 
-@pytest.fixture(scope="module")
-def hang_marker():
-    """A word that relu_hangs.py puts on the command line of the child process it starts, to find it by."""
-    marker = f"kernelllm-test-{uuid.uuid4().hex}"
-    os.environ["KERNELLLM_TEST_MARKER"] = marker
-    yield marker
-    del os.environ["KERNELLLM_TEST_MARKER"]
-    for pid in processes_with(marker):  # only if a test failed to see them killed
-        os.kill(pid, 9)
+@pytest.fixture
+def checker(suite_checker):
+    """The session's working Checker (conftest.py); its judges did the suite's checks."""
+    return suite_checker
 
 
-@pytest.fixture(scope="module")
-def checker(hang_marker):
-    """The module's Checker, for the tests that need a working one (each new Checker starts its judges and their
-    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own.
-
-    After hang_marker: a judge copies the environment as it starts, and its first one starts here; started before the
-    marker was set, its candidates' children would carry none, and no test could see them outlive a check."""
-    with Checker(device="cpu", jobs=2) as checker:
-        yield checker
-
-
-@pytest.fixture(scope="module")
-def checked(checker, hang_marker):
-    """All suite cases, checked once on the CPU (in parallel: each check is a separate worker process)."""
-    return check_all(device="cpu", at_once=2, checker=checker)
+@pytest.fixture
+def checked(suite_checked):
+    """All suite cases, checked once per session on the CPU (conftest.py)."""
+    return suite_checked
 
 
 @pytest.mark.parametrize("name", CASES)
