@@ -324,16 +324,14 @@ def test_a_timeout_kills_everything_the_kernel_started(checker, hang_marker):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
-def test_cancel_stops_a_running_check_promptly(monkeypatch):
-    hang_marker = f"kernelllm-test-{uuid.uuid4().hex}"
-    monkeypatch.setenv("KERNELLLM_TEST_MARKER", hang_marker)
+def test_cancel_stops_a_running_check_promptly(checker, hang_marker):
     cancel = threading.Event()
     results = []
     hanging_kernel = (CASES_DIR / "relu_hangs.py").read_text()
     # A time limit of 600 s: a cancel that never reached the candidate would be waited for that long, far past the
     # join below (a daemon thread: such a failure does not hold the test run for it).
     checking = threading.Thread(target=lambda: results.append(
-        check_kernel(RELU_REFERENCE, hanging_kernel, device="cpu", timeout=600, cancel=cancel)), daemon=True)
+        checker.check(RELU_REFERENCE, hanging_kernel, timeout=600, cancel=cancel)), daemon=True)
     checking.start()
     # The check gives no signal that the candidate runs; its child process appearing is the signal.
     assert wait_until(lambda: processes_with(hang_marker), 60), "the candidate never started"
@@ -342,8 +340,8 @@ def test_cancel_stops_a_running_check_promptly(monkeypatch):
     checking.join(timeout=60)
     assert not checking.is_alive(), "the cancel was not acted on"
     # The judge killed the candidate itself: a judge that ignored the cancel would have been stopped by its caller
-    # after CANCEL_GRACE_S and said so instead. The time also counts the one-off Checker's polite close; the bound
-    # is for a loaded machine (about 1 s idle), far below the 600 s an unheeded cancel takes.
+    # after CANCEL_GRACE_S and said so instead. The bound is for a loaded machine (about 1 s idle), far below the
+    # 600 s an unheeded cancel takes.
     assert (results[0].verdict, results[0].message) == ("cancelled", "check cancelled; the candidate was killed")
     assert time.monotonic() - cancelled_at < 30
     assert processes_with(hang_marker) == []
