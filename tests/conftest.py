@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread per torch process here and in those it starts: several run at once on few cores, where
+# teams of threads wait on each other (a tiny model decodes about 8 times slower with 2 on 2 busy cores).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # tests/ is not a package; putting it on sys.path lets tests `import tiny_models` under any pytest import mode.
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
