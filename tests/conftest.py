@@ -122,8 +122,16 @@ def suite_checker(hang_marker):
 
 @pytest.fixture(scope="session")
 def suite_checked(suite_checker):
-    """Every case of checker_suite.CASES (JUDGING's too), checked once per session on the CPU, two at a time (each
-    check is a separate worker process): {case name: CheckResult}."""
+    """suite_checked(cases) -> {case name: CheckResult} for those cases of checker_suite, each checked once per
+    session on the CPU (the ones not checked yet two at a time, each check a separate worker process)."""
     from checker_suite import check_all
 
-    return check_all(device="cpu", at_once=2, checker=suite_checker)
+    results = {}
+
+    def checked(cases: dict) -> dict:
+        missing = {name: case for name, case in cases.items() if name not in results}
+        if missing:
+            results.update(check_all(device="cpu", at_once=2, cases=missing, checker=suite_checker))
+        return {name: results[name] for name in cases}
+
+    return checked

@@ -32,7 +32,7 @@ def checker(suite_checker):
 @pytest.fixture
 def checked(suite_checked):
     """All suite cases, checked once per session on the CPU (conftest.py)."""
-    return suite_checked
+    return suite_checked(CASES)
 
 
 @pytest.mark.parametrize("name", CASES)

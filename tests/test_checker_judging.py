@@ -11,8 +11,8 @@ from checker_suite import CASES_DIR, JUDGING
 
 @pytest.fixture
 def judged(suite_checked):
-    """The JUDGING cases' results, from the session's one check of every suite case (conftest.py)."""
-    return {name: suite_checked[name] for name in JUDGING}
+    """The JUDGING cases' results, checked once per session with the other suite cases (conftest.py)."""
+    return suite_checked(JUDGING)
 
 
 @pytest.mark.parametrize("name", JUDGING)
