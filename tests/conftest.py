@@ -2,9 +2,14 @@
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread per torch process here and in those it starts: several run at once on few cores, where
+# teams of threads wait on each other (a tiny model decodes about 8 times slower with 2 on 2 busy cores).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # tests/ is not a package; putting it on sys.path lets tests `import tiny_models` under any pytest import mode.
 TESTS_DIR = Path(__file__).resolve().parent
@@ -85,3 +90,48 @@ def stand_in_checks():
     yield checks
     for pool in pools:
         pool.close()
+
+
+# --- One working Checker for the checker's suite cases (tests/checker_suite.py), shared by the session ---
+
+@pytest.fixture(scope="session")
+def hang_marker():
+    """A word that relu_hangs.py puts on the command line of the child process it starts, to find it by."""
+    from processes import processes_with
+
+    marker = f"kernelllm-test-{uuid.uuid4().hex}"
+    os.environ["KERNELLLM_TEST_MARKER"] = marker
+    yield marker
+    del os.environ["KERNELLLM_TEST_MARKER"]
+    for pid in processes_with(marker):  # only if a test failed to see them killed
+        os.kill(pid, 9)
+
+
+@pytest.fixture(scope="session")
+def suite_checker(hang_marker):
+    """A Checker on the CPU for the tests that need a working one (each new Checker starts its judges and their
+    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own.
+
+    After hang_marker: a judge copies the environment as it starts, and its first one starts here; started before the
+    marker was set, its candidates' children would carry none, and no test could see them outlive a check."""
+    from repl.checker import Checker
+
+    with Checker(device="cpu", jobs=2) as checker:
+        yield checker
+
+
+@pytest.fixture(scope="session")
+def suite_checked(suite_checker):
+    """suite_checked(cases) -> {case name: CheckResult} for those cases of checker_suite, each checked once per
+    session on the CPU (the ones not checked yet two at a time, each check a separate worker process)."""
+    from checker_suite import check_all
+
+    results = {}
+
+    def checked(cases: dict) -> dict:
+        missing = {name: case for name, case in cases.items() if name not in results}
+        if missing:
+            results.update(check_all(device="cpu", at_once=2, cases=missing, checker=suite_checker))
+        return {name: results[name] for name in cases}
+
+    return checked

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checker_suite import CASES, CASES_DIR, check_all
+from checker_suite import CASES, CASES_DIR
 from processes import processes_with, wait_until
 from repl.checker import VERDICTS, Checker, check_kernel
 from repl.checker.caller import judge_process
@@ -23,32 +23,16 @@ from repl.checker.sandbox import namespace_prefix, network_cut_prefix
 RELU_REFERENCE = (CASES_DIR / "relu_reference.py").read_text()
 
 
-@pytest.fixture(scope="module")
-def hang_marker():
-    """A word that relu_hangs.py puts on the command line of the child process it starts, to find it by."""
-    marker = f"kernelllm-test-{uuid.uuid4().hex}"
-    os.environ["KERNELLLM_TEST_MARKER"] = marker
-    yield marker
-    del os.environ["KERNELLLM_TEST_MARKER"]
-    for pid in processes_with(marker):  # only if a test failed to see them killed
-        os.kill(pid, 9)
+@pytest.fixture
+def checker(suite_checker):
+    """The session's working Checker (conftest.py); its judges did the suite's checks."""
+    return suite_checker
 
 
-@pytest.fixture(scope="module")
-def checker(hang_marker):
-    """The module's Checker, for the tests that need a working one (each new Checker starts its judges and their
-    fork servers: seconds of CPU). Tests of a Checker's own life, options or environment make their own.
-
-    After hang_marker: a judge copies the environment as it starts, and its first one starts here; started before the
-    marker was set, its candidates' children would carry none, and no test could see them outlive a check."""
-    with Checker(device="cpu", jobs=2) as checker:
-        yield checker
-
-
-@pytest.fixture(scope="module")
-def checked(checker, hang_marker):
-    """All suite cases, checked once on the CPU (in parallel: each check is a separate worker process)."""
-    return check_all(device="cpu", at_once=2, checker=checker)
+@pytest.fixture
+def checked(suite_checked):
+    """All suite cases, checked once per session on the CPU (conftest.py)."""
+    return suite_checked(CASES)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -343,16 +327,14 @@ def test_a_timeout_kills_everything_the_kernel_started(checker, hang_marker):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
-def test_cancel_stops_a_running_check_promptly(monkeypatch):
-    hang_marker = f"kernelllm-test-{uuid.uuid4().hex}"
-    monkeypatch.setenv("KERNELLLM_TEST_MARKER", hang_marker)
+def test_cancel_stops_a_running_check_promptly(checker, hang_marker):
     cancel = threading.Event()
     results = []
     hanging_kernel = (CASES_DIR / "relu_hangs.py").read_text()
     # A time limit of 600 s: a cancel that never reached the candidate would be waited for that long, far past the
     # join below (a daemon thread: such a failure does not hold the test run for it).
     checking = threading.Thread(target=lambda: results.append(
-        check_kernel(RELU_REFERENCE, hanging_kernel, device="cpu", timeout=600, cancel=cancel)), daemon=True)
+        checker.check(RELU_REFERENCE, hanging_kernel, timeout=600, cancel=cancel)), daemon=True)
     checking.start()
     # The check gives no signal that the candidate runs; its child process appearing is the signal.
     assert wait_until(lambda: processes_with(hang_marker), 60), "the candidate never started"
@@ -361,8 +343,8 @@ def test_cancel_stops_a_running_check_promptly(monkeypatch):
     checking.join(timeout=60)
     assert not checking.is_alive(), "the cancel was not acted on"
     # The judge killed the candidate itself: a judge that ignored the cancel would have been stopped by its caller
-    # after CANCEL_GRACE_S and said so instead. The time also counts the one-off Checker's polite close; the bound
-    # is for a loaded machine (about 1 s idle), far below the 600 s an unheeded cancel takes.
+    # after CANCEL_GRACE_S and said so instead. The bound is for a loaded machine (about 1 s idle), far below the
+    # 600 s an unheeded cancel takes.
     assert (results[0].verdict, results[0].message) == ("cancelled", "check cancelled; the candidate was killed")
     assert time.monotonic() - cancelled_at < 30
     assert processes_with(hang_marker) == []

@@ -6,12 +6,13 @@ import math
 import pytest
 import torch
 
-from checker_suite import CASES_DIR, JUDGING, check_all
+from checker_suite import CASES_DIR, JUDGING
 
 
-@pytest.fixture(scope="module")
-def judged():
-    return check_all(device="cpu", at_once=2, cases=JUDGING)
+@pytest.fixture
+def judged(suite_checked):
+    """The JUDGING cases' results, checked once per session with the other suite cases (conftest.py)."""
+    return suite_checked(JUDGING)
 
 
 @pytest.mark.parametrize("name", JUDGING)

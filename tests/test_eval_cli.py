@@ -215,19 +215,35 @@ def test_a_kernelbench_size_problem_is_skipped_on_the_cpu_with_the_real_checker(
         in " ".join(captured.err.split())
 
 
-def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_model_dir, tmp_path, monkeypatch,
-                                                                     stand_in_checks):
+@pytest.fixture(scope="module")
+def sampled_relu_eval(trained_model_dir, tmp_path_factory):
+    """One `eval` of the ReLU problem alone by the tiny trained model, 2 samples, checked (loading the model and
+    generating cost most of this file's time): its folder, environment and finished process. The tests after it only
+    add files that the others' assertions do not look at (a resume writes no kernel, a re-check its own .check.json)."""
+    folder = tmp_path_factory.mktemp("sampled-relu-eval")
+    problems = folder / "problems"
+    problems.mkdir()
+    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    temporary = folder / "tmp"
+    temporary.mkdir()
+    environment = {**os.environ, "KERNELLLM_HOME": str(folder / "home"), "TMPDIR": str(temporary),
+                   "XDG_CACHE_HOME": str(folder / "cache")}
+    finished = run_relu_eval(folder, environment, "--model", str(trained_model_dir), "--samples", "2")
+    return folder, environment, finished
+
+
+def run_relu_eval(folder: Path, environment: dict, *arguments) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "repl.cli.eval", str(folder / "problems"), "--max-new-tokens", "600",
+                           "--device", "cpu", "--trials", "1", "--json", str(folder / "r.json"), *arguments],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=environment)
+
+
+def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(sampled_relu_eval, stand_in_checks):
     """The tiny trained model answers with a ReLU kernel: both samples are kept beside the results (kernel with its
     header, whole check), named in the results file, logged with their checks; the kernels folder is a candidates
     folder for a later run (its check files are not candidates)."""
-    problems = tmp_path / "problems"
-    problems.mkdir()
-    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
-    home = tmp_path / "home"
-    result = subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--model", str(trained_model_dir),
-                             "--samples", "2", "--max-new-tokens", "600", "--device", "cpu", "--trials", "1",
-                             "--json", str(tmp_path / "r.json")], cwd=REPO, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "KERNELLLM_HOME": str(home)})
+    tmp_path, _, result = sampled_relu_eval
+    problems, home = tmp_path / "problems", tmp_path / "home"
     assert result.returncode == 0, result.stderr
     kept = tmp_path / "r_kernels" / "1_ReLU"
     assert sorted(path.name for path in kept.iterdir()) == ["sample_1.check.json", "sample_1.py",
@@ -261,30 +277,20 @@ def test_eval_keeps_every_sampled_kernel_and_its_check_and_logs_them(trained_mod
         "sample_2.py.check.json"]
 
 
-def test_a_resume_with_other_samples_is_refused_and_one_with_nothing_left_loads_no_model(trained_model_dir, tmp_path):
+def test_a_resume_with_other_samples_is_refused_and_one_with_nothing_left_loads_no_model(sampled_relu_eval,
+                                                                                         trained_model_dir):
     """`--samples 3` over a file made with 2 said "already finished" with the old table; a resume loaded the model
     with nothing to do; each run left a kernelllm-judge-* folder in $TMPDIR."""
-    problems = tmp_path / "problems"
-    problems.mkdir()
-    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    tmp_path, environment, first = sampled_relu_eval
     temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    environment = {**os.environ, "KERNELLLM_HOME": str(tmp_path / "home"), "TMPDIR": str(temporary),
-                   "XDG_CACHE_HOME": str(tmp_path / "cache")}
-
-    def run_eval(*arguments):
-        return subprocess.run([sys.executable, "-m", "repl.cli.eval", str(problems), "--max-new-tokens", "600",
-                               "--device", "cpu", "--trials", "1", "--json", str(tmp_path / "r.json"), *arguments],
-                              cwd=REPO, capture_output=True, text=True, timeout=300, env=environment)
-
-    first = run_eval("--model", str(trained_model_dir), "--samples", "2")
     assert first.returncode == 0, first.stderr
     assert list(temporary.iterdir()) == []
-    other = run_eval("--model", str(trained_model_dir), "--samples", "3")
+    other = run_relu_eval(tmp_path, environment, "--model", str(trained_model_dir), "--samples", "3")
     assert other.returncode == 2
     assert "holds problems sampled 2 times and this run asks for --samples 3" in other.stderr
     assert "Rerun with --samples 2 to resume, or give another --json" in other.stderr
-    resumed = run_eval("--model", str(tmp_path / "no-model"), "--samples", "2")  # loading it would fail
+    resumed = run_relu_eval(tmp_path, environment, "--model", str(tmp_path / "no-model"),  # loading it would fail
+                            "--samples", "2")
     assert resumed.returncode == 0, resumed.stderr
     assert "1 problem already finished" in resumed.stderr and "1_ReLU" in resumed.stdout
     assert list(temporary.iterdir()) == []

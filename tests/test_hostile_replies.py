@@ -53,10 +53,10 @@ def kernelllm(*arguments, cwd: Path, timeout=400) -> subprocess.CompletedProcess
                           env=environment(cwd / "home"), cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def recheck(module: Path, kernel: Path, cwd: Path) -> str:
-    """The verdict `check` gives a kernel file on its own."""
-    result = kernelllm("check", str(module), str(kernel), "--device", "cpu", "--trials", "1", "--json", cwd=cwd)
-    return json.loads(result.stdout)["verdict"]
+def recheck(checker, module: Path, kernel: Path) -> str:
+    """The verdict a kernel file gets on its own: `check` gives the file's text to check_kernel, a Checker's check,
+    as here on the session's warm judges (test_checker_cli tests the command itself)."""
+    return checker.check(module.read_text(), kernel.read_text(), trials=1).verdict
 
 
 class RecordingTerminal(Terminal):
@@ -82,7 +82,7 @@ def spawn_repl(server: HostileServer, cwd: Path) -> RecordingTerminal:
     return terminal
 
 
-def test_the_repl_saves_what_it_checked_and_shows_a_hostile_reply_inert(serve, tmp_path):
+def test_the_repl_saves_what_it_checked_and_shows_a_hostile_reply_inert(serve, tmp_path, suite_checker):
     terminal = spawn_repl(serve(TWO_READINGS, ESCAPES), tmp_path)
     try:
         terminal.send(PASTE_START + RELU_MODULE + PASTE_END)
@@ -109,12 +109,12 @@ def test_the_repl_saves_what_it_checked_and_shows_a_hostile_reply_inert(serve, t
     assert saved.endswith(TWO_READINGS) and f"# Checked: {verdict}" in saved
     module = tmp_path / "module.py"
     module.write_text(RELU_MODULE)
-    assert recheck(module, tmp_path / "checked.py", tmp_path) == verdict
+    assert recheck(suite_checker, module, tmp_path / "checked.py") == verdict
     assert not any(code in terminal.raw for code in ACTING), [code for code in ACTING if code in terminal.raw]
     assert terminal.screen.title == "" and "[link=https://evil.example]click[/link]" in terminal.text()
 
 
-def test_one_shot_prints_the_checked_reading_byte_exact_into_a_pipe(serve, tmp_path):
+def test_one_shot_prints_the_checked_reading_byte_exact_into_a_pipe(serve, tmp_path, suite_checker):
     server = serve(TWO_READINGS, ESCAPES)
     module = tmp_path / "module.py"
     module.write_text(RELU_MODULE)
@@ -124,7 +124,7 @@ def test_one_shot_prints_the_checked_reading_byte_exact_into_a_pipe(serve, tmp_p
     second = kernelllm("--server", server.url, "--file", str(module), "--no-log", cwd=tmp_path)
     assert "\x1b]52;c;cHduZWQ=\x07" in second.stdout  # code into a pipe: byte-exact
     (tmp_path / "printed.py").write_text(first.stdout)
-    assert recheck(module, tmp_path / "printed.py", tmp_path) == "mismatch"
+    assert recheck(suite_checker, module, tmp_path / "printed.py") == "mismatch"
 
 
 def test_one_shot_to_a_terminal_shows_the_kernel_inert(serve, tmp_path):
@@ -139,7 +139,7 @@ def test_one_shot_to_a_terminal_shows_the_kernel_inert(serve, tmp_path):
     assert "class ModelNew" in shown and not any(code in shown for code in ACTING)
 
 
-def test_samples_winner_and_the_log_give_the_kernel_that_was_checked(serve, tmp_path):
+def test_samples_winner_and_the_log_give_the_kernel_that_was_checked(serve, tmp_path, suite_checker):
     server = serve(TWO_READINGS)
     module = tmp_path / "module.py"
     module.write_text(RELU_MODULE)
@@ -158,10 +158,10 @@ def test_samples_winner_and_the_log_give_the_kernel_that_was_checked(serve, tmp_
     assert refused.returncode == 1 and "symbolic link" in refused.stderr and not outside.exists()
     saved = kernelllm("log", "--kernel", str(entry["id"]), "--out", "saved.py", cwd=tmp_path)
     assert saved.returncode == 0 and (tmp_path / "saved.py").read_text().endswith(TWO_READINGS)
-    assert recheck(module, tmp_path / "saved.py", tmp_path) == entry["verdict"]
+    assert recheck(suite_checker, module, tmp_path / "saved.py") == entry["verdict"]
 
 
-def test_eval_archives_the_checked_kernel_and_goes_on_past_a_lone_surrogate(serve, tmp_path):
+def test_eval_archives_the_checked_kernel_and_goes_on_past_a_lone_surrogate(serve, tmp_path, suite_checker):
     server = serve(TWO_READINGS, SURROGATE)
     problems = tmp_path / "problems"
     problems.mkdir()
@@ -178,6 +178,6 @@ def test_eval_archives_the_checked_kernel_and_goes_on_past_a_lone_surrogate(serv
     check = json.loads((folder / "sample_1.check.json").read_text())
     assert archived.endswith(TWO_READINGS) and check["verdict"] == "mismatch"
     assert "\ufffd" in (folder / "sample_2.py").read_text()
-    assert recheck(problems / "1_ReLU.py", folder / "sample_1.py", tmp_path) == check["verdict"]
+    assert recheck(suite_checker, problems / "1_ReLU.py", folder / "sample_1.py") == check["verdict"]
     assert re.search(r"caf\ufffd", json.dumps(json.loads(kernelllm("log", "--json", cwd=tmp_path).stdout),
                                               ensure_ascii=False))

@@ -107,13 +107,11 @@ def test_larger_sizes_stay_within_the_bytes_budget():
 CASES = __import__("pathlib").Path(__file__).resolve().parent / "checker_cases"
 
 
-def test_the_judge_finds_a_hard_coded_kernel_valid_only_for_the_tested_shapes_and_a_masked_one_for_any_size():
-    from repl.checker import Checker
-
+def test_the_judge_finds_a_hard_coded_kernel_valid_only_for_the_tested_shapes_and_a_masked_one_for_any_size(
+        suite_checker):
     reference = (CASES / "relu_reference.py").read_text()
-    with Checker(device="cpu") as checker:
-        inductor = checker.check(reference, (CASES / "relu_inductor_style.py").read_text())
-        masked = checker.check(reference, (CASES / "relu_triton.py").read_text())
+    inductor = suite_checker.check(reference, (CASES / "relu_inductor_style.py").read_text())
+    masked = suite_checker.check(reference, (CASES / "relu_triton.py").read_text())
     assert inductor.correct and masked.correct
     assert inductor.valid_for["summary"].startswith("only the tested shapes (first failure: [[1, 1, 1, 1]]: "
                                                     "runtime_error: AssertionError: expected size 1==4")
