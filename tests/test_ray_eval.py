@@ -152,6 +152,20 @@ def test_a_cluster_run_writes_the_file_a_local_run_writes(cluster, tmp_path):
     assert without_messages(json.loads((tmp_path / "local.json").read_text())) == without_messages(on_cluster)
 
 
+
+def test_a_cluster_run_checks_at_the_scale_asked_and_keeps_its_run_record(cluster, tmp_path):
+    """--scale reaches the workers' checks (the verdict says the reduced sizes, as a local run's does), and the
+    results file keeps how the run was made, so that a resume at another scale is refused as a local one is."""
+    problems, candidates = problem_set(tmp_path)
+    evaluate_on_ray([problem for problem in find_problems(problems) if problem.name == "1_ReLU"],
+                    address=cluster.address, candidates_dir=candidates, check=CheckOptions("cpu", trials=1, scale=0.5),
+                    out_path=tmp_path / "ray.json", run_record={"scale": 0.5})
+    written = json.loads((tmp_path / "ray.json").read_text())
+    messages = [candidate["message"] for candidate in written["problems"][0]["candidates"]]
+    assert messages and all(message.startswith("at reduced sizes (--scale 0.5: batch_size 4 → 2, dim 50 → 25)")
+                            for message in messages), messages
+    assert written["run"]["scale"] == 0.5
+
 def without_messages(results: dict) -> dict:
     """A results file less its candidates' messages, which name figures of each check's random inputs ("94 of 200
     elements differ")."""

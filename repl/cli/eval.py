@@ -184,7 +184,7 @@ def _resume_problem(args, finished, problems) -> str | None:
     a problem sampled K times in it, and K' now, would mix two runs in one pass@k; so would checks at other sizes."""
     from repl.workflows.eval_results import read_run
 
-    made = read_run(args.json_out) if finished else {}  # local runs keep their scale (eval --ray's do not yet)
+    made = read_run(args.json_out) if finished else {}  # no "scale" in files written before it was kept
     made_scale = made.get("scale")
     if "scale" in made and made_scale != args.scale:
         def sizes(scale):

@@ -35,12 +35,13 @@ def argument_problem(args) -> str | None:
 def cluster_runner(args):
     """The stand-in for repl.workflows.evaluate.evaluate: (problems, check=, out_path=, cancel=, on_progress=) -> report.
     ValueError (one line) for a server URL that cannot be one."""
+    from repl.cli.eval_report import run_record
     from repl.workflows.ray.driver import evaluate_on_ray
 
     generation = None if args.candidates else generation_spec(args)
     return partial(evaluate_on_ray, address=args.ray or None, candidates_dir=args.candidates, samples=args.samples,
                    generation=generation, workers=args.workers, concurrency=args.concurrency, debug=args.debug,
-                   tune=args.tune)
+                   tune=args.tune, run_record=run_record(args))
 
 
 def cluster_errors() -> tuple[type, ...]:
