@@ -196,6 +196,12 @@ JUDGING = {
     "a TF32 dot whose process hides it (its reports patched)": Case(
         "linear_triton.py", "linear_reference.py", "correct", "half precision's: the kernel computes in lowered "
         "precision", prelude="attack_hides_its_tf32.py"),
+    "a TF32 dot reported as an IEEE kernel that never ran, timed": Case(
+        "linear_triton.py", "linear_reference.py", "correct", prelude="attack_names_a_plain_kernel.py",
+        options=TIMED),
+    "an approximation beside a TF32 kernel never launched": Case(
+        "gelu_tanh_approximation.py", "gelu_reference.py", "mismatch", "beyond atol=0.0001, rtol=0.0001",
+        prelude="attack_unlaunched_tf32_decoy.py"),
     "two renamed weights of one shape, the mapping forged on loading": Case(
         "two_linears_renamed.py", "two_linears_reference.py", "mismatch", "elements differ",
         prelude="attack_claims_its_weights.py"),

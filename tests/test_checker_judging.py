@@ -78,6 +78,21 @@ def test_a_kernel_that_hides_its_tf32_from_its_own_process_is_still_said_to_use_
                for note in result.notes), result.notes
 
 
+def test_a_tf32_dot_reported_under_another_kernels_name_is_still_said_and_priced(judged):
+    """Which kernels ran is the candidate's report: it names an IEEE kernel that never ran, yet the TF32 lowering
+    its text holds is said and the baselines are timed with TF32 allowed."""
+    result = judged["a TF32 dot reported as an IEEE kernel that never ran, timed"]
+    assert any(note.startswith("lowered precision: linear_kernel (tf32 dot) on float32 data")
+               for note in result.notes), result.notes
+    assert any(note.startswith("baselines timed with TF32 allowed") for note in result.notes), result.notes
+
+
+def test_a_tf32_kernel_that_never_ran_does_not_loosen_the_tolerance_but_is_said(judged):
+    result = judged["an approximation beside a TF32 kernel never launched"]
+    assert "atol=0.0001, rtol=0.0001" in result.message, result.message
+    assert any(note.startswith("lowered precision: decoy_dot (tf32 dot)") for note in result.notes), result.notes
+
+
 def test_weights_matched_by_name_first_then_by_shape_among_the_rest():
     from repl.checker.judge.weights import map_weights
 
@@ -242,14 +257,16 @@ def test_tf32_dots_and_half_casts_are_found_per_kernel():
     assert read_source("def broken(:").lowered == {}
 
 
-def test_launched_kernels_lower_the_precision_their_source_says_and_an_unknown_name_hides_nothing():
+def test_reported_launches_narrow_only_the_loosened_tolerance_and_an_unknown_name_hides_nothing():
     from repl.checker.judge.precision import read_source
 
     source = read_source(PRECISION_SOURCE)
     assert source.lowered_in(["ieee_dot"]) == {}
     assert source.lowered_in(["ieee_dot", "halves"]) == {"halves": ["bfloat16 cast", "float16 cast"]}
     assert source.lowered_in(["made_at_run_time"]) == source.lowered
-    assert source.notes(["ieee_dot"]) == []
+    # The notes say every lowering of the text whatever the report: a report naming only ieee_dot hides nothing.
+    assert source.notes(["ieee_dot"]) == source.notes(["default_dot"]) and len(source.notes(["ieee_dot"])) == 1
+    assert read_source("@triton.jit\ndef k(a, b):\n    return tl.dot(a, b, input_precision='ieee')\n").notes(["k"]) == []
     assert source.notes(["made_at_run_time"])[0].startswith("precision not read: made_at_run_time not defined")
     wrapped = read_source("import triton\ndef plain(a, b):\n    return tl.dot(a, b)\nkernel = triton.jit(plain)\n")
     assert wrapped.lowered == {"plain": ["tf32 dot"]}  # jit applied by a call, not a decorator

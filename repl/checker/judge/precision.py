@@ -7,8 +7,10 @@ fp32 eager matmul, where PyTorch does not use TF32. A cast to float16 or bfloat1
 lowers the precision of float32 data the same way. Neither is wrong; both must be said, and judged as what they are.
 
 Read by the judge from the text the caller sent (never from the candidate, whose process its kernel can patch: what
-a kernel says of itself is a claim, not a measurement), per ``@triton.jit`` function, so that the judge keeps what
-the kernels that actually ran did.
+a kernel says of itself is a claim, not a measurement), per ``@triton.jit`` function. Which kernels ran is the
+candidate's report, so it decides nothing that could hide a lowering: every lowering in the text is said and
+priced (the fair baseline), and the report can only narrow where the tolerance is loosened (a lowering the text
+holds but no reported launch ran keeps float32's tolerance).
 """
 
 import ast
@@ -32,23 +34,24 @@ class KernelSource:
     shape_specialised: bool = False
 
     def lowered_in(self, launched: list[str]) -> dict[str, list[str]]:
-        """What lowers the precision of the launched kernels: every lowering of the text when a launched name is
-        none of its jit functions (a kernel made or renamed at run time would otherwise hide its own)."""
+        """What lowers the precision of the kernels reported launched (what loosens the tolerance): every lowering
+        of the text when a reported name is none of its jit functions (a kernel made or renamed at run time would
+        otherwise hide its own)."""
         if any(name not in self.kernels for name in launched):
             return dict(self.lowered)
         return {name: self.lowered[name] for name in launched if name in self.lowered}
 
     def notes(self, launched: list[str]) -> list[str]:
-        """What a verdict on float32 data says of the launched kernels' precision: what lowered it, and which
-        kernels its text does not define (made at run time: their precision is not known)."""
+        """What a verdict on float32 data says of the kernel's precision: every lowering its text holds, whatever
+        the candidate reports it launched, and which reported kernels its text does not define (made at run time:
+        their precision is not known)."""
         notes = []
         unread = sorted(name for name in set(launched) if name not in self.kernels)
         if unread:
             notes.append(f"precision not read: {', '.join(unread)} not defined in the kernel's text (made at run "
                          "time); a TF32 dot there would go unsaid")
-        lowered = self.lowered_in(launched)
-        if lowered:
-            kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(lowered.items()))
+        if self.lowered:
+            kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(self.lowered.items()))
             notes.append(f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 "
                          "unless asked for input_precision=\"ieee\" (PyTorch's eager matmul does not use TF32)")
         return notes
