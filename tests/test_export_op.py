@@ -2,7 +2,8 @@
 cannot import this project, calls its kernel as one torch.library.custom_op, so that torch.compile(fullgraph=True)
 traces a model using it without running the kernel (its fake is the user's PyTorch code on fake tensors), and the
 guard still sends the inputs it was not verified for to the PyTorch code. On the CPU the kernel runs under Triton's
-interpreter. The CUDA variant failed on an H200 on 2026-12-02 (not yet diagnosed): hence the op form is opt-in."""
+interpreter. Its CUDA variant failed on an H200 (torch 2.11) on 2026-12-02: Dynamo 2.11 could not trace the guard's
+bool(list) (torch 2.13's can); docs/gpu-runs.md."""
 
 import textwrap
 

@@ -37,7 +37,8 @@ def on_verified_device(arguments, device: str) -> bool:
     tensors = [value for value in arguments if isinstance(value, torch.Tensor)]
     if device == "cpu" and not INTERPRETED:
         return False
-    return bool(tensors) and all(tensor.device.type == device for tensor in tensors)
+    # len(), not bool(): torch.compile(fullgraph=True) traces this guard, and Dynamo 2.11 cannot trace bool(list)
+    return len(tensors) > 0 and all(tensor.device.type == device for tensor in tensors)
 
 
 def drop_in_model(reference_class, kernel_class, verified_for: dict, kernel_op=None, call_op=None):
