@@ -11,6 +11,11 @@ import pytest
 # teams of threads wait on each other (a tiny model decodes about 8 times slower with 2 on 2 busy cores).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# The terminals the tests start are sized by their pty alone: pytest-xdist's workers export COLUMNS=80 and LINES=24,
+# which rich (as the user asked, when they set them) would take over the pty's real size.
+for variable in ("COLUMNS", "LINES"):
+    os.environ.pop(variable, None)
+
 # tests/ is not a package; putting it on sys.path lets tests `import tiny_models` under any pytest import mode.
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:

@@ -119,7 +119,7 @@ def test_candidates_started_inside_a_confined_judge_keep_their_layers():
     sandbox_dir = make_sandbox_dir()
     program = ("import sys; from repl.checker.sandbox.syscall_filter import install_syscall_filter; "
                "assert install_syscall_filter(namespaces=True) == []; import pytest; "
-               "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1], '-k', sys.argv[2]]))")
+               "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-n', '0', sys.argv[1], '-k', sys.argv[2]]))")
     process, notes = start_confined(
         [sys.executable, "-c", program, str(PROJECT_ROOT / "tests" / "test_confinement.py"), NESTED_CONFINEMENT_TESTS],
         sandbox_dir=sandbox_dir, gpu=False, judge=True,
