@@ -1,6 +1,6 @@
 """The checker on a GPU: the suite's verdicts under CUDA (the attack cases and the trial without launches
 included), timings, the too-fast warning, a poisoned CUDA context, a warm check. Skipped on machines without CUDA;
-run on the GPU machine with `python -m pytest tests/test_checker_gpu.py -s`."""
+run on the GPU machine with `python -m pytest -n 0 tests/test_checker_gpu.py -s`."""
 
 import json
 

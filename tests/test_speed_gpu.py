@@ -1,6 +1,6 @@
 """Issue 21 on a GPU: the table's timing cheats, the torch-does-the-work kernel and the honest kernels once judged
 wrong (tests/speed_table.py), each with what it must get. Skipped without CUDA; on the GPU machine:
-`python -m pytest -q -s -m gpu tests/test_speed_gpu.py` (KERNELLLM_SPEED_TABLE=FILE keeps the table as JSON)."""
+`python -m pytest -q -n 0 -s -m gpu tests/test_speed_gpu.py` (KERNELLLM_SPEED_TABLE=FILE keeps the table as JSON)."""
 
 import json
 import os
