@@ -268,6 +268,12 @@ def test_reported_launches_narrow_only_the_loosened_tolerance_and_an_unknown_nam
     assert source.notes(["ieee_dot"]) == source.notes(["default_dot"]) and len(source.notes(["ieee_dot"])) == 1
     assert read_source("@triton.jit\ndef k(a, b):\n    return tl.dot(a, b, input_precision='ieee')\n").notes(["k"]) == []
     assert source.notes(["made_at_run_time"])[0].startswith("precision not read: made_at_run_time not defined")
+    # A kernel made from text at run time and reported under a name the text defines: the text still tells.
+    made = read_source("import triton\n@triton.jit\ndef plain(a):\n    pass\nexec(SOURCE)\nk = triton.jit(make())\n")
+    assert made.makes_code == ["exec()", "jit() of a made function"]
+    assert made.notes(["plain"]) == ["precision not read in full: the kernel's text makes code at run time (exec(), "
+                                     "jit() of a made function); a TF32 dot there would go unsaid"]
+    assert read_source(PRECISION_SOURCE).makes_code == []
     wrapped = read_source("import triton\ndef plain(a, b):\n    return tl.dot(a, b)\nkernel = triton.jit(plain)\n")
     assert wrapped.lowered == {"plain": ["tf32 dot"]}  # jit applied by a call, not a decorator
 

@@ -22,6 +22,7 @@ from repl.core.extract import extract_kernel_code
 _HALF_NAMES = {"float16", "bfloat16", "half", "fp16", "bf16"}
 _IEEE = {"ieee"}
 _TF32 = {"tf32", "tf32x3"}
+_CODE_MAKERS = {"exec", "eval", "compile"}
 _HARD_CODED_SIZES = re.compile(r"^\s*[xyzr]\d?numel\s*=\s*\d+\s*$|\bassert_size_stride\(", re.MULTILINE)
 
 
@@ -32,6 +33,7 @@ class KernelSource:
     lowered: dict[str, list[str]] = field(default_factory=dict)
     kernels: set[str] = field(default_factory=set)
     shape_specialised: bool = False
+    makes_code: list[str] = field(default_factory=list)  # exec, eval, compile, jit of a made function: "exec()"
 
     def lowered_in(self, launched: list[str]) -> dict[str, list[str]]:
         """What lowers the precision of the kernels reported launched (what loosens the tolerance): every lowering
@@ -50,6 +52,9 @@ class KernelSource:
         if unread:
             notes.append(f"precision not read: {', '.join(unread)} not defined in the kernel's text (made at run "
                          "time); a TF32 dot there would go unsaid")
+        elif self.makes_code:  # the names reported launched are the candidate's word: the text is the judge's
+            notes.append(f"precision not read in full: the kernel's text makes code at run time "
+                         f"({', '.join(self.makes_code)}); a TF32 dot there would go unsaid")
         if self.lowered:
             kernels = "; ".join(f"{name} ({', '.join(ways)})" for name, ways in sorted(self.lowered.items()))
             notes.append(f"lowered precision: {kernels} on float32 data; on a GPU tl.dot computes float32 in TF32 "
@@ -81,7 +86,21 @@ def read_source(code: str) -> KernelSource:
     lowered = {function.name: sorted(set(_lowered_in(function))) for function in jit}
     return KernelSource(lowered={name: ways for name, ways in lowered.items() if ways},
                         kernels={function.name for function in jit},
-                        shape_specialised=bool(_HARD_CODED_SIZES.search(code)))
+                        shape_specialised=bool(_HARD_CODED_SIZES.search(code)), makes_code=_code_made(tree))
+
+
+def _code_made(tree) -> list[str]:
+    """The ways the text makes code at run time, whose kernels this reading cannot see: exec, eval or compile
+    called, or jit applied by a call to anything but a function the text defines."""
+    made = set()
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        if isinstance(call.func, ast.Name) and call.func.id in _CODE_MAKERS:
+            made.add(f"{call.func.id}()")
+        elif _is_jit_name(call.func) and call.args and not isinstance(call.args[0], ast.Name):
+            made.add("jit() of a made function")
+    return sorted(made)
 
 
 def _is_jit(function) -> bool:
