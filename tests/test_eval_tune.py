@@ -1,7 +1,8 @@
 """`eval --tune` (repl/workflows/eval_tune.py): each problem's best correct kernel tuned as :tune tunes one, the tuned
-kernel kept beside the untuned one, fast_p with and without tuning, and a results file from before --tune resumed.
-The GPU timings come from a test double of the checker (the CPU interpreter gives none); the CPU case runs the real
-checker through the command line."""
+kernel kept beside the untuned one (and logged, for a sampled kernel, as a tuned variant of its entry), fast_p with
+and without tuning, and a results file from before --tune resumed. The GPU timings come from a test double of the
+checker (gpu_stand_in.py: the CPU interpreter gives none); the CPU case runs the real checker through the command
+line."""
 
 import json
 import threading
@@ -9,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from repl.checker import CheckResult
+from gpu_stand_in import on_a_gpu, timed_as_on_a_gpu
+from replay_backend import ReplayBackend
 from repl.cli import main as main_cli
+from repl.core.settings import SamplingSettings
 from repl.engine.engine import Engine
+from repl.log.session_log import SessionLog, default_log_path
 from repl.workflows.best_of import CheckOptions
 from repl.workflows.eval_archive import EvalArchive
 from repl.workflows.eval_problems import candidate_files, find_problems
@@ -23,29 +27,18 @@ from repl.workflows.ray.worker import EvalWorker
 TESTS = Path(__file__).parent
 PROBLEMS = TESTS / "eval_problems"
 CANDIDATES = TESTS / "eval_candidates"
-EAGER_MS = 12.0
-
-
-def on_a_gpu(kernel_ms: float, verdict: str = "correct") -> CheckResult:
-    return CheckResult(verdict=verdict, device="cuda", kernel_ms=kernel_ms, speedup_vs_eager=EAGER_MS / kernel_ms,
-                       valid_for={"summary": f"any size of dim 0 ({kernel_ms} ms)"})
 
 
 @pytest.fixture
 def gpu_checks(stand_in_checks):
-    """Stand-in GPU checks: 1_ReLU's good.py takes 10 ms, twice as fast with BLOCK_SIZE=128 and wrong with
-    BLOCK_SIZE=32; 2_Add's good.py takes 4 ms and no variant of it is faster; .texts lists what was checked."""
+    """Stand-in GPU checks (gpu_stand_in.timed_as_on_a_gpu): 1_ReLU's good.py takes 10 ms, twice as fast with
+    BLOCK_SIZE=128 and wrong with BLOCK_SIZE=32; 2_Add's good.py takes 4 ms and no variant of it is faster; .texts
+    lists what was checked."""
     texts = []
 
     def check(reference_code, kernel, **options):
         texts.append(kernel)
-        if "tl.maximum" in kernel:
-            if "BLOCK_SIZE=128" in kernel:
-                return on_a_gpu(5.0)
-            return on_a_gpu(1.0, "mismatch") if "BLOCK_SIZE=32" in kernel else on_a_gpu(10.0)
-        if "x + y" in kernel:
-            return on_a_gpu(4.0)
-        return CheckResult(verdict="mismatch", device="cuda")
+        return timed_as_on_a_gpu(reference_code, kernel, **options)
 
     pool = stand_in_checks(check)
     pool.texts = texts
@@ -76,6 +69,40 @@ def test_the_best_kernel_is_tuned_kept_beside_the_untuned_one_and_fast_p_given_b
     assert summary["tuned"] == {"tuned": 2, "faster": 1, "geomean_vs_untuned": pytest.approx(2 ** 0.5),
                                 "not_tuned": 0}
     assert events == []  # on a GPU, nothing to say
+
+
+def test_a_sampled_kernel_a_variant_beat_is_logged_as_its_tuned_variant_and_log_shows_it(gpu_checks, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """Sampled candidates: 1_ReLU's kept variant is logged as :tune logs one (an entry of its own, with its
+    confirming check and a tuning record naming the sampled kernel's entry), and `log` shows it; 2_Add's best, which
+    no variant beats, adds nothing to the log."""
+    monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path / "home"))
+    replies = [f"```python\n{(CANDIDATES / name / 'good.py').read_text()}```" for name in ("1_ReLU", "2_Add")]
+    engine = Engine(settings=SamplingSettings(temperature=0.5, seed=7), backend_override=ReplayBackend(*replies),
+                    checks=gpu_checks)
+    with SessionLog.open(default_log_path(), enabled=True) as log:
+        engine.record_to(log)
+        try:
+            report = evaluate(find_problems(PROBLEMS)[:2], engine=engine, samples=1, tune=True)
+        finally:
+            engine.close()
+    assert [result.tuned["kept"] for result in report.results] == ["relu_kernel BLOCK_SIZE 64 -> 128", None]
+
+    assert main_cli.main(["log", "--json"]) == 0
+    entries = {entry["id"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert sorted(entry["source_name"] for entry in entries.values()) == ["1_ReLU", "1_ReLU", "2_Add"]
+    [tuned] = [entry for entry in entries.values() if entry["tuning"]]
+    original = entries[tuned["tuning"]["from_reply"]]
+    assert original["source_name"] == "1_ReLU" and original["tuning"] is None and tuned["id"] > original["id"]
+    assert "BLOCK_SIZE=64)" in original["kernel"] and "BLOCK_SIZE=128)" in tuned["kernel"]
+    assert (tuned["verdict"], tuned["check"]["kernel_ms"], tuned["tokens"]) == ("correct", 5.0, 0)
+    assert (tuned["model"], tuned["temperature"], tuned["seed"]) == (original["model"], 0.5, 7)
+    assert tuned["tuning"]["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert tuned["tuning"]["launch"] == [{"kernel": "relu_kernel", "parameter": "BLOCK_SIZE", "from": 64, "to": 128}]
+    assert (tuned["tuning"]["speedup"], tuned["tuning"]["original_ms"]) == (2.0, 10.0)
+
+    assert main_cli.main(["log"]) == 0
+    assert f"tuned from #{original['id']}" in capsys.readouterr().out
 
 
 def test_a_results_file_from_before_tune_is_resumed_its_problems_counted_untuned(gpu_checks, tmp_path):

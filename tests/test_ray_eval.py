@@ -207,6 +207,45 @@ def test_each_worker_loads_the_model_and_samples_its_problems(cluster, trained_m
         assert sorted(entry.source_name for entry in log.recent(None)) == ["1_ReLU", "2_Add"]  # as they ended
 
 
+def test_eval_tune_on_the_cluster_logs_the_kept_variant_right_after_its_original(cluster, tmp_path, monkeypatch,
+                                                                                capsys):
+    """--tune with samples from a server: the worker (its judges stand-ins timed as on a GPU, shipped to it with this
+    package) tunes the sampled kernel and sends the kept variant back; the driver logs it as :tune logs one, a tuned
+    variant of the sampled kernel's entry, right after that entry."""
+    import ray
+
+    import gpu_stand_in
+    from repl.log.session_log import SessionLog
+    from repl.workflows.ray import driver, worker
+    from test_server_backend import ScriptedServer
+
+    monkeypatch.setenv("KERNELLLM_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(worker, "EvalWorker", gpu_stand_in.StandInGpuWorker)  # the class the driver starts
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(TESTS / "eval_problems" / "1_ReLU.py", problems)
+    server = ScriptedServer(reply=f"```python\n{GOOD_RELU}```\n")
+    shipped = [str(driver.PACKAGE_DIR), str(TESTS / "stand_in_checker.py"), str(TESTS / "gpu_stand_in.py")]
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False,
+             runtime_env={"py_modules": shipped, "excludes": ["__pycache__", "*.pyc"]})
+    try:
+        status = main_cli.main(["eval", str(problems), "--server", server.url, "--samples", "1", "--tune",
+                                "--device", "cpu", "--trials", "1", "--json", str(tmp_path / "results.json"),
+                                "--ray", cluster.address, "--workers", "1"])
+    finally:
+        ray.shutdown()
+        server.shutdown()
+        server.server_close()
+    assert status == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "results.json").read_text())["problems"][0]["tuned"]["kept"] == (
+        "relu_kernel BLOCK_SIZE 64 -> 128")
+    with SessionLog.open(tmp_path / "home" / "session_log.db", enabled=True) as log:
+        original, tuned = log.recent(None)
+    assert original.tuning is None and original.verdict == "correct" and "BLOCK_SIZE=64)" in original.kernel
+    assert tuned.tuning["from_reply"] == original.id and tuned.tuning["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert "BLOCK_SIZE=128)" in tuned.kernel and tuned.check["kernel_ms"] == 5.0 and tuned.model == original.model
+
+
 # -- failures ------------------------------------------------------------------------------------------------------
 
 def test_ctrl_c_keeps_what_finished_and_a_local_rerun_does_the_rest(cluster, tmp_path):

@@ -380,11 +380,13 @@ class ScriptedServer(ThreadingHTTPServer):
     """A real HTTP server on 127.0.0.1 (not mocked HTTP) that answers /v1/completions as vLLM does for n=K (the K
     choices' chunks interleaved, told apart by ``index``, then a usage chunk and [DONE]) or, as ``refuse_n``, as
     llama.cpp does (500 "Only one completion choice is allowed" for n>1); ``busy``: as a server that is overloaded
-    for a moment. Each choice streams three pieces."""
+    for a moment. Each choice streams three pieces: "0.0 0.1 0.2 ", cut at the token limit (the first) or stopped;
+    with ``reply``, that text cut in three, stopped (as a model that answered)."""
 
     def __init__(self, refuse_n: bool = False, busy: int = 0, only_listed: bool = False, models_status: int = 200,
-                 error_event: str | None = None, max_model_len: int | None = None):
+                 error_event: str | None = None, max_model_len: int | None = None, reply: str | None = None):
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.reply = reply  # what every choice answers (None: its numbered pieces)
         self.max_model_len = max_model_len  # listed with the model, as vLLM lists it
         self.error_event = error_event  # after the first piece, an error event in the stream with this message
         self.models_status = models_status  # GET /models answers this (500: as transformers serve did with no cache)
@@ -424,11 +426,13 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         if len(self.server.requests) <= self.server.busy:
             error = {"error": {"code": 503, "message": "the engine is overloaded", "type": "server_error"}}
             return self._send(503, "application/json", json.dumps(error), {"retry-after-ms": "20"})
-        events = [{"choices": [{"index": i, "text": f"{i}.{step} ", "finish_reason": None}]}
-                  for step in range(3) for i in range(n)]
+        reply, third = self.server.reply, -(-len(self.server.reply or "") // 3)
+        events = [{"choices": [{"index": i, "text": reply[step * third:(step + 1) * third] if reply else f"{i}.{step} ",
+                                "finish_reason": None}]} for step in range(3) for i in range(n)]
         if self.server.error_event is not None:  # as vLLM, SGLang and transformers serve report a failure mid-stream
             events = events[:1] + [{"error": {"message": self.server.error_event, "type": "server_error"}}]
-        events += [{"choices": [{"index": i, "text": "", "finish_reason": "length" if i == 0 else "stop"}]}
+        cut = 0 if reply is None else -1  # the first choice runs out of tokens, unless it answers the reply
+        events += [{"choices": [{"index": i, "text": "", "finish_reason": "length" if i == cut else "stop"}]}
                    for i in range(n)]
         events.append({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3 * n, "total_tokens": 9}})
         self._send(200, "text/event-stream", "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")

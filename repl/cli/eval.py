@@ -79,8 +79,9 @@ def add_parser(subparsers) -> None:
                              "reported as not checkable here)")
     parser.add_argument("--tune", action="store_true",
                         help="tune each problem's best correct kernel as :tune does (launch parameters, each variant "
-                             "checked and timed), keep the tuned kernel beside it and report fast_p with and without "
-                             "tuning; needs a GPU (on the CPU one line says so and the run goes on untuned)")
+                             "checked and timed), keep the tuned kernel beside it (and log it, for a sampled kernel, "
+                             "as a tuned variant of its entry) and report fast_p with and without tuning; needs a GPU "
+                             "(on the CPU one line says so and the run goes on untuned)")
     parser.add_argument("--trust-problems", action="store_true", help=TRUST_PROBLEMS_HELP)
     parser.add_argument("--report", metavar="FILE.html",
                         help="also draw the results as one static page (no server, no network): the summary, fast_p "

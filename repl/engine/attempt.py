@@ -54,6 +54,16 @@ def edited_attempt(attempt: Attempt, kernel: str) -> Attempt:
     return Attempt(module=attempt.module, reply=reply, source_name=attempt.source_name)
 
 
+def tuned_attempt(original: Attempt, code: str, check: CheckResult, tuning: dict) -> Attempt:
+    """A variant of the original's kernel that a tune kept (code: the kernel with its launch changed, check: its
+    confirming check), as an attempt of its own naming the original's entry (tuning: plain data, the variant and its
+    launch parameters); the model and sampling stay the original's."""
+    reply = replace(original.reply, text=code, tokens=0, finish_reason=FINISHED, error=None)
+    reply.finished_at = reply.started_at
+    return Attempt(module=original.module, reply=reply, source_name=original.source_name, check=check,
+                   tuning={**tuning, "from_reply": original.log_id})
+
+
 def new_attempt(module: ModuleSource | str, reply: Reply, source_name: str | None = None) -> Attempt:
     return Attempt(module=as_module_source(module), reply=reply, source_name=source_name)
 

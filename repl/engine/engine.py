@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from repl.engine.attempt import Attempt
+from repl.engine.attempt import Attempt, tuned_attempt
 from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
-from repl.generation import FINISHED, Backend, GenerationError, ReplyStream
+from repl.generation import Backend, GenerationError, ReplyStream
 from repl.generation.model_loading import DEFAULT_MODEL, ModelLoader, ModelLoadError, load_model
 from repl.core.module_scaling import checked_at
 from repl.core.module_source import ModuleSource, as_module_source
@@ -275,13 +275,9 @@ class Engine:
         self._recorder.current(module_code, source_name, attempt)
 
     def record_tuned(self, original: Attempt, code: str, check: CheckResult, tuning: dict) -> Attempt:
-        """A variant of the original's kernel that :tune kept (code: the kernel with its launch changed, check: its
-        confirming check), as an attempt of its own, recorded in the log as a tuned variant of the original's entry
-        (tuning: plain data, the variant and its launch parameters); the model and sampling stay the original's."""
-        reply = replace(original.reply, text=code, tokens=0, finish_reason=FINISHED, error=None)
-        reply.finished_at = reply.started_at
-        tuned = Attempt(module=original.module, reply=reply, source_name=original.source_name, check=check,
-                        tuning={**tuning, "from_reply": original.log_id})
+        """A variant of the original's kernel that a tune kept (:tune, eval --tune), as an attempt of its own
+        (attempt.tuned_attempt), recorded in the log as a tuned variant of the original's entry."""
+        tuned = tuned_attempt(original, code, check, tuning)
         self._recorder.tuned(tuned)
         return tuned
 

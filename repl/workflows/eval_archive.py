@@ -14,7 +14,8 @@ The kernels folder is a candidates folder too: `eval PROBLEMS --candidates resul
 again without a model (check files and tuned kernels are not candidates).
 
 A Ray worker checks on another host: what is kept travels back as plain data (candidate_output), and the driver
-writes it, as a local run does.
+writes it, as a local run does, and logs it (a local run's engine logs its own), a tuned kernel as a tuned variant
+of the entry of the candidate it was tuned from.
 """
 
 import json
@@ -163,13 +164,21 @@ class EvalArchive:
             return str(path)
 
     def _log(self, problem, outputs: list[dict]) -> None:
+        """Each sampled reply with its check, and a tuned kernel (eval --tune) as :tune logs one: a tuned variant of
+        the entry just logged for the candidate it was tuned from (given files are not logged)."""
         from repl.checker.result import CheckResult
-        from repl.engine.attempt import Attempt
+        from repl.engine.attempt import Attempt, tuned_attempt
         from repl.core.module_source import inspect_module_source
 
         module = inspect_module_source(problem.code)
+        logged: dict[str, Attempt] = {}  # each candidate's attempt by its name, its log_id its entry
         for output in outputs:
-            if output["reply"] is not None and not output.get("tuned"):  # a tuned kernel's reply is logged once
-                self.recorder.finished(Attempt(module=module, reply=reply_from_record(output["reply"]),
-                                               source_name=problem.name, check=CheckResult.from_json_dict(
-                                                   output["check"]) if output["check"] else None))
+            if output["reply"] is None:
+                continue
+            check = CheckResult.from_json_dict(output["check"]) if output["check"] else None
+            if not output.get("tuned"):
+                logged[output["file"]] = Attempt(module=module, reply=reply_from_record(output["reply"]),
+                                                 source_name=problem.name, check=check)
+                self.recorder.finished(logged[output["file"]])
+            elif output["file"] in logged:
+                self.recorder.tuned(tuned_attempt(logged[output["file"]], output["kernel"], check, output["tuning"]))

@@ -1,7 +1,8 @@
 """`eval --tune`: a problem's best correct kernel tuned as `:tune` tunes one (repl/workflows/tune.py), each variant
 checked and timed on the run's own judges, after the problem's candidates are checked; shared by the local loop and
 the Ray workers. What it gives: the results file's "tuned" record of the problem, and the tuned kernel with its check
-for the archive (kept beside the untuned one)."""
+for the archive (kept beside the untuned one). A kept variant of a sampled kernel is logged as :tune logs one
+(Engine.record_tuned): by the local run's engine, or on Ray by the driver's archive (a worker's engine logs nothing)."""
 
 import threading
 from dataclasses import asdict, dataclass, replace
@@ -9,11 +10,14 @@ from dataclasses import asdict, dataclass, replace
 from repl.checker.caller.pool import CheckPool
 from repl.checker.result import CheckResult
 from repl.core.module_scaling import checked_at
+from repl.engine.attempt import Attempt
+from repl.engine.engine import Engine
 from repl.workflows.best_of import Candidate, CheckOptions, rank
 from repl.workflows.eval_archive import reply_record
 from repl.workflows.eval_results import ProblemResult
 from repl.workflows.eval_step import ProblemRun
 from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
+from repl.workflows.tune_record import tuning_record
 
 NO_GPU_LINE = ("--tune: nothing is tuned: tuning needs a GPU (Triton's CPU interpreter gives no timing to tune by); "
                "the run goes on untuned")
@@ -25,17 +29,24 @@ STOPPED = "the run was stopped before its tuning ended"
 class TunedBest:
     record: dict  # the results file's "tuned" of the problem
     output: dict | None = None  # the tuned kernel for EvalArchive.keep (None: the untuned one stays the best)
+    original: Attempt | None = None  # with an output: the candidate's attempt it was tuned from
+    check: CheckResult | None = None  # with an output: the kept variant's confirming check
 
 
-def tune_finished(job: ProblemRun, result: ProblemResult, checks: CheckPool, check: CheckOptions,
+def tune_finished(job: ProblemRun, result: ProblemResult, engine: Engine, check: CheckOptions,
                   cancel: threading.Event) -> list[dict]:
-    """After a problem's checks: its best correct kernel tuned (result.tuned set); what the archive keeps of it, the
-    tuned kernel when a variant won ([] otherwise)."""
+    """After a problem's checks: its best correct kernel tuned on the engine's judges (result.tuned set); what the
+    archive keeps of it, the tuned kernel when a variant won ([] otherwise). A variant kept of a sampled kernel is
+    logged by the engine as a tuned variant of that kernel's entry; a given file has no entry to name."""
     if result.too_large or result.best is None:
         return []
-    tuned = tune_best(job.problem.code, job.finished.result(), checks, check, cancel)
+    tuned = tune_best(job.problem.code, job.finished.result(), engine.checks, check, cancel)
     result.tuned = tuned.record
-    return [tuned.output] if tuned.output else []
+    if tuned.output is None:
+        return []
+    if tuned.output["reply"] is not None:
+        engine.record_tuned(tuned.original, tuned.output["kernel"], tuned.check, tuned.output["tuning"])
+    return [tuned.output]
 
 
 def untuned_for_want_of_a_gpu(result: ProblemResult) -> bool:
@@ -84,5 +95,6 @@ def tune_best(reference_code: str, candidates: list[Candidate], checks: CheckPoo
         return TunedBest(record)
     sampled = best.name is None and best.attempt is not None
     output = {"file": name, "tuned": True, "reply": reply_record(best.attempt.reply) if sampled else None,
-              "kernel": report.best_code, "check": report.best.check.to_json_dict()}
-    return TunedBest(record, output)
+              "kernel": report.best_code, "check": report.best.check.to_json_dict(),
+              "tuning": tuning_record(best.attempt.kernel, report)}  # what the log keeps of it, as :tune's
+    return TunedBest(record, output, best.attempt, report.best.check)

@@ -199,8 +199,9 @@ class _LocalRun:
             self.progress.finished = None
 
     def _tuned(self, job: ProblemRun, result: ProblemResult) -> list[dict]:
-        """The problem's best kernel tuned (result.tuned); the tuned kernel for the archive, when a variant won."""
-        outputs = tune_finished(job, result, self.engine.checks, self.check, self.cancel)
+        """The problem's best kernel tuned (result.tuned); the tuned kernel for the archive, when a variant won (and
+        in the log, as a tuned variant of its entry, when it was sampled)."""
+        outputs = tune_finished(job, result, self.engine, self.check, self.cancel)
         if untuned_for_want_of_a_gpu(result) and not self.said_no_gpu:
             self.said_no_gpu = True
             self._say(NO_GPU_LINE)

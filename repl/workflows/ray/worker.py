@@ -91,7 +91,8 @@ class EvalWorker:
             return None
         outputs = job.outputs()
         if problem.get("tune"):  # eval --tune: as a local run tunes, on this worker's judges
-            outputs += tune_finished(job, result, self._engine.checks, self._check, self._cancel)
+            # a kept variant goes back in outputs: this engine logs nothing, the driver's archive logs it
+            outputs += tune_finished(job, result, self._engine, self._check, self._cancel)
         return {"result": result.to_json_dict(), "note": result.note, "outputs": outputs}
 
     def cancel(self) -> None:
