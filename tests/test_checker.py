@@ -267,8 +267,6 @@ def test_a_problem_too_large_for_the_device_is_answered_from_its_size_without_al
 
 
 def test_a_checker_answers_whether_a_problem_is_too_large_before_any_kernel_exists(checker, checked, monkeypatch):
-    from repl.checker.caller import judge_process
-
     huge = RELU_REFERENCE.replace("torch.randn(4, 4, 4, 4)", "torch.randn(1 << 20, 1 << 20)")  # 4 TiB
     hangs = "import time\ntime.sleep(3600)\n" + RELU_REFERENCE
     assert "too large" in checker.prepare(huge)

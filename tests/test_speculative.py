@@ -280,7 +280,6 @@ def test_the_acceptance_rule_is_speculative_samplings_for_a_deterministic_draft(
                 for _ in range(runs)]
     counts = torch.tensor([int(count) for count, _ in outcomes])
     chosen = torch.stack([choice for _, choice in outcomes])
-    n = lambda x: torch.tensor(float(x))
     accepted_1 = counts >= 2
     assert abs(accepted_1.float().mean() - p[d1]) < 4.5 * (p[d1] * (1 - p[d1]) / runs).sqrt()
     residual = p.clone()
