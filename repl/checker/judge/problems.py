@@ -85,6 +85,10 @@ class Judge:
         self.clock = Clock(self.device)  # timing.py's harness, for the reference (and the null kernel)
         self.quiet_flush_ms = self.clock.flush_ms() if self.on_cuda else None
         self.peaks = None  # roofline.DevicePeaks, measured on first use
+        from repl.checker.judge import warm_up
+
+        # After the quiet flush above (the yardstick of a quiet GPU): the first torch.compile's fixed costs, ahead.
+        self.warm_up = warm_up.WarmUp(warm_up.default_steps(self.device)) if warm_up.wanted(self.on_cuda) else None
 
     # ---- 1: the problem ------------------------------------------------------------------------------------------
 
