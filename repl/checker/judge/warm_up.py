@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-POOL_READY_S = 100.0
+POOL_READY_S = 30.0  # a pool slower than this to start is left starting (the note says the warm-up failed)
 MIN_CORES = 4  # below this the warm-up would compete with the judge's and the candidates' own work (the 2-core CPU)
 IMPORTS = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.triton",
            "torch._inductor.runtime.triton_heuristics", "torch._inductor.async_compile")
