@@ -56,6 +56,23 @@ class Sampler:
         return [(name, round(hits * INTERVAL_S, 2)) for name, hits in self.counts[kind].most_common(count)]
 
 
+def watch_candidates(started: float) -> list:
+    """Each candidate process's ready message (its own `prepare_s`: imports done, CUDA context, Triton's warm-up),
+    with when it came, in seconds since `started`."""
+    from repl.checker.judge import candidates
+
+    seen, clean = [], candidates.clean_reply
+
+    def watched(reply):
+        reply = clean(reply)
+        if isinstance(reply, dict) and "ready" in reply:
+            seen.append({"ready_at_s": round(time.monotonic() - started, 2), "prepare_s": reply.get("prepare_s")})
+        return reply
+
+    candidates.clean_reply = watched
+    return seen
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reference")
@@ -67,6 +84,7 @@ def main(argv=None) -> int:
     request = {"reference_code": Path(options.reference).read_text(), "kernel_code": Path(options.kernel).read_text(),
                "atol": None, "rtol": None, "trials": 5, "timeout": 120, "interpreter_timing": options.device == "cpu"}
     started = time.monotonic()
+    candidates = watch_candidates(started)
     with Sampler() as sampler:
         from repl.checker.judge.check import run_check
         from repl.checker.judge.problems import Judge
@@ -77,6 +95,7 @@ def main(argv=None) -> int:
     judge.pool.close()
     report = {"verdict": str(result.verdict), "wall_s": round(time.monotonic() - started, 2),
               "judge_start_s": round(judge_s, 2), "phases_s": result.phases_s, "notes": result.notes,
+              "candidates": candidates,
               "main_thread": sampler.top("main", options.top), "other_threads": sampler.top("other", options.top)}
     if options.json:
         print(json.dumps(report))
