@@ -5,13 +5,14 @@ reference: importing Dynamo and Inductor, and Triton's first kernel in the judge
 built with the system's compiler in the judge's empty cache, its compiler loaded). A thread of the judge does that
 work while the judge loads the problem and its first candidate gets ready:
 - Dynamo and Inductor imported;
-- one small Triton kernel compiled and launched (candidate/triton_warmup.py's, the same as every candidate's);
-- Inductor's compile workers started and ready (torch.compile's first use starts them otherwise: a process that
-  imports torch and forks its workers, loading the cores while the compiled baseline is timed).
+- one small Triton kernel compiled and launched (candidate/triton_warmup.py's, the same as every candidate's).
+Not Inductor's pool of compile workers: on the H200 it took 9.4 s to be ready (a process importing torch, then 16
+workers), longer than the judge's first problem and candidate together, and a check waited for it.
 
 What it never does: run the reference or anything of the user's, or compile through Dynamo (Dynamo restores the
 process's random state when a compile ends, which would rewind the secret draws the judge's main thread makes at the
-same time). It is joined before anything is timed (speed.py): no timing runs beside it. A failure is the judge's: the
+same time). It is joined before anything is timed (check.py: before the round trip's pings; preparation.py: before the
+reference is timed): no timing runs beside it. A failure is the judge's: the
 check goes on and its note says so (the compile, later, meets the cause again and reports it as a timing note).
 """
 
@@ -20,7 +21,6 @@ import os
 import threading
 import time
 
-POOL_READY_S = 30.0  # a pool slower than this to start is left starting (the note says the warm-up failed)
 MIN_CORES = 4  # below this the warm-up would compete with the judge's and the candidates' own work (the 2-core CPU)
 IMPORTS = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.triton",
            "torch._inductor.runtime.triton_heuristics", "torch._inductor.async_compile")
@@ -41,22 +41,7 @@ def default_steps(device) -> list:
 
         warm_up(device)
 
-    return [imports, triton_kernel, compile_workers]
-
-
-def compile_workers() -> None:
-    """Inductor's pool of compile workers started, and waited for until ready (where this torch has one)."""
-    from torch._inductor import async_compile
-
-    start = getattr(async_compile, "maybe_warm_pool", None)
-    if start is None:
-        return
-    start()
-    pool = async_compile.AsyncCompile
-    if hasattr(pool, "wait_pool_ready"):
-        pool.wait_pool_ready(timeout=POOL_READY_S)
-    elif pool.use_process_pool() is False and getattr(pool, "_ready_future", None) is not None:
-        pool._ready_future.result(timeout=POOL_READY_S)
+    return [imports, triton_kernel]
 
 
 class WarmUp:
