@@ -12,8 +12,8 @@ workers), longer than the judge's first problem and candidate together, and a ch
 What it never does: run the reference or anything of the user's, or compile through Dynamo (Dynamo restores the
 process's random state when a compile ends, which would rewind the secret draws the judge's main thread makes at the
 same time). It is joined before anything is timed (check.py: before the round trip's pings; preparation.py: before the
-reference is timed): no timing runs beside it. A failure is the judge's: the
-check goes on and its note says so (the compile, later, meets the cause again and reports it as a timing note).
+reference is timed): no timing runs beside it. A failure is the judge's: the check goes on and its note says so (the
+compile, later, meets the cause again and reports it as a timing note).
 """
 
 import importlib
