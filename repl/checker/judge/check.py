@@ -27,7 +27,6 @@ OUTPUT_SLACK_BYTES = 1 << 20
 # Moving a blob to the candidate and back is the checker's work, not the kernel's: each exchange's deadline gets this
 # much time per byte on top (1 s a GB: a 6.4 GB KernelBench input and its output add about 13 s to a trial).
 TRANSFER_S_PER_BYTE = 1 / 1e9
-WARM_UP_JOIN_S = 120.0  # the judge's warm-up (imports, one small Triton kernel) ends well within this, even loaded
 
 
 def run_check(judge: Judge, request: dict, cancel: threading.Event, stage) -> CheckResult:
@@ -136,30 +135,14 @@ class CheckRun:
         self.notes += self.candidate.notes
         if self.timing_wanted:
             from repl.checker.judge.speed import measure_round_trip
+            from repl.checker.judge.warm_up import finish_warm_up
 
-            self.finish_warm_up()  # the pings are the check's first timing: nothing of the judge's runs beside them
+            finish_warm_up(self)  # the pings are the check's first timing: nothing of the judge's runs beside them
             self.round_trip_ms = measure_round_trip(self)  # before any candidate code: it cannot slow these down
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.loaded = True
         self.notes += give_weights(self, problem, reply)
         self.phase("load")
-
-    def finish_warm_up(self) -> None:
-        """The judge's warm-up (warm_up.py) ended: waited for, on the checker's time (the deadline moves by as much);
-        one that does not end is the checker's failure, never the kernel's."""
-        warm = self.judge.warm_up
-        if warm is None:
-            return
-        self.stage("candidate", allowance=WARM_UP_JOIN_S + float(self.request["timeout"]))
-        waited = warm.join(WARM_UP_JOIN_S)
-        self.deadline += waited
-        self.phase("warm_up")
-        if warm.running():
-            raise checker_failed("the judge's warm-up for torch.compile did not end in time, and nothing is timed "
-                                 "beside it")
-        note = warm.note()
-        if note and note not in self.notes:
-            self.notes.append(note)
 
     def load_request(self, problem: Problem) -> dict:
         # cpu_seconds: the candidate's RLIMIT_CPU, a backstop should its process outlive the check's kill

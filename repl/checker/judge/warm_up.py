@@ -21,6 +21,7 @@ import os
 import threading
 import time
 
+WARM_UP_JOIN_S = 120.0  # the warm-up (imports, one small Triton kernel) ends well within this, even loaded
 MIN_CORES = 4  # below this the warm-up would compete with the judge's and the candidates' own work (the 2-core CPU)
 IMPORTS = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.triton",
            "torch._inductor.runtime.triton_heuristics", "torch._inductor.async_compile")
@@ -79,3 +80,22 @@ class WarmUp:
         if self.error is None:
             return None
         return (f"the judge's warm-up for torch.compile failed (the checker's own, not the kernel's): {self.error}")
+
+
+def finish_warm_up(run) -> None:
+    """For a check (check.CheckRun): the judge's warm-up ended, waited for on the checker's time (the check's deadline
+    moves by as much); one that does not end is the checker's failure, never the kernel's."""
+    from repl.checker.judge.ended import checker_failed
+
+    warm = run.judge.warm_up
+    if warm is None:
+        return
+    run.stage("candidate", allowance=WARM_UP_JOIN_S + float(run.request["timeout"]))
+    run.deadline += warm.join(WARM_UP_JOIN_S)
+    run.phase("warm_up")
+    if warm.running():
+        raise checker_failed("the judge's warm-up for torch.compile did not end in time, and nothing is timed "
+                             "beside it")
+    note = warm.note()
+    if note and note not in run.notes:
+        run.notes.append(note)
