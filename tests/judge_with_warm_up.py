@@ -1,7 +1,8 @@
 """Run in a process of its own by test_check_overlap.py: a real judge and candidate, in-process, on the CPU (timed
 under the interpreter), given a warm-up (judge/warm_up.py) whose step is a test double; prints the check's verdict,
 notes, phases and when the warm-up ended against when the check's first timing (the round trip's pings) began, as
-one JSON line. Scenarios: "order" (a step that runs until the check either waits for it or starts timing), "fails"."""
+one JSON line. Scenarios: "order" (a step that runs until the check either waits for it or starts timing), "fails",
+"hangs" (a step that never ends, and a join limit of a tenth of a second)."""
 
 import json
 import sys
@@ -27,6 +28,9 @@ def main(scenario: str) -> None:
     def failing_step():
         raise RuntimeError("no C compiler here")
 
+    def hanging_step():
+        threading.Event().wait()
+
     original_join, original_pings = warm_up.WarmUp.join, speed.measure_round_trip
 
     def join(self, timeout):
@@ -39,7 +43,10 @@ def main(scenario: str) -> None:
         return original_pings(run)
 
     warm_up.WarmUp.join, speed.measure_round_trip = join, measure_round_trip
-    judge.warm_up = warm_up.WarmUp([step_until_waited_for if scenario == "order" else failing_step])
+    steps = {"order": step_until_waited_for, "fails": failing_step, "hangs": hanging_step}
+    if scenario == "hangs":
+        warm_up.WARM_UP_JOIN_S = 0.1
+    judge.warm_up = warm_up.WarmUp([steps[scenario]])
     request = {"reference_code": (CASES / "relu_reference.py").read_text(), "atol": None, "rtol": None,
                "kernel_code": (CASES / "relu_triton.py").read_text(), "trials": 2, "timeout": 60,
                "interpreter_timing": True}

@@ -42,6 +42,14 @@ def test_a_failed_warm_up_is_the_checkers_note_not_the_kernels_verdict():
                     "RuntimeError: no C compiler here"], result["notes"]
 
 
+def test_a_warm_up_that_never_ends_is_the_checkers_failure_and_nothing_is_timed_beside_it():
+    result = run_judge_with_warm_up("hangs")
+    assert result["verdict"] == "checker_error", result
+    assert result["message"].startswith("the checker failed, not the kernel"), result
+    assert "warm-up for torch.compile did not end in time" in result["message"]
+    assert "first_ping" not in result and result["kernel_ms"] is None
+
+
 def test_the_warm_up_runs_only_on_a_gpu_host_with_cores_to_spare(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert warm_up.wanted(on_cuda=True)
