@@ -51,8 +51,6 @@ class WarmUp:
     def __init__(self, steps: list):
         self.steps = steps
         self.error: str | None = None  # the first step's failure, said in the check's notes
-        self.started = time.monotonic()
-        self.ended: float | None = None
         self._thread = threading.Thread(target=self._run, name="judge-warm-up", daemon=True)
         self._thread.start()
 
@@ -64,8 +62,6 @@ class WarmUp:
             from repl.checker.loading import describe
 
             self.error = describe(error)
-        finally:
-            self.ended = time.monotonic()
 
     def join(self, timeout: float) -> float:
         """Seconds waited for it to end (0 once it has), at most `timeout`."""
@@ -79,7 +75,7 @@ class WarmUp:
     def note(self) -> str | None:
         if self.error is None:
             return None
-        return (f"the judge's warm-up for torch.compile failed (the checker's own, not the kernel's): {self.error}")
+        return f"the judge's warm-up for torch.compile failed (the checker's own, not the kernel's): {self.error}"
 
 
 def finish_warm_up(run) -> None:
