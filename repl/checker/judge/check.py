@@ -135,7 +135,9 @@ class CheckRun:
         self.notes += self.candidate.notes
         if self.timing_wanted:
             from repl.checker.judge.speed import measure_round_trip
+            from repl.checker.judge.warm_up import finish_warm_up
 
+            finish_warm_up(self)  # the pings are the check's first timing: nothing of the judge's runs beside them
             self.round_trip_ms = measure_round_trip(self)  # before any candidate code: it cannot slow these down
         reply, _ = self.exchange(self.load_request(problem), problem.init_blob)
         self.loaded = True

@@ -127,6 +127,10 @@ def prepare_timing(judge, problem, stop) -> list[str]:
         return steps
     deadline = time.monotonic() + PREPARE_TIMEOUT_S
     judge.pool.wait_for_spares(deadline, stop)  # a starting spare loads the GPU
+    if judge.warm_up is not None:
+        judge.warm_up.join(PREPARE_TIMEOUT_S)
+        if judge.warm_up.running():
+            return steps  # nothing is timed beside it: the check times the reference
     if not stop.is_set() and gpu_quiet(judge, wait_s=QUIET_WAIT_S, stop=stop, poll_s=0.25):
         time_reference(judge, problem)
         steps.append("timed" if problem.timed else "timed (busy)")

@@ -42,6 +42,13 @@ class Problem:
     ready_trials: list = field(default_factory=list)
 
 
+def spares_for_gpu(spares: int, gpu_memory: int) -> int:
+    """Each spare holds a CUDA context and the timer's L2-flush buffer: at most one per GPU_MEMORY_PER_SPARE, at
+    least one where any was asked for; none where none was (a one-off check: a spare would start beside it, load the
+    CPU and the GPU, and be waited for before the judge times anything)."""
+    return min(spares, max(1, gpu_memory // GPU_MEMORY_PER_SPARE))
+
+
 def problem_key(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
@@ -67,9 +74,9 @@ class Judge:
 
             install_cuda_on_cpu([])  # KernelBench-style get_inputs() often ends in .cuda()
         self.device = torch.device("cuda" if self.on_cuda else "cpu")
-        if self.on_cuda:  # each spare holds a CUDA context and the timer's L2-flush buffer
+        if self.on_cuda:
             gpu_memory = torch.cuda.get_device_properties(self.device).total_memory
-            self.pool.spares = max(1, min(self.pool.spares, gpu_memory // GPU_MEMORY_PER_SPARE))
+            self.pool.spares = spares_for_gpu(self.pool.spares, gpu_memory)
         self.memory_limit = memory_limit
         self.device_label = "cuda" if self.on_cuda else "cpu-interpreter"
         self.problems: OrderedDict[str, Problem] = OrderedDict()
@@ -78,6 +85,10 @@ class Judge:
         self.clock = Clock(self.device)  # timing.py's harness, for the reference (and the null kernel)
         self.quiet_flush_ms = self.clock.flush_ms() if self.on_cuda else None
         self.peaks = None  # roofline.DevicePeaks, measured on first use
+        from repl.checker.judge import warm_up
+
+        # After the quiet flush above (the yardstick of a quiet GPU): the first torch.compile's fixed costs, ahead.
+        self.warm_up = warm_up.WarmUp(warm_up.default_steps(self.device)) if warm_up.wanted(self.on_cuda) else None
 
     # ---- 1: the problem ------------------------------------------------------------------------------------------
 
