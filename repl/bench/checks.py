@@ -13,7 +13,18 @@ import json
 import statistics
 import time
 
-GOALS = {"warm_s": {"cuda": 2.0, "cpu-interpreter": 3.0}, "checks_per_minute": {"cuda": 30.0}}
+# Issue 44's goals on a GPU (an H200); the CPU's is the interpreter's own.
+GOALS = {"warm_s": {"cuda": 1.0, "cpu-interpreter": 3.0}, "checks_per_minute": {"cuda": 78.0}, "cold_s": {"cuda": 10.0}}
+
+
+def against(goals: dict, key: str, value: float) -> str:
+    """" (goal <= 1 s: missed)": the figure beside its goal, if it has one, and whether it met it."""
+    if key not in goals:
+        return ""
+    goal, more_is_better = goals[key], key == "checks_per_minute"
+    met = value >= goal if more_is_better else value <= goal
+    bound = f">= {goal:g}" if more_is_better else f"<= {goal:g} s"
+    return f" (goal {bound}: {'met' if met else 'missed'})"
 
 RELU_REFERENCE = '''
 import torch
@@ -108,9 +119,8 @@ def main(argv=None) -> int:
             result = checker.check(reference, relu_kernel)
             assert result.correct, result.message
             warm.append(result.elapsed_s)
-        goal = f" (goal <= {goals['warm_s']:g} s)" if "warm_s" in goals else ""
-        report("warm_s", round(statistics.median(warm), 2),
-               f"warm check, median of 5: {statistics.median(warm):.2f} s{goal}; runs {warm}")
+        report("warm_s", round(statistics.median(warm), 2), f"warm check, median of 5: {statistics.median(warm):.2f} s"
+               f"{against(goals, 'warm_s', statistics.median(warm))}; runs {warm}")
         report("warm_phases_s", result.phases_s, f"where the last warm check's time went (s): {result.phases_s}")
         if result.kernel_ms is not None:
             report("timed", {"kernel_ms": result.kernel_ms, "eager_ms": result.eager_ms,
@@ -129,14 +139,15 @@ def main(argv=None) -> int:
             _, reference, kernel = STREAM[index % len(STREAM)]
             verdicts.append(str(checker.check(sized(reference, device), kernel).verdict))
         rate = options.stream / ((time.monotonic() - started) / 60)
-        goal = f" (goal >= {goals['checks_per_minute']:g})" if "checks_per_minute" in goals else ""
         report("checks_per_minute", round(rate, 1), f"stream of {options.stream} checks, problems already seen: "
-               f"{rate:.1f} checks/minute{goal} {dict((v, verdicts.count(v)) for v in sorted(set(verdicts)))}")
+               f"{rate:.1f} checks/minute{against(goals, 'checks_per_minute', rate)} "
+               f"{dict((v, verdicts.count(v)) for v in sorted(set(verdicts)))}")
     if not options.skip_cold:
         started = time.monotonic()
         cold = check_kernel(sized(relu_reference, device), relu_kernel, device=options.device)
-        report("cold_s", round(time.monotonic() - started, 2),
-               f"cold one-off check_kernel: {time.monotonic() - started:.2f} s ({cold.verdict})")
+        took = time.monotonic() - started
+        report("cold_s", round(took, 2),
+               f"cold one-off check_kernel: {took:.2f} s{against(goals, 'cold_s', took)} ({cold.verdict})")
     if options.json:
         print(json.dumps({"figures": figures, "goals": goals}))
     return 0
