@@ -19,8 +19,8 @@ HEADER_VALUE_CHARS = 400
 RUNTIME_PATH = Path(__file__).with_name("export_runtime.py")
 OP_RUNTIME_PATH = Path(__file__).with_name("export_op.py")
 OP_NAMESPACE = "kernelllm"
-OP_FORM_CAVEAT = ("verified on the CPU (Triton's interpreter); its GPU test failed on an H200 on 2026-12-02 and is "
-                  "not yet diagnosed")
+OP_FORM_CAVEAT = ("verified on the CPU (Triton's interpreter, torch 2.13) and on an H200 (torch 2.11), 2026-12-02; "
+                  "the direct call is the default")
 
 _ASSEMBLY = '''
 
@@ -52,7 +52,7 @@ Model = _kernelllm_guard.drop_in_model(_kernelllm_reference.Model, _kernelllm_ke
 '''
 
 
-# The default: Model calls the kernel directly (the custom op is opt-in: its GPU test failed, not yet diagnosed)
+# The default: Model calls the kernel directly, the simplest form for torch.compile to trace (the custom op is opt-in)
 _DIRECT_CALL = '''KERNELLLM_OP_NAME = None
 kernel_op, KERNELLLM_OP_OFF, _kernelllm_call_op = None, "not asked for (--op)", None'''
 

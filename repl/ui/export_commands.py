@@ -41,7 +41,7 @@ def export_command(session, arguments):
     session.console.print(Text(f"Its Model runs the kernel for {summary}, PyTorch otherwise (and whenever autograd "
                                "is on).", style="hint"))
     if op:
-        session.console.print(f"The op form (--op) is {OP_FORM_CAVEAT}.", style="warn")
+        session.console.print(f"The op form (--op) is {OP_FORM_CAVEAT}.", style="hint")
 
 
 def current_attempt(session, refusal_of, not_done: str):
