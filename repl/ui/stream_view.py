@@ -1,8 +1,11 @@
 """The live view of a reply as it streams, and the copy-friendly print of the finished kernel.
 
-No terminal can redraw what has scrolled off screen, so the live region is kept to half the terminal: only the newest
-lines are shown while streaming, with their real line numbers, and a window made smaller (by up to half) keeps it
-whole on screen. The region is drawn by ``LiveRegion`` rather than rich's Live, to erase the lines a narrower window
+No terminal can redraw what has scrolled off screen, so the live region is kept to a third of the terminal: only the
+newest lines are shown while streaming, with their real line numbers, and a window made smaller keeps it whole on
+screen: shorter by up to two thirds, or narrower (a terminal that re-wraps lines, as tmux does, may double each row)
+and shorter by up to a third at once. A half-screen region re-wrapped from 120 columns into 80 can take more rows
+than a 30-row screen holds; its top rows then go into the scrollback, beyond any erase (a test once found such a
+stale copy there after that resize). The region is drawn by ``LiveRegion`` rather than rich's Live, to erase the lines a narrower window
 re-wrapped the previous frame into; keys are not echoed meanwhile (``repl.ui.typeahead``) and library warnings are
 held back (``LibraryMessages``), so nothing else writes into it. Each line is highlighted once, when it is
 complete, and cached, so a refresh costs the same at line 10 as at line 2000 (the benchmark's render-overhead figure
@@ -96,8 +99,9 @@ class StreamView:
 
     def _frame(self):
         header = Rule(Text.assemble((f" {self.title} ", "accent"), status_line(self.reply), " "), style="hint")
-        # Half the terminal: it must stay on screen to be redrawn, also when the window is made smaller.
-        visible = max(self.console.size.height // 2 - 1, 1)
+        # A third of the terminal: it must stay on screen to be redrawn, also when the window is made narrower and
+        # shorter at once (the module docstring says why not half).
+        visible = max(self.console.size.height // 3 - 1, 1)
         lines = terminal_safe(self.reply.text).split("\n")
         complete = len(lines) - 1  # the last line may still grow
         if complete > len(self._highlighted):
