@@ -33,6 +33,7 @@ if __name__ == "__main__" and not __package__:  # started as a script: no PYTHON
 
 from repl.checker.candidate.disguise import rewrite_cmdline  # noqa: E402
 from repl.checker.candidate.fork_server import MAX_FDS, MAX_MESSAGE_BYTES  # noqa: E402
+from repl.checker.candidate.prebuilt_launchers import Harvest  # noqa: E402
 from repl.checker.sandbox.init_stage import enter_sandbox  # noqa: E402
 from repl.checker.sandbox.syscall_filter import install_syscall_filter, load_binding  # noqa: E402
 from repl.checker.sandbox.view import drop_capabilities  # noqa: E402
@@ -87,6 +88,8 @@ def serve(control: socket.socket, device: str) -> None:
     if problem:
         control.send(json.dumps({"unusable": problem}).encode())
         return
+    # Triton's launchers built beside this process's imports (prebuilt_launchers.py), for the candidates it forks.
+    harvest = Harvest() if device == "cuda" else None
     _preload(device)
     if device == "cuda" and _cuda_unusable_in_children():
         control.send(json.dumps({"unusable": "its imports touched CUDA: its children could not use the GPU"}).encode())
@@ -100,28 +103,44 @@ def serve(control: socket.socket, device: str) -> None:
     control.send(json.dumps({"ready": True}).encode())
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
+    if harvest is not None:
+        selector.register(harvest.fd, selectors.EVENT_READ)
     children: dict[int, int] = {}  # pidfd: pid
     while True:
         for key, _ in selector.select():
-            if key.fileobj is control:
+            if harvest is not None and key.fd == harvest.fd:
+                harvest = _take_builds(harvest, selector)
+            elif key.fileobj is control:
                 try:
                     data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE_BYTES, MAX_FDS)
                 except OSError:
                     data, fds = b"", []
                 if not data:
                     return  # the judge is gone: so are the children (their parent-death signal)
+                if harvest is not None:
+                    harvest = _take_builds(harvest, selector)  # what is built by now goes to this child too
                 reply = _spawn(json.loads(data), fds)
                 if "spawned" in reply:
                     pidfd = os.pidfd_open(reply["spawned"])
                     children[pidfd] = reply["spawned"]
                     selector.register(pidfd, selectors.EVENT_READ)
                 control.send(json.dumps(reply).encode())
-            else:
+            elif key.fd in children:  # (a builder's pipe closed earlier in this round is neither)
                 pid = children.pop(key.fd)
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
                 control.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _take_builds(harvest: Harvest, selector) -> Harvest | None:
+    """The builder's frames read so far; None once it has ended (its pipe no longer watched)."""
+    fd = harvest.fd
+    if harvest.read():
+        return harvest
+    selector.unregister(fd)
+    harvest.close()
+    return None
 
 
 def _spawn(request: dict, fds: list[int]) -> dict:

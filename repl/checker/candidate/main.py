@@ -77,6 +77,10 @@ class Candidate:
             torch.empty(1, device=self.device)  # the CUDA context, now
         self.recorder = LaunchRecorder()
         self.timing = CandidateTiming(self.device, self.forward, self.recorder)  # its clock, before candidate code
+        if self.on_cuda:  # the launchers the fork server had built (prebuilt_launchers.py), before the warm-up's
+            from repl.checker.candidate.prebuilt_launchers import seed_triton_cache
+
+            seed_triton_cache()
         # Triton's driver helper and compiler (on a CPU, its front end for a GPU too) ready, not on a check's clock.
         self.recorder.front_end = warm_up(self.device)
         install_inductor_compat(preload=self.on_cuda)  # see its docstring: on a CPU, only when a kernel imports it
