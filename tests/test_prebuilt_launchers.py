@@ -138,8 +138,10 @@ GPU_PROBE = textwrap.dedent("""
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_a_seeded_process_builds_no_launcher_for_common_kernels(tmp_path):
-    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", GPU_PROBE, str(ROOT)], capture_output=True, text=True, env=env,
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    probe = tmp_path / "probe.py"  # Triton reads a kernel's source from its file
+    probe.write_text(GPU_PROBE)
+    done = subprocess.run([sys.executable, str(probe), str(ROOT)], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok")

@@ -105,7 +105,10 @@ def builder_main() -> int:
     try:
         jobs = _builders()
         sent: set = set()
-        workers = max(1, min(BATCH, (os.cpu_count() or 2) // 2))
+        # Beside a cold check's critical path (the judge's imports, the first candidate): a quarter of the cores,
+        # at a lower priority.
+        os.nice(5)
+        workers = max(1, min(BATCH, (os.cpu_count() or 2) // 4))
         with ThreadPoolExecutor(workers) as pool:
             for start in range(0, len(jobs), BATCH):
                 for future in [pool.submit(build) for build in jobs[start:start + BATCH]]:
