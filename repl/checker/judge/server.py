@@ -195,6 +195,11 @@ def main() -> None:
         # Its candidates now come from its fork server, which has what it needs: from here on no new namespace or
         # mount for the reference (which could otherwise mount a /proc without covers in a namespace of its own).
         notes += install_syscall_filter()
+    import torch
+
+    from repl.checker.devices import bytecode_notes
+
+    notes += bytecode_notes(torch)
     channel.send({"ready": True, "notes": notes})
     JudgeServer(channel, judge).serve()
     judge.pool.close()
