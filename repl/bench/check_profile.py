@@ -1,10 +1,12 @@
 """Where a cold check's time goes, function by function:
-`python -m repl.bench.check_profile REFERENCE KERNEL [--device cuda] [--top 40] [--json]`
+`python -m repl.bench.check_profile REFERENCE KERNEL [--device cuda] [--top 40] [--warm] [--json]`
 
 A judge in this process (unconfined: the figures are a confined judge's less its sandbox), one check, its threads'
 stacks sampled every 10 ms (py-spy's way, without py-spy): for each function, the share of the wall time it was on
-the main thread's stack (inclusive), and the same for the judge's other threads. With the check's `phases_s`. Not a
-test: a tool for choosing what to make faster.
+the main thread's stack (inclusive), and the same for the judge's other threads. With the check's `phases_s`, and a
+timeline of what the judge waited for: each request to the candidate (its op and seconds) and each run of the
+reference. `--warm`: a first check, then the same one profiled on a judge that has seen the problem and holds a ready
+spare, as `:run` again in a session. Not a test: a tool for choosing what to make faster.
 """
 
 import argparse
@@ -73,29 +75,59 @@ def watch_candidates(started: float) -> list:
     return seen
 
 
+def time_waits() -> list:
+    """(what, seconds) for each request the judge sends a candidate and each run of the reference, in order."""
+    from repl.checker.judge.check import CheckRun
+    from repl.checker.judge.problems import Judge
+
+    timeline = []
+
+    def timed(method, what):
+        def wrapper(self, first, *args, **kwargs):
+            started = time.monotonic()
+            try:
+                return method(self, first, *args, **kwargs)
+            finally:
+                timeline.append((what(first), round(time.monotonic() - started, 4)))
+        return wrapper
+
+    CheckRun.exchange = timed(CheckRun.exchange, lambda request: f"candidate {request.get('op')}")
+    Judge.run_reference = timed(Judge.run_reference, lambda problem: "reference")
+    return timeline
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reference")
     parser.add_argument("kernel")
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--warm", action="store_true", help="profile a second check of the same problem")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args(argv)
     request = {"reference_code": Path(options.reference).read_text(), "kernel_code": Path(options.kernel).read_text(),
                "atol": None, "rtol": None, "trials": 5, "timeout": 120, "interpreter_timing": options.device == "cpu"}
     started = time.monotonic()
     candidates = watch_candidates(started)
-    with Sampler() as sampler:
-        from repl.checker.judge.check import run_check
-        from repl.checker.judge.problems import Judge
+    timeline = time_waits()
+    from repl.checker.judge.check import run_check
+    from repl.checker.judge.problems import Judge
 
-        judge = Judge(options.device, None, None, spares=0)
+    if options.warm:
+        judge = Judge(options.device, None, None, spares=1)
+        run_check(judge, request, threading.Event(), lambda name, **extra: None)
+        judge.pool.wait_for_spares(time.monotonic() + 120, threading.Event())
+        timeline.clear()
+        started = time.monotonic()
+    with Sampler() as sampler:
+        if not options.warm:
+            judge = Judge(options.device, None, None, spares=0)
         judge_s = time.monotonic() - started
         result = run_check(judge, request, threading.Event(), lambda name, **extra: None)
     judge.pool.close()
     report = {"verdict": str(result.verdict), "wall_s": round(time.monotonic() - started, 2),
               "judge_start_s": round(judge_s, 2), "phases_s": result.phases_s, "notes": result.notes,
-              "candidates": candidates,
+              "candidates": candidates, "timeline": timeline,
               "main_thread": sampler.top("main", options.top), "other_threads": sampler.top("other", options.top)}
     if options.json:
         print(json.dumps(report))
