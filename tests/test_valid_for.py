@@ -4,7 +4,7 @@ own tests run the real kernels through the judge."""
 
 import torch
 
-from repl.checker.judge.valid_for import ReferenceRefused, explore, variants, size_groups
+from repl.checker.judge.valid_for import ReferenceRefused, SizeGroup, explore, size_groups, variants
 
 
 def trial_of(kernel, reference):
@@ -87,7 +87,7 @@ def test_other_shapes_of_several_inputs_are_said_as_their_form():
         return a @ b if b.shape[1] == 16 else torch.zeros(a.shape[0], b.shape[1])
 
     record = explore([torch.randn(4, 8), torch.randn(8, 16)], trial_of(fixed_columns, torch.matmul), "cpu")
-    assert record["summary"].startswith("any size of the form [a, b], [b, 16] (first failure: [[4, 8], [8, 8]]: "
+    assert record["summary"].startswith("any size of the form [a, b], [b, 16] (first failure: [[4, 8], [8, 15]]: "
                                         "mismatch")
 
 
@@ -99,7 +99,19 @@ def test_a_single_input_with_sizes_apart_keeps_its_listed_summary():
 def test_larger_sizes_stay_within_the_bytes_budget():
     inputs = [torch.randn(64, 64, 64)]
     labels = [variant.label for variant in variants(inputs, size_groups(inputs))]
-    assert labels == ["size 64 -> 1 (batch 1)", "size 64 -> 32 (smaller)", "size 64 -> 63 (odd)"]
+    assert labels == ["size 64 -> 1 (batch 1)", "size 64 -> 63 (odd)"]  # 63 is the smaller size too
+
+
+def test_an_odd_size_is_also_tried_smaller():
+    inputs = [torch.randn(3, 65)]
+    labels = [variant.label for variant in variants(inputs, size_groups(inputs))]
+    assert labels == ["size 3 -> 1 (batch 1)", "size 3 -> 5 (odd)", "size 3 -> 6 (larger)",
+                      "size 65 -> 32 (smaller)", "size 65 -> 67 (odd)", "size 65 -> 130 (larger)"]
+
+
+def test_sizes_apart_cost_nothing_for_a_huge_size():
+    group = SizeGroup(1 << 40, [(0, 0), (1, 0), (1, 1)])  # a list of every smaller size would never end
+    assert group.apart() == {(0, 0): (1 << 40) - 1, (1, 0): (1 << 40) - 2, (1, 1): (1 << 40) - 3}
 
 
 # -- through the judge: the checker's own cases ------------------------------------------------------------------
