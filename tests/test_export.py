@@ -167,6 +167,18 @@ def test_repl_export_refuses_an_unchecked_kernel_then_writes_a_checked_one(tmp_p
     assert "relu_triton_export.py exists; :export relu_triton_export.py --force overwrites it" in output(console)
 
 
+def test_repl_export_into_a_missing_folder_says_which_and_keeps_the_kernel(tmp_path, monkeypatch):
+    from test_repl_session import KERNEL, RELU, make_session, output
+
+    session, _, console = make_session(tmp_path, monkeypatch)
+    session.handle(RELU)
+    session.attempt.check = relu_check()
+    session.handle(":export no/such/dir/k.py")
+    said = " ".join(output(console).split())
+    assert "could not write no/such/dir/k.py: the folder no/such/dir does not exist; the kernel is still here" in said
+    assert session.attempt.kernel == KERNEL and not (tmp_path / "no").exists()
+
+
 def test_repl_export_calls_the_kernel_directly_unless_op_asks_for_the_custom_op(tmp_path, monkeypatch):
     from test_repl_session import RELU, make_session, output
 
@@ -230,6 +242,8 @@ def test_check_export_writes_only_a_correct_kernel_and_the_op_form_only_with_op(
     assert right.returncode == 0, right.stderr
     text = (tmp_path / "right.py").read_text()
     assert "# valid for: any size of dims 0, 1, 2 and 3" in text and "KERNELLLM_OP_NAME = None\n" in text
+    missing = check("relu_triton.py", tmp_path / "no" / "such" / "right.py")
+    assert missing.returncode == 1 and f"the folder {tmp_path / 'no' / 'such'} does not exist" in missing.stderr
     op = check("relu_triton.py", tmp_path / "op.py", "--op")
     assert op.returncode == 0 and "the op form (--op) is verified on the CPU" in op.stderr, op.stderr
     assert "KERNELLLM_OP_NAME = 'kernelllm::relu_reference_" in (tmp_path / "op.py").read_text()

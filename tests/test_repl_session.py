@@ -121,7 +121,7 @@ def test_save_into_a_missing_directory_reports_and_keeps_the_kernel(tmp_path, mo
     session, _, console = make_session(tmp_path, monkeypatch)
     session.handle(RELU)
     session.handle(":save no/such/dir/k.py")
-    assert "could not write no/such/dir/k.py" in output(console)
+    assert "could not write no/such/dir/k.py: the folder no/such/dir does not exist" in output(console)
     assert session.attempt.kernel == KERNEL
 
 

@@ -4,7 +4,7 @@ alone on stdout or in --out, so that `python kernelllm.py < model.py > kernel.py
 import sys
 
 from repl.core.errors import one_line
-from repl.core.kernel_file import write_kernel_file
+from repl.core.kernel_file import why_not_written, write_kernel_file
 from repl.ui.console import inert, write_untrusted
 
 
@@ -43,7 +43,7 @@ def _written(path: str, write):
     except FileExistsError:
         say(f"error: {path} exists; add --force to overwrite it")
     except OSError as error:
-        say(f"error: could not write {path}: {error.strerror or one_line(error)}")
+        say(f"error: could not write {path}: {why_not_written(path, error)}")
     return None
 
 

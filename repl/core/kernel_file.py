@@ -56,6 +56,17 @@ def real_folder(path: Path) -> Path:
     return path
 
 
+def why_not_written(path: str | os.PathLike, error: OSError) -> str:
+    """One line on why a kernel or export file could not be written: a missing folder by name, else the system's
+    reason. The same for :save, :export and the command line's --save and --export."""
+    from repl.core.errors import one_line
+
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        return f"the folder {folder} does not exist"
+    return error.strerror or one_line(error)
+
+
 def write_kernel_file(path: str | os.PathLike, text: str, force: bool = False) -> Path:
     """Write text to path atomically. FileExistsError when the name exists (a dangling link too) and force is
     false; OSError for a symbolic link (never followed) and other failures (a full disk, no permission), which leave

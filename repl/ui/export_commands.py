@@ -3,7 +3,7 @@ command table of commands.py; it works on ``session.attempt`` as :save does."""
 
 from rich.text import Text
 
-from repl.core.errors import one_line
+from repl.core.kernel_file import why_not_written
 from repl.ui.command_parsing import CommandError
 from repl.ui.console import terminal_safe
 
@@ -35,7 +35,8 @@ def export_command(session, arguments):
         again = " --op" if op else ""
         raise CommandError(f"{target} exists; :export {target} --force{again} overwrites it") from None
     except OSError as error:
-        raise CommandError(f"could not write {target}: {error.strerror or one_line(error)}") from None
+        raise CommandError(f"could not write {target}: {why_not_written(target, error)}; the kernel is still here "
+                           "(:show)") from None
     session.console.print(f"Exported {written.resolve()}", style="ok")
     summary = terminal_safe(str(attempt.check.valid_for.get("summary")))
     session.console.print(Text(f"Its Model runs the kernel for {summary}, PyTorch otherwise (and whenever autograd "

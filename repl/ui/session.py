@@ -19,7 +19,7 @@ from repl.engine.engine import Engine
 from repl.core.errors import one_line
 from repl.core.extract import defines_model_new, extract_kernel_code
 from repl.generation import INTERRUPTED, TRUNCATED, GenerationError, PromptTooLong, Reply
-from repl.core.kernel_file import kernel_header, write_kernel_file
+from repl.core.kernel_file import kernel_header, why_not_written, write_kernel_file
 from repl.core.module_source import ModuleSource, inspect_module_source
 from repl.core.paths import history_file
 from repl.core.wording import counted
@@ -402,9 +402,8 @@ class ReplSession:
         except FileExistsError:
             raise commands.CommandError(f"{target} exists; :save {target} --force overwrites it") from None
         except OSError as error:
-            folder = Path(target).expanduser().parent
-            why = f"the folder {folder} does not exist" if not folder.is_dir() else error.strerror or one_line(error)
-            raise commands.CommandError(f"could not write {target}: {why}; the kernel is still here (:show)") from None
+            raise commands.CommandError(f"could not write {target}: {why_not_written(target, error)}; the kernel is "
+                                        "still here (:show)") from None
         self.console.print(f"Saved {written.resolve()}", style="ok")
         if syntax_error:
             self.console.print(f"It does not parse ({syntax_error}).", style="warn")
