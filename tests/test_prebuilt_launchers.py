@@ -145,3 +145,19 @@ def test_on_a_gpu_a_seeded_process_builds_no_launcher_for_common_kernels(tmp_pat
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok")
+
+
+def test_a_builder_that_cannot_start_is_no_builder(monkeypatch):
+    import subprocess as subprocess_module
+
+    def refuse(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess_module, "Popen", refuse)
+    assert Harvest.start() is None  # the fork server goes on; its candidates build their own launchers
+
+
+def test_what_is_not_a_frame_ends_the_harvest_without_an_error(empty_prebuilt):
+    harvest = Harvest([sys.executable, "-c", FAKE_BUILDER + "\nout.write(b'not json\\n'); out.flush()\n"])
+    harvest_all(harvest)
+    assert len(PREBUILT) == 2  # the frames before it were kept

@@ -89,7 +89,7 @@ def serve(control: socket.socket, device: str) -> None:
         control.send(json.dumps({"unusable": problem}).encode())
         return
     # Triton's launchers built beside this process's imports (prebuilt_launchers.py), for the candidates it forks.
-    harvest = Harvest() if device == "cuda" else None
+    harvest = Harvest.start() if device == "cuda" else None
     _preload(device)
     if device == "cuda" and _cuda_unusable_in_children():
         control.send(json.dumps({"unusable": "its imports touched CUDA: its children could not use the GPU"}).encode())

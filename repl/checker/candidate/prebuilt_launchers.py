@@ -140,6 +140,14 @@ class Harvest:
         self.fd = self.process.stdout.fileno()
         os.set_blocking(self.fd, False)
 
+    @classmethod
+    def start(cls) -> "Harvest | None":
+        """The builder started, or None where it cannot be (its candidates then build their own, as before)."""
+        try:
+            return cls()
+        except OSError:
+            return None
+
     def read(self) -> bool:
         """Takes what the pipe holds; False once the builder has ended (its pipe closed)."""
         while True:
@@ -150,7 +158,10 @@ class Harvest:
             if not chunk:
                 return False
             self.buffer += chunk
-            self._parse()
+            try:
+                self._parse()
+            except (ValueError, KeyError, TypeError):  # not the builder's frames: nothing more is taken from it
+                return False
 
     def _parse(self) -> None:
         while b"\n" in self.buffer:
