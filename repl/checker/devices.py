@@ -64,15 +64,3 @@ def lanes(device: str, jobs: int = 1) -> list[str]:
         return ["cpu"] * jobs
     return [device] * jobs
 
-
-# Read after "the module ran with " (caller/judge_process.py).
-BYTECODE_NOTE = ("torch imported from source (no compiled bytecode here: installed without it, or "
-                 "PYTHONDONTWRITEBYTECODE): every checker process compiles torch's Python, seconds of each check; "
-                 "`python -m compileall` over its site-packages removes that")
-
-
-def bytecode_notes(module) -> list[str]:
-    """The note above where `module` (torch) was imported from source: its bytecode file is missing, and a
-    confined process cannot write one (on the H200 machine: a cold check 17-18 s instead of 8-9, docs/gpu-runs.md)."""
-    cached = getattr(module, "__cached__", None)
-    return [BYTECODE_NOTE] if cached and not os.path.exists(cached) else []

@@ -183,7 +183,8 @@ class Harvest:
 
 def seed_triton_cache() -> int:
     """Writes the inherited files into this process's Triton cache, each in the folder the builder's cache had it
-    in (Triton's file cache: its folder per key); how many. None where a cache manager of the user's is set."""
+    in (Triton's file cache: its folder per key); how many. None are written where the user set a cache manager
+    of their own."""
     from triton import knobs
 
     if not PREBUILT or knobs.cache.manager_class is not None:

@@ -197,7 +197,7 @@ def main() -> None:
         notes += install_syscall_filter()
     import torch
 
-    from repl.checker.devices import bytecode_notes
+    from repl.checker.judge.bytecode import bytecode_notes
 
     notes += bytecode_notes(torch)
     channel.send({"ready": True, "notes": notes})
