@@ -3,6 +3,7 @@ that each parses and differs from the original in one launch parameter, and whic
 a test double of the checker (the CPU interpreter gives none); on a GPU, :tune checks each variant for real."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_the_kept_gain_is_the_variants_slower_timing_against_the_originals_faste
     timings = iter([5.0, 8.0, 6.0])  # the variant; then the original (8 ms, its first check said 10) and the variant
 
     def check(code: str) -> CheckResult:
-        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+        return timed(next(timings)) if "XBLOCK=128, num_warps=4, num_stages=2)" in code or code == INDUCTOR else timed(10.0)
 
     report = tune(INDUCTOR, timed(10.0), check)
     assert report.speedup == pytest.approx(8 / 6) and report.best.check.kernel_ms == 6.0
@@ -83,10 +84,53 @@ def test_a_gain_that_does_not_survive_a_second_timing_is_dropped():
     timings = iter([6.0, 10.0, 9.9])  # the variant, then the original and the variant again
 
     def check(code: str) -> CheckResult:
-        return timed(next(timings)) if "num_stages=2" in code or code == INDUCTOR else timed(10.0)
+        return timed(next(timings)) if "XBLOCK=128, num_warps=4, num_stages=2)" in code or code == INDUCTOR else timed(10.0)
 
     report = tune(INDUCTOR, timed(10.0), check)
     assert report.best is None and report.best_code is None and report.speedup is None
+
+
+def by_launch(times: dict, default: float = 10.0):
+    """The checker's test double for a climb: each text's timing by its launch's (XBLOCK, num_warps, num_stages),
+    and every text it was asked to check."""
+    asked = []
+
+    def check(code: str) -> CheckResult:
+        asked.append(code)
+        launch = re.search(r"XBLOCK=(\d+), num_warps=(\d+), num_stages=(\d+)\)", code)
+        return times.get(tuple(int(value) for value in launch.groups()), timed(default))
+    return check, asked
+
+
+def test_the_climb_goes_on_around_each_rounds_winner_until_nothing_is_faster():
+    # 128 -> 256 -> 512 each faster; 1024 slower; 512 with 8 warps no better: two doublings a single round misses
+    check, asked = by_launch({(256, 4, 1): timed(8.0), (512, 4, 1): timed(6.0), (1024, 4, 1): timed(7.0),
+                              (512, 8, 1): timed(6.1)})
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert "XBLOCK=512, num_warps=4, num_stages=1)" in report.best_code
+    assert report.best.label == "triton_poi_fused_relu_0 XBLOCK 128 -> 512, again"
+    assert report.speedup == pytest.approx(10 / 6)
+    variants_checked = asked[:-2]  # the last two: the original and the winner, timed again
+    assert len(variants_checked) == len(set(variants_checked)) and INDUCTOR not in variants_checked
+    labels = [tried.label for tried in report.tried]
+    assert "triton_poi_fused_relu_0 XBLOCK 128 -> 1024" in labels  # the third round looked past 512
+    assert "triton_poi_fused_relu_0 XBLOCK 128 -> 512, num_warps 4 -> 8" in labels  # and around it
+
+
+def test_a_step_must_beat_the_rounds_start_by_the_minimum_gain_to_go_on():
+    # 256 is 2% faster than the original: not a step; the climb stops after its first round
+    check, asked = by_launch({(256, 4, 1): timed(9.8), (512, 4, 1): timed(1.0)})
+    report = tune(INDUCTOR, timed(10.0), check)
+    assert report.best is None and len(report.tried) == 5
+    assert not any("XBLOCK=512," in code for code in asked)
+
+
+def test_the_climb_stops_when_its_checks_run_out():
+    faster = {(128 * 2 ** step, 4, 1): timed(10.0 - step) for step in range(1, 6)}  # 256 ... 4096, each faster
+    check, asked = by_launch(faster)
+    report = tune(INDUCTOR, timed(10.0), check, max_checks=7)
+    assert len(report.tried) == 7 + 2  # seven variants, then the confirmation's two checks
+    assert "XBLOCK=512," in report.best_code  # round one: 5 checks; round two reached 512 within the last 2
 
 
 def test_only_a_correct_kernel_timed_on_a_gpu_is_tuned():

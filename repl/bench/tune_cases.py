@@ -22,8 +22,7 @@ def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: 
     from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
 
     original = check(kernel)
-    count = len(variants(kernel))
-    row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": count,
+    row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": len(variants(kernel)),
            "valid_for": (original.valid_for or {}).get("summary"), "check_s": original.elapsed_s,
            "check_phases_s": original.phases_s}
     refusal = tune_refusal(original)
@@ -36,7 +35,8 @@ def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: 
             "original_again_ms": report.baseline.check.kernel_ms if kept else None,
             "tuned_ms": report.best.check.kernel_ms if kept else original.kernel_ms,
             "speedup": report.speedup if kept else 1.0, "tune_s": round(time.monotonic() - started, 1),
-            "usable_variants": sum(tried.usable for tried in report.tried[:count]), "checks": 1 + len(report.tried),
+            "variants": report.variants_checked, "checks": 1 + len(report.tried),
+            "usable_variants": sum(tried.usable for tried in report.tried[:report.variants_checked]),
             "reverified": report.best.check.correct if kept else None, "tuned_code": report.best_code,
             "tried": [[tried.label, tried.check.verdict.value if tried.check else tried.why,
                        tried.check.kernel_ms if tried.check else None] for tried in report.tried]}

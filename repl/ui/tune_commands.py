@@ -14,10 +14,10 @@ from repl.ui.interrupts import interrupts_as_event
 
 def tune_command(session, arguments):
     """Tune the current kernel's launch parameters on the GPU (block sizes, num_warps, num_stages around the
-    model's choice): each variant is checked and timed like any kernel, the fastest correct one becomes current
+    model's choice, then around each faster variant): each variant is checked and timed like any kernel, the fastest correct one becomes current
     and is logged as a tuned variant of the checked kernel (:history, --continue, :save and :export see it); on the
     CPU it says why not."""
-    from repl.workflows.tune import tune, tune_refusal, variants
+    from repl.workflows.tune import MAX_CHECKS, tune, tune_refusal, variants
     from repl.workflows.tune_record import tuning_record
 
     options = parse_options(arguments, {"--trials": CHECK_OPTIONS["--trials"]})
@@ -25,7 +25,8 @@ def tune_command(session, arguments):
     count = len(variants(attempt.kernel))
     if not count:
         raise CommandError("not tuned: its launches name no block size, num_warps or num_stages to vary")
-    session.console.print(f"Checking {counted(count, 'variant')} of the launch parameters on the GPU…", style="hint")
+    session.console.print(f"Checking {counted(count, 'variant')} of the launch parameters on the GPU, then the "
+                          f"variants around each faster one (at most {MAX_CHECKS} in all)…", style="hint")
     with interrupts_as_event() as interrupted:
         def check(code: str):
             if interrupted.is_set():

@@ -1,7 +1,12 @@
 """Tune a correct kernel's launch parameters: variants of its text (each constexpr block size, num_warps and
 num_stages of a launch ``kernel[grid](..., XBLOCK=128, num_warps=4)`` around the model's choice), each one a candidate
 checked and timed by the same checker as any other, the fastest correct one kept; the original when nothing beats
-it. A variant that changes results (a grid that no longer covers the output) fails its check and is dropped."""
+it. A variant that changes results (a grid that no longer covers the output) fails its check and is dropped.
+
+The search climbs: after a round of variants around the original, the next round is the variants around the
+round's winner, until a round finds nothing faster or the checks run out. The model's launch numbers are often
+several doublings away from the best (its training targets were tuned for KernelBook's small inputs), which one
+round around its own choice cannot reach."""
 
 import ast
 import re
@@ -10,7 +15,8 @@ from typing import Callable
 
 from repl.checker.result import CheckResult
 
-MAX_VARIANTS = 12
+MAX_VARIANTS = 12  # of one round
+MAX_CHECKS = 24  # variants checked in all rounds, before the winner's confirmation
 MIN_GAIN = 0.03  # a variant must be this much faster than the original to replace it: timings scatter that much
 _BLOCK_NAME = re.compile(r"BLOCK|^[XYZR]?BLOCK$|_SIZE$")
 WARPS = (1, 2, 4, 8, 16)
@@ -59,6 +65,7 @@ class TuneReport:
     best: Tried | None = None  # the variant kept (its confirming check); None: the original is kept
     best_code: str | None = None
     baseline: Tried | None = None  # the original checked again beside the kept variant's confirmation
+    variants_checked: int = 0  # the first entries of `tried`; the rest confirm the winner
 
     @property
     def speedup(self) -> float | None:
@@ -126,24 +133,66 @@ def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
 
 
 def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
-         on_tried: Callable[[Tried], None] = lambda tried: None) -> TuneReport:
-    """Check every variant with `check` (the session's checker: fresh inputs, timed); keep the fastest correct,
-    unflagged one that beats the original by MIN_GAIN."""
+         on_tried: Callable[[Tried], None] = lambda tried: None, max_checks: int = MAX_CHECKS) -> TuneReport:
+    """Check the variants with `check` (the session's checker: fresh inputs, timed), round after round around the
+    fastest so far; keep the fastest correct, unflagged one that beats the original by MIN_GAIN (and each round's
+    winner the one before it), once confirmed."""
     report = TuneReport(original=Tried("as generated", original))
-    for variant in variants(code):
-        try:
-            tried = Tried(variant.label, check(variant.code))
-        except Exception as error:  # the checker's own failure: this variant is not known to be right
-            tried = Tried(variant.label, None, why=str(error))
-        report.tried.append(tried)
-        on_tried(tried)
-        if tried.usable and original.kernel_ms and (
-                report.best is None or tried.check.kernel_ms < report.best.check.kernel_ms) and (
-                tried.check.kernel_ms <= original.kernel_ms * (1 - MIN_GAIN)):
-            report.best, report.best_code = tried, variant.code
+    if not original.kernel_ms:
+        return report
+    current, current_ms, seen = code, original.kernel_ms, {code}
+    while len(report.tried) < max_checks:
+        winner = None
+        for variant in variants(current):
+            if len(report.tried) >= max_checks:
+                break
+            if variant.code in seen:  # a step back to where the climb has been
+                continue
+            seen.add(variant.code)
+            label = describe_changes(code, variant.code) or variant.label
+            try:
+                tried = Tried(label, check(variant.code))
+            except Exception as error:  # the checker's own failure: this variant is not known to be right
+                tried = Tried(label, None, why=str(error))
+            report.tried.append(tried)
+            on_tried(tried)
+            if tried.usable and tried.check.kernel_ms <= current_ms * (1 - MIN_GAIN) and (
+                    winner is None or tried.check.kernel_ms < winner[0].check.kernel_ms):
+                winner = (tried, variant.code)
+        if winner is None:
+            break
+        (report.best, report.best_code), current = winner, winner[1]
+        current_ms = winner[0].check.kernel_ms
+    report.variants_checked = len(report.tried)
     if report.best is not None:
         confirm(report, code, check)
     return report
+
+
+def launch_changes(original: str, tuned: str) -> list[dict]:
+    """Each launch parameter whose value differs between the two texts: kernel, parameter, from, to (num_warps
+    from Triton's default where the original did not say)."""
+    def values(text: str) -> dict:
+        found, seen = {}, {}
+        for parameter in launch_parameters(text):
+            key = (parameter.kernel, parameter.name)
+            seen[key] = seen.get(key, -1) + 1  # the n-th launch of that kernel with that parameter
+            found[(*key, seen[key])] = parameter.value
+        return found
+
+    before, after = values(original), values(tuned)
+    return [{"kernel": kernel, "parameter": name, "from": before.get((kernel, name, n), DEFAULT_WARPS), "to": value}
+            for (kernel, name, n), value in after.items() if before.get((kernel, name, n)) != value]
+
+
+def describe_changes(original: str, tuned: str) -> str:
+    """'triton_poi_fused_relu_0 XBLOCK 128 -> 512, num_warps 4 -> 8': every parameter the climb changed."""
+    parts, last_kernel = [], None
+    for change in launch_changes(original, tuned):
+        name = f"{change['parameter']} {change['from']} -> {change['to']}"
+        parts.append(name if change["kernel"] == last_kernel else f"{change['kernel']} {name}")
+        last_kernel = change["kernel"]
+    return ", ".join(parts)
 
 
 def confirm(report: TuneReport, code: str, check: Callable[[str], CheckResult]) -> None:
