@@ -5,6 +5,8 @@ Triton's interpreter, the sample and the hand-written group chosen by their rule
 import gzip
 import json
 
+import pytest
+
 from repl.bench.kernelbook_format import kernelbook_code
 from repl.bench.tune_corpus import hand_written, main
 
@@ -108,7 +110,7 @@ def test_the_corpus_kernel_is_checked_then_tuned_through_the_checker_and_reporte
     level, corpus = write_problem_and_corpus(tmp_path)
     out, kept = tmp_path / "out.json", tmp_path / "kept"
     assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out),
-                 "--keep", str(kept)]) == 0
+                 "--keep", str(kept), "--max-checks", "4"]) == 0  # the first round (the CPU's timings are noise)
     report = json.loads(out.read_text())
     tuned, never = report["kernels"]
     assert never == {"group": "inductor", "kernel": "level1/8_Never_compiled.py",
@@ -195,3 +197,96 @@ def test_calls_arguments_are_the_modules_tensors_in_the_order_dynamo_lifts_them(
     forward = model_new(BATCH_NORM, call, tensors)
     assert "primals_5 = self.norm.running_mean\n        primals_6 = self.norm.running_var\n" \
            "        primals_7 = self.norm.weight\n" in forward
+
+
+LARGE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super(Model, self).__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.sigmoid(x) * self.scale
+
+
+batch_size = 65536
+dim = 8192
+scale = 3
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [scale]
+'''
+
+
+def input_bytes(source: str) -> int:
+    from repl.bench.tune_corpus import problem_tensors
+
+    return problem_tensors(source)[1]
+
+
+def test_a_problem_over_the_inputs_budget_has_its_input_sizes_halved_until_it_fits():
+    from repl.bench.problem_sizes import fit
+
+    assert input_bytes(LARGE) == 65536 * 8192 * 4  # 2 GiB
+    source, sizes = fit(LARGE, input_bytes, 1 << 30)
+    assert "batch_size = 32768\ndim = 4096\nscale = 3\n" in source  # both halved: 512 MiB; scale is the module's
+    assert sizes == "inputs scaled by 0.5: batch_size 65,536 → 32,768, dim 8,192 → 4,096"
+    assert fit(LARGE, input_bytes, 3 << 30) == (LARGE, "")
+
+
+def test_a_problem_that_cannot_be_scaled_to_fit_says_why():
+    from repl.bench.problem_sizes import fit
+
+    with pytest.raises(ValueError, match="inputs over 1 GiB, and get_inputs\\(\\) uses no whole-number constant"):
+        fit(PROBLEM.replace("torch.randn(16, 32)", "torch.randn(1 << 20, 1 << 9)"), input_bytes, 1 << 30)
+
+
+def test_kernelbook_sizes_shrink_the_inputs_to_a_few_thousand_elements_but_no_size_below_four():
+    from repl.bench.problem_sizes import at_kernelbook_sizes
+
+    assert "batch_size = 128\ndim = 16\n" in at_kernelbook_sizes(LARGE, input_bytes)  # 1/512: 2048 elements
+    images = LARGE.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, 3, height, height)").replace(
+        "dim = 8192", "height = 16")
+    assert "batch_size = 16384\nheight = 4\n" in at_kernelbook_sizes(images, input_bytes)  # height stops it at 1/4
+    assert at_kernelbook_sizes(PROBLEM, input_bytes) == PROBLEM  # 512 elements already: as it is
+
+
+def test_model_style_takes_the_small_compiles_numbers_for_each_kernel_launched_with_the_same_keywords():
+    from repl.bench.problem_sizes import model_style_configs
+
+    own = {"triton_poi_a_0": {"kwargs": {"XBLOCK": 1024}, "num_warps": 4, "num_stages": 1},
+           "triton_red_b_1": {"kwargs": {"XBLOCK": 1, "R0_BLOCK": 2048}, "num_warps": 16, "num_stages": 1},
+           "triton_poi_c_2": {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1}}
+    small = {"triton_poi_a_0": {"kwargs": {"XBLOCK": 128}, "num_warps": 4, "num_stages": 1},
+             "triton_red_b_1": {"kwargs": {"XBLOCK": 8}, "num_warps": 2, "num_stages": 1},  # other keywords
+             "triton_poi_c_2": {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1}}  # the same numbers
+    configs, changed = model_style_configs(own, small)
+    assert changed == ["triton_poi_a_0"]
+    assert configs == {**own, "triton_poi_a_0": small["triton_poi_a_0"]}
+
+
+def test_model_style_kernels_get_the_kernelbook_size_launch_numbers_and_are_timed_with_inductors_too(tmp_path):
+    level, corpus = write_problem_and_corpus(tmp_path)
+    small = {"triton_poi_fused_add_t_0": {"kwargs": {"YBLOCK": 32, "XBLOCK": 8}, "num_warps": 2, "num_stages": 1}}
+    with gzip.open(corpus, "at") as lines:
+        lines.write(json.dumps({"problem": "7_Transpose_add.py", "level": "level1", "variant": "kernelbook-sizes",
+                                "codes": [INDUCTOR_CODE], "configs": small}) + "\n")
+    out, kept = tmp_path / "out.json", tmp_path / "kept"
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out), "--keep", str(kept),
+                 "--launch", "kernelbook", "--max-checks", "3", "--limit", "1"]) == 0
+    row = json.loads(out.read_text())["kernels"][0]
+    assert row["group"] == "model-style" and row["launch_changed"] == ["triton_poi_fused_add_t_0"]
+    assert row["verdict"] == "correct" and row["inductor_verdict"] == "correct" and row["inductor_ms"] > 0
+    assert row["variants"] == 3 and row["checks"] == 1 + len(row["tried"])
+    assert "(arg0_1, buf0, 16, 32, YBLOCK=32, XBLOCK=8, num_warps=2, num_stages=1)" in (
+        kept / "level1__7_Transpose_add.py").read_text()
+    summary = json.loads(out.read_text())["summary"]["model-style"]
+    assert summary["tuned"] == 1 and summary["inductor_timed"] == 1 and summary["tuned_vs_inductor"] > 0

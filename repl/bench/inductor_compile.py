@@ -23,14 +23,15 @@ def launch_configs() -> dict:
     return found
 
 
-def compile_problem(path: str, variant: str = "default", shrink: bool = False) -> dict:
+def compile_problem(path: str, variant: str = "default", shrink: bool = False, source: str | None = None) -> dict:
     """{"codes": the output code of each compiled graph, "configs": launch_configs()} of the problem at ``path``
-    compiled on the GPU; variant "dynamic" compiles with dynamic=True; shrink divides its size constants by 8."""
+    (or its text ``source``) compiled on the GPU; variant "dynamic" compiles with dynamic=True; shrink divides its
+    size constants by 8."""
     import torch
     from torch._inductor.utils import run_and_get_code
 
     namespace: dict = {"__name__": "kernelbench_problem"}
-    exec(compile(Path(path).read_text(), path, "exec"), namespace)
+    exec(compile(Path(path).read_text() if source is None else source, path, "exec"), namespace)
     if shrink:
         for name, value in list(namespace.items()):
             if isinstance(value, int) and not isinstance(value, bool) and value >= 64 and not name.startswith("_"):

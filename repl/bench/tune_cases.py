@@ -16,10 +16,12 @@ from typing import Callable
 from repl.checker.result import CheckResult
 
 
-def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: bool = False) -> dict:
+def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: bool = False,
+              max_checks: int | None = None) -> dict:
     """Check `kernel` with `check` (code -> its CheckResult against the problem), then tune it as :tune does.
-    interpreter: the checks time under Triton's CPU interpreter (figures that test the tool), so tune there too."""
-    from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
+    interpreter: the checks time under Triton's CPU interpreter (figures that test the tool), so tune there too.
+    max_checks: the variants the climb may check (:tune's MAX_CHECKS by default)."""
+    from repl.workflows.tune import CPU_REFUSAL, MAX_CHECKS, tune, tune_refusal, variants
 
     original = check(kernel)
     row = {"verdict": original.verdict.value, "kernel_ms": original.kernel_ms, "variants": len(variants(kernel)),
@@ -29,7 +31,7 @@ def tune_pair(check: Callable[[str], CheckResult], kernel: str, *, interpreter: 
     if refusal and not (interpreter and refusal == CPU_REFUSAL and original.correct and original.kernel_ms):
         return {**row, "not_tuned": refusal, "checks": 1, "message": original.message}
     started = time.monotonic()
-    report = tune(kernel, original, check)
+    report = tune(kernel, original, check, max_checks=max_checks or MAX_CHECKS)
     kept = report.best is not None
     return {**row, "kept": report.best.label.removesuffix(", again") if kept else "as generated",
             "original_again_ms": report.baseline.check.kernel_ms if kept else None,

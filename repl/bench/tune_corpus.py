@@ -1,12 +1,17 @@
 """What :tune gains over a corpus in the model's own style, and what it costs:
 
     python -m repl.bench.tune_corpus KernelBench/level1 KernelBench/level2 [--every K] [--limit N] [--seconds S]
-        [--corpus CORPUS.jsonl.gz] [--hand-written] [--device cuda|cpu] [--keep DIR] --json OUT
+        [--launch inductor|kernelbook] [--corpus CORPUS.jsonl.gz] [--hand-written] [--device cuda|cpu] [--keep DIR]
+        --json OUT
 
 The sample: every K-th problem of each folder (by number), the folders interleaved, the first N. Each is compiled by
 Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py wrote), rewritten
 as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew candidate file) and checked by the Checker against
-its problem; the correct ones are the corpus. ``--hand-written`` adds a second group: each correct Triton kernel of
+its problem; the correct ones are the corpus. A problem whose inputs exceed 1 GiB is checked with its input
+sizes halved until they fit (repl.bench.problem_sizes.fit). ``--launch kernelbook`` gives each kernel the launch
+numbers Inductor chose for it at KernelBook's small input sizes, as the model learnt them
+(repl.bench.problem_sizes): those kernels are the group "model-style", each also timed with Inductor's own numbers
+for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each correct Triton kernel of
 tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or ``STEM_inductor*.py`` beside
 ``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through tune_cases.tune_pair:
 the same checker, fresh inputs, the same keep rule). No kernel starts after ``--seconds``, and one still tuning a
@@ -27,6 +32,7 @@ from itertools import chain, zip_longest
 from pathlib import Path
 
 from repl.bench.kernelbook_format import kernelbook_code
+from repl.bench.problem_sizes import at_kernelbook_sizes, fit, model_style_configs
 from repl.bench.tune_cases import tune_pair
 
 TESTS = Path(__file__).resolve().parents[2] / "tests"
@@ -34,6 +40,7 @@ HAND_WRITTEN_FOLDERS = (TESTS / "speed_cases", TESTS / "checker_cases")
 OVERRUN_S = 60.0  # a kernel still tuning this long after --seconds is cut short: its unchecked variants are dropped
 OUT_OF_TIME = "out of time: the run's --seconds were spent"
 MAX_INPUT_BYTES = 1 << 30  # larger inputs make one check take minutes (KernelBench's 6 GiB Sigmoid: over 140 s)
+KERNELBOOK_SIZES = "kernelbook-sizes"  # the corpus variant compiled at KernelBook's input sizes
 
 
 @dataclass
@@ -43,6 +50,9 @@ class Kernel:
     reference: str
     code: str | None = None
     problem: str = ""  # why there is no candidate (compile or conversion failed)
+    sizes: str = ""  # how the problem's input sizes were scaled to fit ("" when they were not)
+    inductor_code: str | None = None  # model-style: the same kernel with Inductor's own launch numbers
+    launch_changed: tuple = ()  # model-style: the kernels given KernelBook-size launch numbers
 
 
 def problem_number(path: Path) -> tuple:
@@ -71,7 +81,28 @@ def hand_written(folders=HAND_WRITTEN_FOLDERS) -> list[Kernel]:
     return found
 
 
-def _compile_one(path: str, memory_fraction: float) -> dict:
+@dataclass
+class Problem:
+    path: Path
+    source: str = ""  # the problem as checked: its input sizes scaled to fit MAX_INPUT_BYTES where needed
+    sizes: str = ""
+    small: str | None = None  # --launch kernelbook: the problem at KernelBook's input sizes
+    problem: str = ""  # why it has no source
+
+
+def prepare(path: Path, kernelbook: bool) -> Problem:
+    """The problem at the sizes it is checked at and, for --launch kernelbook, at KernelBook's."""
+    def input_bytes(source: str) -> int:
+        return problem_tensors(source)[1]
+
+    try:
+        source, sizes = fit(path.read_text(), input_bytes, MAX_INPUT_BYTES)
+        return Problem(path, source, sizes, at_kernelbook_sizes(source, input_bytes) if kernelbook else None)
+    except Exception as error:  # the problem's own code failed on the meta device, or it cannot be made to fit
+        return Problem(path, problem=f"not prepared: {type(error).__name__}: {str(error)[:200]}")
+
+
+def _compile_one(path: str, source: str, memory_fraction: float) -> dict:
     import os
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -81,45 +112,46 @@ def _compile_one(path: str, memory_fraction: float) -> dict:
         import torch
 
         torch.cuda.set_per_process_memory_fraction(memory_fraction)  # the workers share the GPU
-        return compile_problem(path)
+        return compile_problem(path, source=source)
     except Exception as error:  # the problem's own failure (out of memory, an op Inductor refuses): one line
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"}
 
 
-def compile_all(paths: list[Path], workers: int, seconds: float) -> dict[Path, dict]:
-    """Inductor's output for each problem, compiled in `workers` processes sharing the GPU; a problem not compiled
-    within `seconds` gets an error saying so."""
+def compile_all(sources: dict, workers: int, seconds: float) -> dict:
+    """Inductor's output for each (key: (path, variant), problem's source), compiled in `workers` processes sharing
+    the GPU; one not compiled within `seconds` gets an error saying so."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers) as pool:
-        pending = {path: pool.apply_async(_compile_one, (str(path), 0.9 / workers)) for path in paths}
+        pending = {key: pool.apply_async(_compile_one, (str(key[0]), source, 0.9 / workers))
+                   for key, source in sources.items()}
         deadline, found = time.monotonic() + seconds, {}
-        for path, result in pending.items():
+        for key, result in pending.items():
             try:
-                found[path] = result.get(timeout=max(deadline - time.monotonic(), 0.1))
+                found[key] = result.get(timeout=max(deadline - time.monotonic(), 0.1))
             except multiprocessing.TimeoutError:
-                found[path] = {"error": f"not compiled within {seconds:.0f} s"}
+                found[key] = {"error": f"not compiled within {seconds:.0f} s"}
         pool.terminate()
     return found
 
 
-def read_corpus(path: str) -> dict[str, dict]:
-    """The ``default`` records of a corpus file of tools/inductor_corpus.py, by "level/problem"."""
+def read_corpus(path: str) -> dict[tuple[str, str], dict]:
+    """The records of a corpus file (tools/inductor_corpus.py's or --save-corpus's), by ("level/problem", variant)."""
     import gzip
 
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as lines:
         records = [json.loads(line) for line in lines if line.strip()]
-    return {f"{record['level']}/{record['problem']}": record for record in records
-            if record.get("variant", "default") == "default"}
+    return {(f"{record['level']}/{record['problem']}", record.get("variant", "default")): record
+            for record in records}
 
 
-def save_corpus(path: str, records: dict[Path, dict]) -> None:
+def save_corpus(path: str, records: dict, problems: dict) -> None:
     import gzip
 
     with gzip.open(path, "wt", encoding="utf-8") as out:
-        for problem, record in records.items():
-            out.write(json.dumps({"problem": problem.name, "level": problem.parent.name, "variant": "default",
-                                  **record}) + "\n")
+        for (problem, variant), record in records.items():
+            out.write(json.dumps({"problem": problem.name, "level": problem.parent.name, "variant": variant,
+                                  "sizes": problems[problem].sizes, **record}) + "\n")
 
 
 def problem_tensors(source: str) -> tuple[list[tuple[str, tuple]], int]:
@@ -150,27 +182,35 @@ def problem_tensors(source: str) -> tuple[list[tuple[str, tuple]], int]:
     return tensors, sum(value.numel() * value.element_size() for value in given)
 
 
-def inductor_kernel(path: Path, record: dict | None) -> Kernel:
-    """The problem's Inductor output as a KernelBook-style candidate (its first graph's code), or why there is none."""
-    kernel = Kernel("inductor", f"{path.parent.name}/{path.name}", path.read_text())
+def inductor_kernel(problem: Problem, record: dict | None, small: dict | None = None) -> Kernel:
+    """The problem's Inductor output as a KernelBook-style candidate (its first graph's code), or why there is none;
+    with ``small`` (the compile at KernelBook's sizes), in the model's style where its launch numbers differ."""
+    path = problem.path
+    kernel = Kernel("inductor", f"{path.parent.name}/{path.name}", problem.source, sizes=problem.sizes)
     record = record or {"error": "not in the corpus"}
-    if "error" in record or not record.get("codes"):
+    if problem.problem:
+        kernel.problem = problem.problem
+    elif record.get("sizes", "") != problem.sizes:
+        kernel.problem = f"not compiled: the corpus has it at other sizes ({record.get('sizes') or 'its own'})"
+    elif "error" in record or not record.get("codes"):
         kernel.problem = f"not compiled: {record.get('error', 'no output code')}"
     elif ".run(" not in record["codes"][0]:
         kernel.problem = "no Triton kernel: Inductor handed all of it to a library (extern_kernels)"
     else:
         try:
-            tensors, input_bytes = problem_tensors(kernel.reference)
-            if input_bytes > MAX_INPUT_BYTES:
-                kernel.problem = f"skipped: inputs of {input_bytes / 2**30:.1f} GiB, over this bench's 1 GiB"
-                return kernel
+            tensors, _ = problem_tensors(kernel.reference)
             kernel.code = kernelbook_code(kernel.reference, record["codes"][0], record["configs"], tensors)
+            if small and "configs" in small:
+                configs, changed = model_style_configs(record["configs"], small["configs"])
+                if changed:
+                    kernel.group, kernel.launch_changed, kernel.inductor_code = "model-style", tuple(changed), kernel.code
+                    kernel.code = kernelbook_code(kernel.reference, record["codes"][0], configs, tensors)
         except (StopIteration, ValueError, SyntaxError, AttributeError) as error:
             kernel.problem = f"not converted: {type(error).__name__}: {error}"
     return kernel
 
 
-def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float) -> dict:
+def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float, max_checks: int | None = None) -> dict:
     """One row: the candidate checked, and tuned when correct; a check asked for after `stop_at` is not run."""
     def check(code: str):
         if time.monotonic() > stop_at:
@@ -178,7 +218,13 @@ def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float) -> d
         return checker.check(kernel.reference, code, interpreter_timing=interpreter)
 
     started = time.monotonic()
-    row = tune_pair(check, kernel.code, interpreter=interpreter)
+    row = tune_pair(check, kernel.code, interpreter=interpreter, max_checks=max_checks)
+    if kernel.inductor_code and row.get("verdict") == "correct":  # what the autotuner's own numbers give here
+        try:
+            own = check(kernel.inductor_code)
+            row["inductor_ms"], row["inductor_verdict"] = own.kernel_ms, own.verdict.value
+        except TimeoutError:
+            pass
     row["seconds"] = round(time.monotonic() - started, 1)
     if any(OUT_OF_TIME in (step[1] or "") for step in row.get("tried", [])):
         row["cut_short"] = True
@@ -187,6 +233,17 @@ def tune_kernel(checker, kernel: Kernel, interpreter: bool, stop_at: float) -> d
 
 def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(value) for value in values) / len(values)) if values else None
+
+
+def against_inductor(tuned: list[dict]) -> dict:
+    """Model-style rows: the geomean of Inductor's own numbers' time over the kernel's, before and after tuning
+    (above 1: faster than the autotuner's choice for this GPU)."""
+    timed = [row for row in tuned if row.get("inductor_ms") and row.get("inductor_verdict") == "correct"]
+    if not timed:
+        return {}
+    return {"inductor_timed": len(timed),
+            "untuned_vs_inductor": geomean([row["inductor_ms"] / row["kernel_ms"] for row in timed]),
+            "tuned_vs_inductor": geomean([row["inductor_ms"] / row["tuned_ms"] for row in timed])}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -206,6 +263,7 @@ def summary(rows: list[dict]) -> dict:
             "seconds_per_tuned_kernel": {"mean": statistics.mean(seconds), "median": statistics.median(seconds),
                                          "max": max(seconds)} if seconds else None,
             "checks_per_tuned_kernel": statistics.mean(row["checks"] for row in tuned) if tuned else None,
+            **against_inductor(tuned),
             "outcomes": dict(sorted(Counter(row.get("verdict") or row.get("problem", "?").split(":")[0]
                                             for row in rows if not row.get("not_reached")).items()))}
 
@@ -222,6 +280,9 @@ def arguments(argv):
                                            "(those it did not reach are)")
     parser.add_argument("--compile-workers", type=int, default=8)
     parser.add_argument("--hand-written", action="store_true", help="also the tests' Triton kernels")
+    parser.add_argument("--max-checks", type=int, help="variants a kernel's climb may check (:tune's 24)")
+    parser.add_argument("--launch", choices=["inductor", "kernelbook"], default="inductor",
+                        help="kernelbook: the launch numbers Inductor chose at KernelBook's input sizes")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--keep", help="a folder for each candidate and each kept variant")
     parser.add_argument("--json", required=True)
@@ -229,16 +290,20 @@ def arguments(argv):
 
 
 def candidates(args, started: float) -> list[Kernel]:
-    paths = sample(args.folders, args.every, args.limit)
+    kernelbook = args.launch == "kernelbook"
+    problems = {path: prepare(path, kernelbook) for path in sample(args.folders, args.every, args.limit)}
+    variants = {(path, "default"): problem.source for path, problem in problems.items() if not problem.problem}
+    variants.update({(path, KERNELBOOK_SIZES): problem.small for path, problem in problems.items() if problem.small})
     if args.corpus:
         stored = read_corpus(args.corpus)
-        records = {path: stored.get(f"{path.parent.name}/{path.name}") for path in paths}
+        records = {key: stored.get((f"{key[0].parent.name}/{key[0].name}", key[1])) for key in variants}
     else:
-        records = compile_all(paths, args.compile_workers, args.seconds / 2) if paths else {}
+        records = compile_all(variants, args.compile_workers, args.seconds / 2) if variants else {}
         if args.save_corpus:
-            save_corpus(args.save_corpus, records)
-    print(f"{len(paths)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
-    kernels = [inductor_kernel(path, records.get(path)) for path in paths]
+            save_corpus(args.save_corpus, records, problems)
+    print(f"{len(problems)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
+    kernels = [inductor_kernel(problem, records.get((path, "default")), records.get((path, KERNELBOOK_SIZES)))
+               for path, problem in problems.items()]
     return kernels + (hand_written() if args.hand_written else [])
 
 
@@ -263,12 +328,15 @@ def main(argv=None) -> int:
     with Checker(device=args.device) as checker:
         for kernel in [kernel for kernel in kernels if kernel.name not in done]:
             row = {"group": kernel.group, "kernel": kernel.name}
+            row.update({"sizes": kernel.sizes} if kernel.sizes else {})
+            row.update({"launch_changed": list(kernel.launch_changed)} if kernel.launch_changed else {})
             if kernel.code is None:
                 row["problem"] = kernel.problem
             elif time.monotonic() - started > args.seconds:
                 row["not_reached"] = True
             else:
-                row.update(tune_kernel(checker, kernel, interpreter, started + args.seconds + OVERRUN_S))
+                row.update(tune_kernel(checker, kernel, interpreter, started + args.seconds + OVERRUN_S,
+                                       args.max_checks))
             if args.keep:
                 keep_files(args.keep, kernel, row)
             row.pop("tuned_code", None)
