@@ -35,3 +35,12 @@ def test_only_the_input_sizes_scale_and_the_rest_of_the_text_stays():
 def test_what_cannot_be_scaled_is_said_in_one_line(code, factor, message):
     with pytest.raises(ValueError, match=message):
         scale_inputs(code, factor)
+
+
+def test_a_size_assigned_to_two_names_at_once_scales_once_for_both():
+    square = CONV.replace("height = 256  # rows\nwidth = 256\n", "height = width = 256\n")
+    assert "height = width = 256\n" in square
+    scaled = scale_inputs(square, 0.25)
+    assert scaled.changes == [("batch_size", 16, 4), ("height = width", 256, 64)]
+    assert "height = width = 64\n" in scaled.code
+    assert "height = width 256 → 64" in scaled.describe(0.25)

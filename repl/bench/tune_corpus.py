@@ -304,6 +304,7 @@ def candidates(args, started: float) -> list[Kernel]:
     print(f"{len(problems)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
     kernels = [inductor_kernel(problem, records.get((path, "default")), records.get((path, KERNELBOOK_SIZES)))
                for path, problem in problems.items()]
+    kernels.sort(key=lambda kernel: kernel.group != "model-style")  # what --launch kernelbook is for, first
     return kernels + (hand_written() if args.hand_written else [])
 
 
@@ -356,9 +357,11 @@ def previous_rows(path: str | None) -> list[dict]:
 
 def write_report(path: str, rows: list[dict], seconds: float) -> dict:
     """The report so far (written after each kernel: a run stopped from outside keeps what it measured)."""
-    groups = sorted({row["group"] for row in rows})
-    report = {"seconds": round(seconds, 1), "summary": {group: summary([row for row in rows if row["group"] == group])
-                                                        for group in groups}, "kernels": rows}
+    groups = {group: [row for row in rows if row["group"] == group] for group in sorted({row["group"] for row in rows})}
+    if {"model-style", "inductor"} <= set(groups):  # the whole Inductor corpus: its kernels in the model's style,
+        groups["inductor corpus"] = groups["model-style"] + groups["inductor"]  # and those whose numbers stay
+    report = {"seconds": round(seconds, 1), "summary": {group: summary(found) for group, found in groups.items()},
+              "kernels": rows}
     Path(path).write_text(json.dumps(report, indent=1) + "\n")
     return report
 

@@ -52,11 +52,12 @@ def scale_inputs(code: str, factor: float) -> ScaledModule:
     used_by = {name: _names_in(tree, name) for name in ("get_inputs", "get_init_inputs")}
     sizes = []
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        # `dim = 4096`, and `height = width = 128` (one number for both, as KernelBench writes square inputs)
+        if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
                 and isinstance(node.value, ast.Constant) and type(node.value.value) is int):
-            name = node.targets[0].id
-            if name in used_by["get_inputs"] and name not in used_by["get_init_inputs"]:
-                sizes.append((node, name, node.value.value))
+            names = [target.id for target in node.targets]
+            if used_by["get_inputs"] & set(names) and not used_by["get_init_inputs"] & set(names):
+                sizes.append((node, " = ".join(names), node.value.value))
     if not sizes:
         raise ValueError("get_inputs() uses no whole-number constant of the module's top level to scale")
     lines = code.splitlines(keepends=True)
