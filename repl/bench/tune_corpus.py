@@ -190,10 +190,10 @@ def inductor_kernel(problem: Problem, record: dict | None, small: dict | None = 
     record = record or {"error": "not in the corpus"}
     if problem.problem:
         kernel.problem = problem.problem
-    elif record.get("sizes", "") != problem.sizes:
-        kernel.problem = f"not compiled: the corpus has it at other sizes ({record.get('sizes') or 'its own'})"
     elif "error" in record or not record.get("codes"):
         kernel.problem = f"not compiled: {record.get('error', 'no output code')}"
+    elif record.get("sizes", "") != problem.sizes:
+        kernel.problem = f"not compiled: the corpus has it at other sizes ({record.get('sizes') or 'its own'})"
     elif ".run(" not in record["codes"][0]:
         kernel.problem = "no Triton kernel: Inductor handed all of it to a library (extern_kernels)"
     else:
