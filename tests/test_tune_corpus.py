@@ -290,3 +290,30 @@ def test_model_style_kernels_get_the_kernelbook_size_launch_numbers_and_are_time
         kept / "level1__7_Transpose_add.py").read_text()
     summary = json.loads(out.read_text())["summary"]["model-style"]
     assert summary["tuned"] == 1 and summary["inductor_timed"] == 1 and summary["tuned_vs_inductor"] > 0
+
+
+def test_a_problem_compiled_here_at_scaled_sizes_is_taken_at_those_sizes_and_saved_with_them(tmp_path, monkeypatch):
+    import repl.bench.tune_corpus as tune_corpus
+    from repl.bench.tune_corpus import read_corpus
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "21_Sigmoid.py").write_text(LARGE)
+    compiled = []
+
+    def compile_here(sources, workers, seconds):  # Inductor needs a GPU: what the workers would send back
+        compiled.extend(sources.values())
+        return {key: {"codes": ["# all of it in extern_kernels"], "configs": {}} for key in sources}
+
+    monkeypatch.setattr(tune_corpus, "compile_all", compile_here)
+    out, corpus = tmp_path / "out.json", tmp_path / "corpus.jsonl.gz"
+    assert main([str(level), "--launch", "kernelbook", "--device", "cpu", "--json", str(out),
+                 "--save-corpus", str(corpus)]) == 0
+    row = json.loads(out.read_text())["kernels"][0]
+    sizes = "inputs scaled by 0.5: batch_size 65,536 → 32,768, dim 8,192 → 4,096"
+    assert row == {"group": "inductor", "kernel": "level1/21_Sigmoid.py", "sizes": sizes,
+                   "problem": "no Triton kernel: Inductor handed all of it to a library (extern_kernels)"}
+    assert "batch_size = 32768\ndim = 4096\n" in compiled[0] and "batch_size = 128\ndim = 16\n" in compiled[1]
+    saved = read_corpus(str(corpus))
+    assert {key: record["sizes"] for key, record in saved.items()} == {
+        ("level1/21_Sigmoid.py", "default"): sizes, ("level1/21_Sigmoid.py", "kernelbook-sizes"): sizes}

@@ -145,13 +145,13 @@ def read_corpus(path: str) -> dict[tuple[str, str], dict]:
             for record in records}
 
 
-def save_corpus(path: str, records: dict, problems: dict) -> None:
+def save_corpus(path: str, records: dict) -> None:
     import gzip
 
     with gzip.open(path, "wt", encoding="utf-8") as out:
         for (problem, variant), record in records.items():
             out.write(json.dumps({"problem": problem.name, "level": problem.parent.name, "variant": variant,
-                                  "sizes": problems[problem].sizes, **record}) + "\n")
+                                  **record}) + "\n")
 
 
 def problem_tensors(source: str) -> tuple[list[tuple[str, tuple]], int]:
@@ -299,8 +299,10 @@ def candidates(args, started: float) -> list[Kernel]:
         records = {key: stored.get((f"{key[0].parent.name}/{key[0].name}", key[1])) for key in variants}
     else:
         records = compile_all(variants, args.compile_workers, args.seconds / 2) if variants else {}
+        for (path, _), record in records.items():
+            record["sizes"] = problems[path].sizes  # compiled at the sizes it is checked at
         if args.save_corpus:
-            save_corpus(args.save_corpus, records, problems)
+            save_corpus(args.save_corpus, records)
     print(f"{len(problems)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
     kernels = [inductor_kernel(problem, records.get((path, "default")), records.get((path, KERNELBOOK_SIZES)))
                for path, problem in problems.items()]
