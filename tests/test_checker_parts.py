@@ -373,6 +373,24 @@ def test_shared_buffers_cannot_be_shrunk_or_sealed_and_a_side_that_may_not_grow_
     receiver.close()
 
 
+def test_room_past_the_file_size_limit_is_refused_not_raised_and_the_judge_asks_for_half():
+    # The judge runs under the sandbox's disk limit (RLIMIT_FSIZE), which a memfd counts: room for twice a 1.1 GB
+    # output failed a KernelBench check with "OSError: File too large" (a checker_error for an honest kernel).
+    script = textwrap.dedent("""
+        import resource
+        from repl.checker.wire import Channel, SharedBuffer
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
+        buffer = SharedBuffer.create()
+        print(buffer.make_room(4 << 20), buffer.size())
+        Channel(shared_in=buffer).expect(4 << 20)
+        print(buffer.size())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "0", str(2 << 20)]
+
+
 def test_a_frame_naming_shared_memory_that_is_not_there_is_refused():
     import os
     import struct

@@ -351,10 +351,12 @@ def main(argv=None) -> int:
 
 
 def previous_rows(path: str | None) -> list[dict]:
-    """The rows of an earlier report that say something (not those it did not reach)."""
+    """The rows of an earlier report that were checked; the rest (not reached, no candidate: a fact of the corpus,
+    cheap to find again; or a check the checker itself failed) are done again."""
     if not path:
         return []
-    return [row for row in json.loads(Path(path).read_text())["kernels"] if not row.get("not_reached")]
+    return [row for row in json.loads(Path(path).read_text())["kernels"]
+            if row.get("verdict") not in (None, "checker_error")]
 
 
 def write_report(path: str, rows: list[dict], seconds: float) -> dict:
