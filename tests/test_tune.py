@@ -148,3 +148,13 @@ def test_repl_tune_on_the_cpu_says_why_not_in_one_line(tmp_path, monkeypatch):
     session.attempt.check = CheckResult(verdict=Verdict.CORRECT, device="cpu-interpreter", message="matches")
     session.handle(":tune")
     assert f"not tuned: {CPU_REFUSAL}" in " ".join(output(console).split())
+
+
+def test_a_reductions_small_xblock_is_varied_down_to_one_and_a_hand_written_block_stops_at_sixteen():
+    reduction = INDUCTOR.replace("XBLOCK=128", "XBLOCK=4, RBLOCK=64")  # as Inductor launches a row reduction
+    labels = [variant.label for variant in variants(reduction)]
+    assert labels[:4] == ["triton_poi_fused_relu_0 XBLOCK 4 -> 2", "triton_poi_fused_relu_0 XBLOCK 4 -> 8",
+                          "triton_poi_fused_relu_0 RBLOCK 64 -> 32", "triton_poi_fused_relu_0 RBLOCK 64 -> 128"]
+    assert variants(INDUCTOR.replace("XBLOCK=128", "XBLOCK=1"))[0].label == "triton_poi_fused_relu_0 XBLOCK 1 -> 2"
+    small_hand_written = HAND_WRITTEN.replace("BLOCK_SIZE=64", "BLOCK_SIZE=16")
+    assert [variant.label for variant in variants(small_hand_written)][:1] == ["relu_kernel BLOCK_SIZE 16 -> 32"]

@@ -19,6 +19,9 @@ MAX_VARIANTS = 12  # of one round
 MAX_CHECKS = 24  # variants checked in all rounds, before the winner's confirmation
 MIN_GAIN = 0.03  # a variant must be this much faster than the original to replace it: timings scatter that much
 _BLOCK_NAME = re.compile(r"BLOCK|^[XYZR]?BLOCK$|_SIZE$")
+# Inductor's tiles: a reduction's XBLOCK is often 1 to 8 (rows a program takes), so these go down to 1; a
+# hand-written BLOCK_M/BLOCK_SIZE stops at 16 (tl.dot needs 16, and smaller tiles of one are rarely faster)
+_INDUCTOR_BLOCK = re.compile(r"^([XYZR]|R0_)BLOCK$")
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 CPU_REFUSAL = ("tuning needs a GPU: Triton's CPU interpreter gives no timing to tune by "
@@ -99,14 +102,15 @@ def launch_parameters(code: str) -> list[LaunchParameter]:
 
 
 def alternatives(parameter: LaunchParameter) -> list[int]:
-    """Values around the model's choice: a block size halved and doubled (powers of two, 16 to 4096), num_warps
-    and num_stages one step either way."""
+    """Values around the model's choice: a block size halved and doubled (powers of two up to 4096, from 1 for
+    Inductor's XBLOCK/YBLOCK/RBLOCK, else from 16), num_warps and num_stages one step either way."""
     value = parameter.value
     if parameter.name == "num_warps":
         return _neighbours(WARPS, value)
     if parameter.name == "num_stages":
         return _neighbours(STAGES, value)
-    return [size for size in (value // 2, value * 2) if 16 <= size <= 4096 and size & (size - 1) == 0]
+    smallest = 1 if _INDUCTOR_BLOCK.match(parameter.name) else 16
+    return [size for size in (value // 2, value * 2) if smallest <= size <= 4096 and size & (size - 1) == 0]
 
 
 def _neighbours(values: tuple, value: int) -> list[int]:
