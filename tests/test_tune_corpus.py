@@ -317,3 +317,36 @@ def test_a_problem_compiled_here_at_scaled_sizes_is_taken_at_those_sizes_and_sav
     saved = read_corpus(str(corpus))
     assert {key: record["sizes"] for key, record in saved.items()} == {
         ("level1/21_Sigmoid.py", "default"): sizes, ("level1/21_Sigmoid.py", "kernelbook-sizes"): sizes}
+
+
+SCAN_KERNEL = """
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers, triton_heuristics
+
+@triton.jit
+def _triton_helper_fn_add0(arg0_0, arg1_0):
+    tmp0 = arg0_0 + arg1_0
+    return tmp0
+
+@triton_heuristics.reduction(
+    size_hints={'x': 8, 'r0_': 16},
+    filename=__file__,
+)
+@triton.jit
+def triton_red_fused_cumsum_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xnumel = 8
+    r0_numel = 16
+"""
+
+
+def test_a_scans_combine_function_is_kept_and_its_kernels_inductor_decorator_dropped():
+    from repl.bench.kernelbook_format import kernel_source, numel_parameters
+
+    text = kernel_source(SCAN_KERNEL)
+    assert "triton_heuristics" not in text and "size_hints" not in text
+    assert text.startswith("@triton.jit\ndef _triton_helper_fn_add0(arg0_0, arg1_0):")
+    assert "@triton.jit\ndef triton_red_fused_cumsum_0(in_ptr0, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, " \
+           "RBLOCK: tl.constexpr):" in text
+    assert numel_parameters(text) == ["xnumel", "rnumel"]  # the kernel's, not the combine function's

@@ -29,10 +29,19 @@ DEFAULT_CONFIG = {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1}
 
 
 def kernel_source(source: str) -> str:
-    """One kernel's text from ``@triton.jit`` on, its torch 2.11 names (r0_*, R0_BLOCK) as torch 2.5 wrote them."""
+    """One kernel's text from ``@triton.jit`` on, its torch 2.11 names (r0_*, R0_BLOCK) as torch 2.5 wrote them.
+    A scan's combine function comes first (``@triton.jit def _triton_helper_fn_add0``), so the kernel's own
+    ``@triton_heuristics.reduction(...)`` decorator lies inside that text: dropped, as KernelBook drops it."""
     lines = source.splitlines()
-    body = lines[next(i for i, line in enumerate(lines) if line.startswith("@triton.jit")):]
-    text = "\n".join(line for line in body if not ALIASES.match(line))
+    body, in_decorator = [], False
+    for line in lines[next(i for i, line in enumerate(lines) if line.startswith("@triton.jit")):]:
+        if line.startswith("@triton_heuristics."):
+            in_decorator = not line.rstrip().endswith(")")
+        elif in_decorator:
+            in_decorator = line != ")"
+        elif not ALIASES.match(line):
+            body.append(line)
+    text = "\n".join(body)
     for pattern, replacement in RENAMES:
         text = re.sub(pattern, replacement, text)
     return text
@@ -40,7 +49,7 @@ def kernel_source(source: str) -> str:
 
 def numel_parameters(kernel: str) -> list[str]:
     """The ``*numel`` parameters of a kernel's ``def``, in order: the sizes its launch passes last."""
-    header = re.search(r"^def \w+\((.*?)\):", kernel, re.M | re.S)
+    header = re.search(r"^def triton_\w+\((.*?)\):", kernel, re.M | re.S)  # not a scan's combine function
     names = [part.split(":")[0].strip() for part in header.group(1).split(",")] if header else []
     return [name for name in names if name.endswith("numel")]
 
