@@ -17,8 +17,8 @@ INDUCTOR = (Path(__file__).resolve().parent / "checker_cases" / "relu_inductor_s
 
 
 def timed_by_launch(reference, kernel, **options) -> CheckResult:
-    """The kernel as generated 10 ms, its num_stages=2 variant 6 ms, every other variant 12 ms."""
-    ms = 6.0 if "num_stages=2" in kernel else 10.0 if kernel == INDUCTOR else 12.0
+    """The kernel as generated 10 ms, its num_warps=8 variant 6 ms, every other variant 12 ms."""
+    ms = 6.0 if "XBLOCK=128, num_warps=8," in kernel else 10.0 if kernel == INDUCTOR else 12.0
     return CheckResult(verdict=Verdict.CORRECT, device="cuda", kernel_ms=ms, trials=5, message="stand-in", valid_for={
         "summary": "any size of dim 0", "device": "cuda", "init_arguments": [[], {}], "output": "tensor", "inputs": [
             {"shape": ["d0", 4, 4, 4], "dtype": "torch.float32", "contiguous": True, "stride": [64, 16, 4, 1]}]})
@@ -40,17 +40,17 @@ def test_a_kept_variant_is_logged_as_a_tuned_variant_of_the_checked_kernel(tmp_p
     original = session.attempt
     session.handle(":tune")
     tuned = session.attempt
-    assert "Kept triton_poi_fused_relu_0 num_stages 1 -> 2" in " ".join(output(console).split())
-    assert tuned.log_id not in (None, original.log_id) and "num_stages=2)" in tuned.kernel
+    assert "Kept triton_poi_fused_relu_0 num_warps 4 -> 8" in " ".join(output(console).split())
+    assert tuned.log_id not in (None, original.log_id) and "num_warps=8," in tuned.kernel
 
     entry = log.get(tuned.log_id)
     assert entry.kernel == tuned.kernel and entry.verdict == "correct" and entry.check["kernel_ms"] == 6.0
     assert entry.model == original.reply.model and entry.settings == original.reply.settings
     assert entry.tuning["from_reply"] == original.log_id
-    assert entry.tuning["launch"] == [{"kernel": "triton_poi_fused_relu_0", "parameter": "num_stages", "from": 1,
-                                       "to": 2}]
-    assert entry.tuning["speedup"] == 10 / 6 and len(entry.tuning["tried"]) == 12
-    # 5 variants, 5 more around the winner (none faster: the climb stops), then both timed again
+    assert entry.tuning["launch"] == [{"kernel": "triton_poi_fused_relu_0", "parameter": "num_warps", "from": 4,
+                                       "to": 8}]
+    assert entry.tuning["speedup"] == 10 / 6 and len(entry.tuning["tried"]) == 9
+    # 4 variants, 3 more around the winner (none faster: the climb stops), then both timed again
     assert entry.to_json_dict()["tuning"] == entry.tuning  # what `log --json` prints
     assert log.get(original.log_id).tuning is None and log.get(original.log_id).kernel == INDUCTOR
 
@@ -72,11 +72,11 @@ def test_continue_save_and_export_take_the_tuned_kernel(tmp_path, monkeypatch):
     assert later.attempt.kernel == tuned.kernel and later.attempt.tuning["from_reply"] == tuned.tuning["from_reply"]
     assert "tuned from #" in output(console) and later.attempt.check.kernel_ms == 6.0
     later.handle(":save tuned.py")
-    assert "num_stages=2)" in (tmp_path / "tuned.py").read_text()
+    assert "num_warps=8," in (tmp_path / "tuned.py").read_text()
     later.handle(":export shipped.py")
     shipped = (tmp_path / "shipped.py").read_text()
-    assert "num_stages=2)" in shipped
-    assert "# tuned: triton_poi_fused_relu_0 num_stages 1 -> 2, 1.67x the kernel as generated" in shipped
+    assert "num_warps=8," in shipped
+    assert "# tuned: triton_poi_fused_relu_0 num_warps 4 -> 8, 1.67x the kernel as generated" in shipped
 
 
 def test_a_tuning_column_that_is_not_an_object_reads_as_none(tmp_path):

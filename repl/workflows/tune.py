@@ -120,9 +120,25 @@ def _neighbours(values: tuple, value: int) -> list[int]:
     return [values[index] for index in (at - 1, at + 1) if 0 <= index < len(values)]
 
 
+def loopless_kernels(code: str) -> set[str]:
+    """The names of the ``@triton.jit`` functions defined here whose bodies have no loop: num_stages pipelines a
+    loop's loads, so for these it changes nothing but the timing's noise (which once made it a "win")."""
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(decorator)
+                                                     for decorator in node.decorator_list):
+            if not any(isinstance(inner, (ast.For, ast.While)) for inner in ast.walk(node)):
+                found.add(node.name)
+    return found
+
+
 def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
-    """One parameter changed at a time, block sizes first; each variant's text parses."""
-    parameters = sorted(launch_parameters(code), key=lambda p: (p.name in ("num_warps", "num_stages"), p.line))
+    """One parameter changed at a time, block sizes first (no num_stages for a kernel without a loop); each
+    variant's text parses."""
+    loopless = loopless_kernels(code)
+    parameters = sorted((parameter for parameter in launch_parameters(code)
+                         if not (parameter.name == "num_stages" and parameter.kernel in loopless)),
+                        key=lambda p: (p.name in ("num_warps", "num_stages"), p.line))
     lines = code.splitlines(keepends=True)
     found = []
     for parameter in parameters:
