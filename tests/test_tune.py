@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repl.checker.result import CheckResult, Verdict
-from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
+from repl.workflows.tune import CPU_REFUSAL, TuneStopped, tune, tune_refusal, variants
 
 CASES = Path(__file__).resolve().parent / "checker_cases"
 INDUCTOR = (CASES / "relu_inductor_style.py").read_text()
@@ -164,3 +164,18 @@ def test_a_kernel_with_a_loop_gets_num_stages_variants_and_one_without_does_not(
     looped = INDUCTOR.replace("    xnumel = 256\n", "    xnumel = 256\n    for _ in range(1):\n        pass\n", 1)
     assert "triton_poi_fused_relu_0 num_stages 1 -> 2" in [variant.label for variant in variants(looped)]
     assert not [variant for variant in variants(INDUCTOR) if "num_stages" in variant.label]
+
+
+@pytest.mark.parametrize("stop_at", [3, 6])  # the third variant; the confirmation (its 2nd check, the 6th)
+def test_a_stopped_tune_checks_nothing_more_and_keeps_the_original_even_after_a_faster_variant(stop_at):
+    asked = []
+
+    def check(code: str) -> CheckResult:
+        asked.append(code)
+        if len(asked) == stop_at:
+            raise TuneStopped()
+        return timed(5.0 if "XBLOCK=64," in code else 10.0)  # the first variant is twice as fast
+
+    report = tune(INDUCTOR, timed(10.0), check, max_checks=4)
+    assert report.stopped and report.best is None and report.best_code is None and report.speedup is None
+    assert len(asked) == stop_at  # nothing asked after the stop

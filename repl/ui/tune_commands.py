@@ -17,7 +17,7 @@ def tune_command(session, arguments):
     model's choice, then around each faster variant): each variant is checked and timed like any kernel, the fastest correct one becomes current
     and is logged as a tuned variant of the checked kernel (:history, --continue, :save and :export see it); on the
     CPU it says why not."""
-    from repl.workflows.tune import MAX_CHECKS, tune, tune_refusal, variants
+    from repl.workflows.tune import MAX_CHECKS, TuneStopped, tune, tune_refusal, variants
     from repl.workflows.tune_record import tuning_record
 
     options = parse_options(arguments, {"--trials": CHECK_OPTIONS["--trials"]})
@@ -30,7 +30,7 @@ def tune_command(session, arguments):
     with interrupts_as_event() as interrupted:
         def check(code: str):
             if interrupted.is_set():
-                raise RuntimeError("interrupted")
+                raise TuneStopped()
             return session.engine.checks.submit(attempt.module.code, code, device="cuda", cancel=interrupted,
                                                 **options).result()
 
@@ -38,6 +38,9 @@ def tune_command(session, arguments):
                       on_tried=lambda tried: session.console.print(Text(f"  {terminal_safe(tried.label)}: "
                                                                         f"{_outcome(tried)}", style="dim")))
     session.console.print(tune_table(report))
+    if report.stopped:
+        session.console.print("Stopped (Ctrl-C): the kernel as generated stays current.", style="hint")
+        return
     if report.best is None:
         session.console.print("No variant beats the kernel as generated: it stays current.", style="hint")
         return

@@ -31,6 +31,10 @@ CPU_REFUSAL = ("tuning needs a GPU: Triton's CPU interpreter gives no timing to 
 DEFAULT_WARPS = 4  # Triton's num_warps when a launch does not say
 
 
+class TuneStopped(Exception):
+    """Raised by a tune's check function to stop the climb (the user's Ctrl-C): nothing is confirmed or kept."""
+
+
 @dataclass
 class LaunchParameter:
     kernel: str  # the launched kernel's name
@@ -69,6 +73,7 @@ class TuneReport:
     best_code: str | None = None
     baseline: Tried | None = None  # the original checked again beside the kept variant's confirmation
     variants_checked: int = 0  # the first entries of `tried`; the rest confirm the winner
+    stopped: bool = False  # the check function raised TuneStopped: the original stays
 
     @property
     def speedup(self) -> float | None:
@@ -172,6 +177,10 @@ def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
             label = describe_changes(code, variant.code) or variant.label
             try:
                 tried = Tried(label, check(variant.code))
+            except TuneStopped:
+                report.stopped, report.best, report.best_code = True, None, None
+                report.variants_checked = len(report.tried)
+                return report
             except Exception as error:  # the checker's own failure: this variant is not known to be right
                 tried = Tried(label, None, why=str(error))
             report.tried.append(tried)
@@ -222,6 +231,9 @@ def confirm(report: TuneReport, code: str, check: Callable[[str], CheckResult]) 
     try:
         original, best = Tried("as generated, again", check(code)), Tried(f"{report.best.label}, again",
                                                                            check(report.best_code))
+    except TuneStopped:
+        report.stopped, report.best, report.best_code = True, None, None
+        return
     except Exception as error:  # the checker failed: nothing confirms the gain
         report.tried.append(Tried("confirmation", None, why=str(error)))
         report.best = report.best_code = None
