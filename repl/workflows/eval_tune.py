@@ -16,7 +16,7 @@ from repl.workflows.best_of import Candidate, CheckOptions, rank
 from repl.workflows.eval_archive import reply_record
 from repl.workflows.eval_results import ProblemResult
 from repl.workflows.eval_step import ProblemRun
-from repl.workflows.tune import CPU_REFUSAL, tune, tune_refusal, variants
+from repl.workflows.tune import CPU_REFUSAL, TuneStopped, tune, tune_refusal, variants
 from repl.workflows.tune_record import tuning_record
 
 NO_GPU_LINE = ("--tune: nothing is tuned: tuning needs a GPU (Triton's CPU interpreter gives no timing to tune by); "
@@ -75,7 +75,7 @@ def tune_best(reference_code: str, candidates: list[Candidate], checks: CheckPoo
 
     def check_variant(code: str) -> CheckResult:
         if cancel.is_set():
-            raise RuntimeError("the run was stopped")
+            raise TuneStopped()
         result = checks.submit(reference.code if reference else reference_code, code, cancel=cancel,
                                **options).result()
         return replace(result, message=reference.said(result.message)) if reference else result
