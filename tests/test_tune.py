@@ -70,11 +70,14 @@ def test_the_fastest_correct_unflagged_variant_is_kept_once_timed_again_beside_t
     assert "num_warps=8," in report.best_code and report.speedup == pytest.approx(10 / 6)
 
 
+WARPS_8 = "XBLOCK=128, num_warps=8, num_stages=1)"  # the variant these tests time apart
+
+
 def test_the_kept_gain_is_the_variants_slower_timing_against_the_originals_faster_one():
     timings = iter([5.0, 8.0, 6.0])  # the variant; then the original (8 ms, its first check said 10) and the variant
 
     def check(code: str) -> CheckResult:
-        return timed(next(timings)) if "XBLOCK=128, num_warps=8, num_stages=1)" in code or code == INDUCTOR else timed(10.0)
+        return timed(next(timings)) if WARPS_8 in code or code == INDUCTOR else timed(10.0)
 
     report = tune(INDUCTOR, timed(10.0), check)
     assert report.speedup == pytest.approx(8 / 6) and report.best.check.kernel_ms == 6.0
@@ -84,7 +87,7 @@ def test_a_gain_that_does_not_survive_a_second_timing_is_dropped():
     timings = iter([6.0, 10.0, 9.9])  # the variant, then the original and the variant again
 
     def check(code: str) -> CheckResult:
-        return timed(next(timings)) if "XBLOCK=128, num_warps=8, num_stages=1)" in code or code == INDUCTOR else timed(10.0)
+        return timed(next(timings)) if WARPS_8 in code or code == INDUCTOR else timed(10.0)
 
     report = tune(INDUCTOR, timed(10.0), check)
     assert report.best is None and report.best_code is None and report.speedup is None
@@ -164,6 +167,12 @@ def test_a_kernel_with_a_loop_gets_num_stages_variants_and_one_without_does_not(
     looped = INDUCTOR.replace("    xnumel = 256\n", "    xnumel = 256\n    for _ in range(1):\n        pass\n", 1)
     assert "triton_poi_fused_relu_0 num_stages 1 -> 2" in [variant.label for variant in variants(looped)]
     assert not [variant for variant in variants(INDUCTOR) if "num_stages" in variant.label]
+    helper = "@triton.jit\ndef accumulate(x):\n    for _ in range(4):\n        x = x + 1\n    return x\n\n\n"
+    calls_a_loop = INDUCTOR.replace("@triton.jit\ndef triton_poi", helper + "@triton.jit\ndef triton_poi", 1)
+    calls_a_loop = calls_a_loop.replace("    tmp2 = triton_helpers.maximum(tmp1, tmp0)\n",
+                                        "    tmp2 = accumulate(triton_helpers.maximum(tmp1, tmp0))\n")
+    assert "accumulate(triton_helpers" in calls_a_loop and "def accumulate" in calls_a_loop
+    assert "triton_poi_fused_relu_0 num_stages 1 -> 2" in [variant.label for variant in variants(calls_a_loop)]
 
 
 @pytest.mark.parametrize("stop_at", [3, 6])  # the third variant; the confirmation (its 2nd check, the 6th)

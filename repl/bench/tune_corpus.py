@@ -203,7 +203,8 @@ def inductor_kernel(problem: Problem, record: dict | None, small: dict | None = 
             if small and "configs" in small:
                 configs, changed = model_style_configs(record["configs"], small["configs"])
                 if changed:
-                    kernel.group, kernel.launch_changed, kernel.inductor_code = "model-style", tuple(changed), kernel.code
+                    kernel.group, kernel.launch_changed = "model-style", tuple(changed)
+                    kernel.inductor_code = kernel.code
                     kernel.code = kernelbook_code(kernel.reference, record["codes"][0], configs, tensors)
         except (StopIteration, ValueError, SyntaxError, AttributeError) as error:
             kernel.problem = f"not converted: {type(error).__name__}: {error}"

@@ -126,15 +126,20 @@ def _neighbours(values: tuple, value: int) -> list[int]:
 
 
 def loopless_kernels(code: str) -> set[str]:
-    """The names of the ``@triton.jit`` functions defined here whose bodies have no loop: num_stages pipelines a
-    loop's loads, so for these it changes nothing but the timing's noise (which once made it a "win")."""
-    found = set()
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(decorator)
-                                                     for decorator in node.decorator_list):
-            if not any(isinstance(inner, (ast.For, ast.While)) for inner in ast.walk(node)):
-                found.add(node.name)
-    return found
+    """The names of the ``@triton.jit`` functions defined here that run no loop, in their bodies or in the jit
+    functions they call: num_stages pipelines a loop's loads, so for these it changes nothing but the timing's noise
+    (which once made it a "win")."""
+    jitted = {node.name: node for node in ast.walk(ast.parse(code)) if isinstance(node, ast.FunctionDef)
+              and any("jit" in ast.unparse(decorator) for decorator in node.decorator_list)}
+
+    def loops(name: str, seen: set) -> bool:
+        seen.add(name)
+        inner = list(ast.walk(jitted[name]))
+        return any(isinstance(node, (ast.For, ast.While)) for node in inner) or any(
+            loops(node.func.id, seen) for node in inner if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id in jitted and node.func.id not in seen)
+
+    return {name for name in jitted if not loops(name, set())}
 
 
 def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
