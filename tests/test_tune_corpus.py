@@ -4,6 +4,7 @@ Triton's interpreter, the sample and the hand-written group chosen by their rule
 
 import gzip
 import json
+import types
 
 import pytest
 
@@ -350,3 +351,33 @@ def test_a_scans_combine_function_is_kept_and_its_kernels_inductor_decorator_dro
     assert "@triton.jit\ndef triton_red_fused_cumsum_0(in_ptr0, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, " \
            "RBLOCK: tl.constexpr):" in text
     assert numel_parameters(text) == ["xnumel", "rnumel"]  # the kernel's, not the combine function's
+
+
+def _compiled_module(folder, name: str, source: str, config) -> types.ModuleType:
+    """A stand-in for one of PyCodeCache's kernel modules: its file holds `source`, its kernel launches with `config`."""
+    path = folder / f"{abs(hash(source))}.py"
+    path.write_text(source)
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    setattr(module, name, types.SimpleNamespace(launchers=[types.SimpleNamespace(config=config)]))
+    return module
+
+
+def test_a_kernels_launch_config_comes_from_the_module_with_its_source_not_another_of_the_same_name(
+        tmp_path, monkeypatch):
+    from torch._inductor.codecache import PyCodeCache
+
+    from repl.bench.inductor_compile import launch_configs
+
+    def config(xblock):
+        return types.SimpleNamespace(kwargs={"XBLOCK": xblock}, num_warps=4, num_stages=1)
+
+    name = "triton_poi_fused_convolution_0"
+    # the same name compiled for an earlier problem (another source) before and after this one's module
+    modules = [_compiled_module(tmp_path, name, "# another problem's kernel\n", config(1024)),
+               _compiled_module(tmp_path, name, "# this problem's kernel\n", config(64)),
+               _compiled_module(tmp_path, name, "# a third problem's kernel\n", config(8))]
+    monkeypatch.setattr(PyCodeCache, "modules", modules)
+    code = (f"{name} = async_compile.triton('{name}', '''\n# this problem's kernel\n''', device_str='cuda')\n"
+            "triton_poi_fused_1 = async_compile.triton('triton_poi_fused_1', '''\n# not loaded\n''')\n")
+    assert launch_configs([code]) == {name: {"kwargs": {"XBLOCK": 64}, "num_warps": 4, "num_stages": 1}}
