@@ -133,7 +133,21 @@ def test_the_climb_stops_when_its_checks_run_out():
     check, asked = by_launch(faster)
     report = tune(INDUCTOR, timed(10.0), check, max_checks=7)
     assert len(report.tried) == 7 + 2  # seven variants, then the confirmation's two checks
-    assert "XBLOCK=512," in report.best_code  # round one: 4 checks; round two reached 512 within the last 3
+    # round one: 4 checks, 256 won; then one check a doubling: 512, 1024, 2048 (4096 not reached)
+    assert "XBLOCK=2048," in report.best_code
+
+
+def test_a_round_first_takes_the_step_that_won_the_last_and_when_it_pays_again_the_rest_of_the_round_waits():
+    # XBLOCK: 128 -> 256 -> 512 -> 1024 each faster, 2048 slower; 1024 with 8 warps faster still
+    check, asked = by_launch({(256, 4, 1): timed(9.0), (512, 4, 1): timed(8.0), (1024, 4, 1): timed(7.0),
+                              (2048, 4, 1): timed(7.5), (1024, 8, 1): timed(6.0)})
+    report = tune(INDUCTOR, timed(10.0), check)
+    labels = [tried.label.replace("triton_poi_fused_relu_0 ", "") for tried in report.tried]
+    assert labels[:8] == ["XBLOCK 128 -> 64", "XBLOCK 128 -> 256", "num_warps 4 -> 2", "num_warps 4 -> 8",
+                          "XBLOCK 128 -> 512", "XBLOCK 128 -> 1024", "XBLOCK 128 -> 2048",  # one check a doubling
+                          "XBLOCK 128 -> 1024, num_warps 4 -> 2"]  # 2048 did not pay: the round around 1024
+    assert report.best.label == "triton_poi_fused_relu_0 XBLOCK 128 -> 1024, num_warps 4 -> 8, again"
+    assert len(set(asked[:-2])) == len(asked) - 2  # no text checked twice but the confirmation's
 
 
 def test_only_a_correct_kernel_timed_on_a_gpu_is_tuned():

@@ -6,7 +6,9 @@ it. A variant that changes results (a grid that no longer covers the output) fai
 The search climbs: after a round of variants around the original, the next round is the variants around the
 round's winner, until a round finds nothing faster or the checks run out. The model's launch numbers are often
 several doublings away from the best (its training targets were tuned for KernelBook's small inputs), which one
-round around its own choice cannot reach."""
+round around its own choice cannot reach. A round first takes the step that won the last one again (XBLOCK doubled
+once more); when that pays too it is taken at once, without the rest of the round, so a walk of several doublings
+costs one check a step rather than a round."""
 
 import ast
 import re
@@ -52,6 +54,7 @@ class LaunchParameter:
 class Variant:
     label: str  # "triton_poi_fused_relu_0 XBLOCK 128 -> 256"
     code: str
+    step: tuple = ()  # (kernel, parameter, its line, +1 or -1): the same step from another value is the same step
 
 
 @dataclass
@@ -142,9 +145,9 @@ def loopless_kernels(code: str) -> set[str]:
     return {name for name in jitted if not loops(name, set())}
 
 
-def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
-    """One parameter changed at a time, block sizes first (no num_stages for a kernel without a loop); each
-    variant's text parses."""
+def variants(code: str, max_variants: int = MAX_VARIANTS, first: tuple = ()) -> list[Variant]:
+    """One parameter changed at a time, block sizes first (no num_stages for a kernel without a loop), the variant
+    taking the step ``first`` before them all; each variant's text parses."""
     loopless = loopless_kernels(code)
     parameters = sorted((parameter for parameter in launch_parameters(code)
                          if not (parameter.name == "num_stages" and parameter.kernel in loopless)),
@@ -158,8 +161,9 @@ def variants(code: str, max_variants: int = MAX_VARIANTS) -> list[Variant]:
             changed[parameter.line - 1] = line[:parameter.start] + parameter.written(new) + line[parameter.end:]
             text = "".join(changed)
             ast.parse(text)  # a variant is the same code with one number changed: it parses, or this is a bug
-            found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}", text))
-    return found[:max_variants]
+            step = (parameter.kernel, parameter.name, parameter.line, 1 if new > parameter.value else -1)
+            found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}", text, step))
+    return sorted(found, key=lambda variant: variant.step != first)[:max_variants]
 
 
 def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
@@ -170,10 +174,10 @@ def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
     report = TuneReport(original=Tried("as generated", original))
     if not original.kernel_ms:
         return report
-    current, current_ms, seen = code, original.kernel_ms, {code}
+    current, current_ms, seen, last_step = code, original.kernel_ms, {code}, ()
     while len(report.tried) < max_checks:
         winner = None
-        for variant in variants(current):
+        for variant in variants(current, first=last_step):
             if len(report.tried) >= max_checks:
                 break
             if variant.code in seen:  # a step back to where the climb has been
@@ -192,10 +196,12 @@ def tune(code: str, original: CheckResult, check: Callable[[str], CheckResult],
             on_tried(tried)
             if tried.usable and tried.check.kernel_ms <= current_ms * (1 - MIN_GAIN) and (
                     winner is None or tried.check.kernel_ms < winner[0].check.kernel_ms):
-                winner = (tried, variant.code)
+                winner = (tried, variant.code, variant.step)
+                if variant.step == last_step:  # the last round's step paid again: take it now
+                    break
         if winner is None:
             break
-        (report.best, report.best_code), current = winner, winner[1]
+        (report.best, report.best_code, last_step), current = winner, winner[1]
         current_ms = winner[0].check.kernel_ms
     report.variants_checked = len(report.tried)
     if report.best is not None:
