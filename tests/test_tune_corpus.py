@@ -381,3 +381,13 @@ def test_a_kernels_launch_config_comes_from_the_module_with_its_source_not_anoth
     code = (f"{name} = async_compile.triton('{name}', '''\n# this problem's kernel\n''', device_str='cuda')\n"
             "triton_poi_fused_1 = async_compile.triton('triton_poi_fused_1', '''\n# not loaded\n''')\n")
     assert launch_configs([code]) == {name: {"kwargs": {"XBLOCK": 64}, "num_warps": 4, "num_stages": 1}}
+
+
+def test_a_kernel_whose_launch_config_was_not_found_is_not_converted_with_made_up_numbers(tmp_path):
+    from repl.bench.tune_corpus import Problem, inductor_kernel
+
+    code = "def call(args):\n    triton_poi_fused_relu_0.run(buf0, 256, stream=stream0)\n"
+    kernel = inductor_kernel(Problem(tmp_path / "19_ReLU.py", "class Model: pass\n"),
+                             {"codes": [code], "configs": {}})
+    assert kernel.code is None
+    assert kernel.problem == "not converted: no launch config found for triton_poi_fused_relu_0"

@@ -196,6 +196,8 @@ def inductor_kernel(problem: Problem, record: dict | None, small: dict | None = 
         kernel.problem = f"not compiled: the corpus has it at other sizes ({record.get('sizes') or 'its own'})"
     elif ".run(" not in record["codes"][0]:
         kernel.problem = "no Triton kernel: Inductor handed all of it to a library (extern_kernels)"
+    elif unconfigured := sorted(set(re.findall(r"(triton_\w+)\.run\(", record["codes"][0])) - set(record["configs"])):
+        kernel.problem = f"not converted: no launch config found for {', '.join(unconfigured)}"
     else:
         try:
             tensors, _ = problem_tensors(kernel.reference)
