@@ -56,5 +56,7 @@ def compile_problem(path: str, variant: str = "default", shrink: bool = False, s
     model = namespace["Model"](*namespace["get_init_inputs"]()).cuda()
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
     compiled = torch.compile(model, dynamic=variant == "dynamic")
-    _, codes = run_and_get_code(compiled, *inputs)
+    # compiled afresh: a graph from Inductor's disk cache loaded kernels whose configs launch_configs did not find
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, codes = run_and_get_code(compiled, *inputs)
     return {"codes": codes, "configs": launch_configs(codes)}

@@ -5,9 +5,9 @@
         --json OUT
 
 The sample: every K-th problem of each folder (by number), the folders interleaved, the first N. Each is compiled by
-Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py wrote), rewritten
-as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew candidate file) and checked by the Checker against
-its problem; the correct ones are the corpus. A problem whose inputs exceed 1 GiB is checked with its input
+Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py or --save-corpus
+wrote, what it lacks compiled here), rewritten as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew
+candidate file) and checked by the Checker against its problem; the correct ones are the corpus. A problem whose inputs exceed 1 GiB is checked with its input
 sizes halved until they fit (repl.bench.problem_sizes.fit). ``--launch kernelbook`` gives each kernel the launch
 numbers Inductor chose for it at KernelBook's small input sizes, as the model learnt them
 (repl.bench.problem_sizes): those kernels are the group "model-style", each also timed with Inductor's own numbers
@@ -277,7 +277,8 @@ def arguments(argv):
     parser.add_argument("--every", type=int, default=1, help="every K-th problem of each folder, by number")
     parser.add_argument("--limit", type=int, help="at most N problems of the sample")
     parser.add_argument("--seconds", type=float, default=600.0, help="no kernel starts tuning after this")
-    parser.add_argument("--corpus", help="Inductor's output from tools/inductor_corpus.py instead of compiling here")
+    parser.add_argument("--corpus", help="Inductor's output from tools/inductor_corpus.py (or --save-corpus): what "
+                        "it holds is not compiled again")
     parser.add_argument("--save-corpus", help="write the compiled output there (tools/inductor_corpus.py's format)")
     parser.add_argument("--previous", help="a report of an earlier run: its kernels are kept, not tuned again "
                                            "(those it did not reach are)")
@@ -297,15 +298,15 @@ def candidates(args, started: float) -> list[Kernel]:
     problems = {path: prepare(path, kernelbook) for path in sample(args.folders, args.every, args.limit)}
     variants = {(path, "default"): problem.source for path, problem in problems.items() if not problem.problem}
     variants.update({(path, KERNELBOOK_SIZES): problem.small for path, problem in problems.items() if problem.small})
-    if args.corpus:
-        stored = read_corpus(args.corpus)
-        records = {key: stored.get((f"{key[0].parent.name}/{key[0].name}", key[1])) for key in variants}
-    else:
-        records = compile_all(variants, args.compile_workers, args.seconds / 2) if variants else {}
+    stored = read_corpus(args.corpus) if args.corpus else {}
+    records = {key: stored.get((f"{key[0].parent.name}/{key[0].name}", key[1])) for key in variants}
+    missing = {key: source for key, source in variants.items() if records[key] is None}
+    if missing and (args.device == "cuda" or not args.corpus):  # what the corpus lacks is compiled here (GPU only)
+        records.update(compile_all(missing, args.compile_workers, args.seconds / 2))
         for (path, _), record in records.items():
-            record["sizes"] = problems[path].sizes  # compiled at the sizes it is checked at
-        if args.save_corpus:
-            save_corpus(args.save_corpus, records)
+            record.setdefault("sizes", problems[path].sizes)  # compiled at the sizes it is checked at
+    if args.save_corpus:
+        save_corpus(args.save_corpus, {key: record for key, record in records.items() if record})
     print(f"{len(problems)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
     kernels = [inductor_kernel(problem, records.get((path, "default")), records.get((path, KERNELBOOK_SIZES)))
                for path, problem in problems.items()]
