@@ -391,3 +391,27 @@ def test_a_kernel_whose_launch_config_was_not_found_is_not_converted_with_made_u
                              {"codes": [code], "configs": {}})
     assert kernel.code is None
     assert kernel.problem == "not converted: no launch config found for triton_poi_fused_relu_0"
+
+
+def test_on_the_gpu_a_corpus_file_is_completed_by_compiling_only_what_it_lacks(tmp_path, monkeypatch):
+    import repl.bench.tune_corpus as tune_corpus
+    from repl.bench.tune_corpus import arguments, candidates, read_corpus
+
+    level, corpus = write_problem_and_corpus(tmp_path)  # 7 compiled; 8 failed to compile (a record all the same)
+    (level / "9_Not_in_the_corpus.py").write_text(PROBLEM)
+    compiled = []
+
+    def compile_here(sources, workers, seconds):  # Inductor needs a GPU: what the workers would send back
+        compiled.extend(sources)
+        return {key: {"codes": [INDUCTOR_CODE], "configs": CONFIGS} for key in sources}
+
+    monkeypatch.setattr(tune_corpus, "compile_all", compile_here)
+    saved = tmp_path / "saved.jsonl.gz"
+    kernels = candidates(arguments([str(level), "--corpus", str(corpus), "--save-corpus", str(saved), "--json",
+                                    str(tmp_path / "out.json")]), 0.0)
+    assert [(path.name, variant) for path, variant in compiled] == [("9_Not_in_the_corpus.py", "default")]
+    assert [(kernel.name, kernel.code is not None) for kernel in kernels] == [
+        ("level1/7_Transpose_add.py", True), ("level1/8_Never_compiled.py", False),
+        ("level1/9_Not_in_the_corpus.py", True)]
+    assert sorted(problem for problem, _ in read_corpus(str(saved))) == [
+        "level1/7_Transpose_add.py", "level1/8_Never_compiled.py", "level1/9_Not_in_the_corpus.py"]
