@@ -354,7 +354,7 @@ def test_a_scans_combine_function_is_kept_and_its_kernels_inductor_decorator_dro
 
 
 def _compiled_module(folder, name: str, source: str, config) -> types.ModuleType:
-    """A stand-in for one of PyCodeCache's kernel modules: its file holds `source`, its kernel launches with `config`."""
+    """A stand-in for one of PyCodeCache's kernel modules: its file holds `source`, its kernel launches so."""
     path = folder / f"{abs(hash(source))}.py"
     path.write_text(source)
     module = types.ModuleType(path.stem)
@@ -415,3 +415,21 @@ def test_on_the_gpu_a_corpus_file_is_completed_by_compiling_only_what_it_lacks(t
         ("level1/9_Not_in_the_corpus.py", True)]
     assert sorted(problem for problem, _ in read_corpus(str(saved))) == [
         "level1/7_Transpose_add.py", "level1/8_Never_compiled.py", "level1/9_Not_in_the_corpus.py"]
+
+
+def test_a_corpus_record_without_sizes_stays_refused_when_what_the_corpus_lacks_is_compiled(tmp_path, monkeypatch):
+    import repl.bench.tune_corpus as tune_corpus
+    from repl.bench.tune_corpus import arguments, candidates
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "21_Sigmoid.py").write_text(LARGE)  # checked at half its sizes
+    corpus = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(corpus, "wt") as lines:  # tools/inductor_corpus.py's record: the problem's own sizes
+        lines.write(json.dumps({"problem": "21_Sigmoid.py", "level": "level1", "variant": "default",
+                                "codes": [INDUCTOR_CODE], "configs": CONFIGS}) + "\n")
+    monkeypatch.setattr(tune_corpus, "compile_all", lambda sources, workers, seconds: {
+        key: {"codes": [INDUCTOR_CODE], "configs": CONFIGS} for key in sources})
+    kernel, = candidates(arguments([str(level), "--corpus", str(corpus), "--launch", "kernelbook", "--json",
+                                    str(tmp_path / "out.json")]), 0.0)
+    assert kernel.problem == "not compiled: the corpus has it at other sizes (its own)"

@@ -7,17 +7,17 @@
 The sample: every K-th problem of each folder (by number), the folders interleaved, the first N. Each is compiled by
 Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py or --save-corpus
 wrote, what it lacks compiled here), rewritten as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew
-candidate file) and checked by the Checker against its problem; the correct ones are the corpus. A problem whose inputs exceed 1 GiB is checked with its input
-sizes halved until they fit (repl.bench.problem_sizes.fit). ``--launch kernelbook`` gives each kernel the launch
-numbers Inductor chose for it at KernelBook's small input sizes, as the model learnt them
-(repl.bench.problem_sizes): those kernels are the group "model-style", each also timed with Inductor's own numbers
-for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each correct Triton kernel of
-tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or ``STEM_inductor*.py`` beside
-``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through tune_cases.tune_pair:
-the same checker, fresh inputs, the same keep rule). No kernel starts after ``--seconds``, and one still tuning a
-minute later is cut short; what was not reached is listed. On the CPU (``--device cpu``, a corpus file) the variants
-are timed under Triton's interpreter: figures that test this tool, not speed. Not a test; docs/shipping.md records
-the figures."""
+candidate file) and checked by the Checker against its problem; the correct ones are the corpus. A problem whose
+inputs exceed 1 GiB is checked with its input sizes halved until they fit (repl.bench.problem_sizes.fit).
+``--launch kernelbook`` gives each kernel the launch numbers Inductor chose for it at KernelBook's small input sizes, as the
+model learnt them (repl.bench.problem_sizes): those kernels are the group "model-style", each also timed with
+Inductor's own numbers for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each correct Triton
+kernel of tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or ``STEM_inductor*.py`` beside
+``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through
+tune_cases.tune_pair: the same checker, fresh inputs, the same keep rule). No kernel starts after ``--seconds``, and
+one still tuning a minute later is cut short; what was not reached is listed. On the CPU (``--device cpu``, a corpus
+file) the variants are timed under Triton's interpreter: figures that test this tool, not speed. Not a test;
+docs/shipping.md records the figures."""
 
 import argparse
 import json
@@ -302,9 +302,10 @@ def candidates(args, started: float) -> list[Kernel]:
     records = {key: stored.get((f"{key[0].parent.name}/{key[0].name}", key[1])) for key in variants}
     missing = {key: source for key, source in variants.items() if records[key] is None}
     if missing and (args.device == "cuda" or not args.corpus):  # what the corpus lacks is compiled here (GPU only)
-        records.update(compile_all(missing, args.compile_workers, args.seconds / 2))
-        for (path, _), record in records.items():
-            record.setdefault("sizes", problems[path].sizes)  # compiled at the sizes it is checked at
+        compiled = compile_all(missing, args.compile_workers, args.seconds / 2)
+        for (path, _), record in compiled.items():
+            record["sizes"] = problems[path].sizes  # compiled at the sizes it is checked at
+        records.update(compiled)
     if args.save_corpus:
         save_corpus(args.save_corpus, {key: record for key, record in records.items() if record})
     print(f"{len(problems)} problems, Inductor's output in {time.monotonic() - started:.0f} s", flush=True)
