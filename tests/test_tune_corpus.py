@@ -150,6 +150,13 @@ def test_a_later_run_keeps_what_an_earlier_one_measured_and_retries_what_it_did_
                                             "problem": "not compiled: out of memory"}]
     assert report["summary"]["inductor"]["geomean_speedup"] == 1.5
 
+    # a tune that --seconds cut short is not a measurement to keep: the next run tunes it again from the start
+    earlier.write_text(json.dumps({"kernels": [{**measured, "speedup": 1.0, "cut_short": True}, unreached]}))
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out), "--seconds", "0",
+                 "--previous", str(earlier)]) == 0
+    assert json.loads(out.read_text())["kernels"][0] == {"group": "inductor", "kernel": "level1/7_Transpose_add.py",
+                                                          "not_reached": True}
+
 
 def test_the_hand_written_group_is_every_tests_kernel_with_a_reference_beside_it():
     names = [kernel.name for kernel in hand_written()]

@@ -9,15 +9,15 @@ Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/in
 wrote, what it lacks compiled here), rewritten as KernelBook writes it (repl.bench.kernelbook_format: a ModelNew
 candidate file) and checked by the Checker against its problem; the correct ones are the corpus. A problem whose
 inputs exceed 1 GiB is checked with its input sizes halved until they fit (repl.bench.problem_sizes.fit).
-``--launch kernelbook`` gives each kernel the launch numbers Inductor chose for it at KernelBook's small input sizes, as the
-model learnt them (repl.bench.problem_sizes): those kernels are the group "model-style", each also timed with
-Inductor's own numbers for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each correct Triton
-kernel of tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or ``STEM_inductor*.py`` beside
-``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through
-tune_cases.tune_pair: the same checker, fresh inputs, the same keep rule). No kernel starts after ``--seconds``, and
-one still tuning a minute later is cut short; what was not reached is listed. On the CPU (``--device cpu``, a corpus
-file) the variants are timed under Triton's interpreter: figures that test this tool, not speed. Not a test;
-docs/shipping.md records the figures."""
+``--launch kernelbook`` gives each kernel the launch numbers Inductor chose for it at KernelBook's small input
+sizes, as the model learnt them (repl.bench.problem_sizes): those kernels are the group "model-style", each also
+timed with Inductor's own numbers for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each
+correct Triton kernel of tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or
+``STEM_inductor*.py`` beside ``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune
+through tune_cases.tune_pair: the same checker, fresh inputs, the same keep rule). No kernel starts after
+``--seconds``, and one still tuning a minute later is cut short; what was not reached is listed. On the CPU
+(``--device cpu``, a corpus file) the variants are timed under Triton's interpreter: figures that test this tool,
+not speed. Not a test; docs/shipping.md records the figures."""
 
 import argparse
 import json
@@ -356,12 +356,13 @@ def main(argv=None) -> int:
 
 
 def previous_rows(path: str | None) -> list[dict]:
-    """The rows of an earlier report that were checked; the rest (not reached, no candidate: a fact of the corpus,
-    cheap to find again; or a check the checker itself failed) are done again."""
+    """The rows of an earlier report that were checked and tuned to the end; the rest (not reached, no candidate: a
+    fact of the corpus, cheap to find again; a check the checker itself failed; a tune cut short by --seconds, which
+    the summary leaves out) are done again."""
     if not path:
         return []
     return [row for row in json.loads(Path(path).read_text())["kernels"]
-            if row.get("verdict") not in (None, "checker_error")]
+            if row.get("verdict") not in (None, "checker_error") and not row.get("cut_short")]
 
 
 def write_report(path: str, rows: list[dict], seconds: float) -> dict:
