@@ -440,3 +440,14 @@ def test_a_corpus_record_without_sizes_stays_refused_when_what_the_corpus_lacks_
     kernel, = candidates(arguments([str(level), "--corpus", str(corpus), "--launch", "kernelbook", "--json",
                                     str(tmp_path / "out.json")]), 0.0)
     assert kernel.problem == "not compiled: the corpus has it at other sizes (its own)"
+
+
+def test_groups_tunes_only_the_groups_named_and_refuses_a_name_that_is_no_group(tmp_path, capsys):
+    level, corpus = write_problem_and_corpus(tmp_path)
+    out = tmp_path / "out.json"
+    assert main([str(level), "--corpus", str(corpus), "--device", "cpu", "--json", str(out),
+                 "--groups", "model-style,hand-written"]) == 0
+    assert json.loads(out.read_text())["kernels"] == []  # both problems are `inductor`: not checked, not listed
+    with pytest.raises(SystemExit):
+        main([str(level), "--device", "cpu", "--json", str(out), "--groups", "inductor,handwritten"])
+    assert "no group handwritten" in capsys.readouterr().err

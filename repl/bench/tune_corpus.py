@@ -271,6 +271,16 @@ def summary(rows: list[dict]) -> dict:
                                             for row in rows if not row.get("not_reached")).items()))}
 
 
+GROUPS = ("model-style", "inductor", "hand-written")
+
+
+def group_names(text: str) -> set[str]:
+    names = set(text.split(","))
+    if unknown := sorted(names - set(GROUPS)):
+        raise argparse.ArgumentTypeError(f"no group {', '.join(unknown)} (the groups: {', '.join(GROUPS)})")
+    return names
+
+
 def arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m repl.bench.tune_corpus", description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="*", help="KernelBench's level folders (level1, level2)")
@@ -284,6 +294,8 @@ def arguments(argv):
                                            "(those it did not reach are)")
     parser.add_argument("--compile-workers", type=int, default=8)
     parser.add_argument("--hand-written", action="store_true", help="also the tests' Triton kernels")
+    parser.add_argument("--groups", type=group_names, help="tune only these groups (model-style,inductor,"
+                        "hand-written): a run that measures what an earlier one did not; the rest are left out")
     parser.add_argument("--max-checks", type=int, help="variants a kernel's climb may check (:tune's 24)")
     parser.add_argument("--launch", choices=["inductor", "kernelbook"], default="inductor",
                         help="kernelbook: the launch numbers Inductor chose at KernelBook's input sizes")
@@ -334,7 +346,8 @@ def main(argv=None) -> int:
     rows, interpreter = previous_rows(args.previous), args.device == "cpu"
     done = {row["kernel"] for row in rows}
     with Checker(device=args.device) as checker:
-        for kernel in [kernel for kernel in kernels if kernel.name not in done]:
+        for kernel in [kernel for kernel in kernels if kernel.name not in done
+                       and (not args.groups or kernel.group in args.groups)]:
             row = {"group": kernel.group, "kernel": kernel.name}
             row.update({"sizes": kernel.sizes} if kernel.sizes else {})
             row.update({"launch_changed": list(kernel.launch_changed)} if kernel.launch_changed else {})
