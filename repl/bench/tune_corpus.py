@@ -1,8 +1,8 @@
 """What :tune gains over a corpus in the model's own style, and what it costs:
 
     python -m repl.bench.tune_corpus KernelBench/level1 KernelBench/level2 [--every K] [--limit N] [--seconds S]
-        [--launch inductor|kernelbook] [--corpus CORPUS.jsonl.gz] [--hand-written] [--device cuda|cpu] [--keep DIR]
-        --json OUT
+        [--launch inductor|kernelbook] [--corpus CORPUS.jsonl.gz] [--hand-written] [--hand-written-large]
+        [--groups G,G] [--device cuda|cpu] [--keep DIR] --json OUT
 
 The sample: every K-th problem of each folder (by number), the folders interleaved, the first N. Each is compiled by
 Inductor on the GPU (repl.bench.inductor_compile; or read from a corpus tools/inductor_corpus.py or --save-corpus
@@ -13,7 +13,9 @@ inputs exceed 1 GiB is checked with its input sizes halved until they fit (repl.
 sizes, as the model learnt them (repl.bench.problem_sizes): those kernels are the group "model-style", each also
 timed with Inductor's own numbers for this GPU (``inductor_ms``). ``--hand-written`` adds a second group: each
 correct Triton kernel of tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or
-``STEM_inductor*.py`` beside ``STEM_reference.py``). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune
+``STEM_inductor*.py`` beside ``STEM_reference.py``); ``--hand-written-large`` the same kernels as the group
+"hand-written-large", each with its problem's inputs grown to working sizes along the dimensions its own check found
+it valid for (repl.bench.working_sizes: at the tests' sizes a call is the wrapper's Python). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune
 through tune_cases.tune_pair: the same checker, fresh inputs, the same keep rule). No kernel starts after
 ``--seconds``, and one still tuning a minute later is cut short; what was not reached is listed. On the CPU
 (``--device cpu``, a corpus file) the variants are timed under Triton's interpreter: figures that test this tool,
@@ -45,7 +47,7 @@ KERNELBOOK_SIZES = "kernelbook-sizes"  # the corpus variant compiled at KernelBo
 
 @dataclass
 class Kernel:
-    group: str  # "inductor" or "hand-written"
+    group: str  # "model-style", "inductor", "hand-written" or "hand-written-large"
     name: str  # "level1/19_ReLU.py", "checker_cases/relu_triton.py"
     reference: str
     code: str | None = None
@@ -67,7 +69,7 @@ def sample(folders: list[str], every: int, limit: int | None) -> list[Path]:
     return interleaved[:limit]
 
 
-def hand_written(folders=HAND_WRITTEN_FOLDERS) -> list[Kernel]:
+def hand_written(folders=HAND_WRITTEN_FOLDERS, group: str = "hand-written") -> list[Kernel]:
     """The kernels of the tests' cases that have a reference beside them (STEM_triton*.py / STEM_inductor*.py and
     STEM_reference.py); attack_* cases are not kernels to tune."""
     found = []
@@ -76,7 +78,7 @@ def hand_written(folders=HAND_WRITTEN_FOLDERS) -> list[Kernel]:
             stem = re.sub(r"_(triton|inductor).*$", "", path.stem)
             reference = folder / f"{stem}_reference.py"
             if stem != path.stem and not path.name.startswith("attack_") and reference.exists():
-                found.append(Kernel("hand-written", f"{folder.name}/{path.name}", reference.read_text(),
+                found.append(Kernel(group, f"{folder.name}/{path.name}", reference.read_text(),
                                     path.read_text()))
     return found
 
@@ -271,7 +273,8 @@ def summary(rows: list[dict]) -> dict:
                                             for row in rows if not row.get("not_reached")).items()))}
 
 
-GROUPS = ("model-style", "inductor", "hand-written")
+LARGE = "hand-written-large"
+GROUPS = ("model-style", "inductor", "hand-written", LARGE)
 
 
 def group_names(text: str) -> set[str]:
@@ -294,8 +297,10 @@ def arguments(argv):
                                            "(those it did not reach are)")
     parser.add_argument("--compile-workers", type=int, default=8)
     parser.add_argument("--hand-written", action="store_true", help="also the tests' Triton kernels")
+    parser.add_argument("--hand-written-large", action="store_true",
+                        help="also the tests' Triton kernels with their inputs grown to working sizes")
     parser.add_argument("--groups", type=group_names, help="tune only these groups (model-style,inductor,"
-                        "hand-written): a run that measures what an earlier one did not; the rest are left out")
+                        "hand-written,hand-written-large): a run that measures what an earlier one did not")
     parser.add_argument("--max-checks", type=int, help="variants a kernel's climb may check (:tune's 24)")
     parser.add_argument("--launch", choices=["inductor", "kernelbook"], default="inductor",
                         help="kernelbook: the launch numbers Inductor chose at KernelBook's input sizes")
@@ -324,7 +329,8 @@ def candidates(args, started: float) -> list[Kernel]:
     kernels = [inductor_kernel(problem, records.get((path, "default")), records.get((path, KERNELBOOK_SIZES)))
                for path, problem in problems.items()]
     kernels.sort(key=lambda kernel: kernel.group != "model-style")  # what --launch kernelbook is for, first
-    return kernels + (hand_written() if args.hand_written else [])
+    return (kernels + (hand_written() if args.hand_written else [])
+            + (hand_written(group=LARGE) if args.hand_written_large else []))
 
 
 def keep_files(folder: str, kernel: Kernel, row: dict) -> None:
@@ -349,11 +355,14 @@ def main(argv=None) -> int:
         for kernel in [kernel for kernel in kernels if kernel.name not in done
                        and (not args.groups or kernel.group in args.groups)]:
             row = {"group": kernel.group, "kernel": kernel.name}
+            out_of_time = time.monotonic() - started > args.seconds
+            if kernel.group == LARGE and not out_of_time:
+                grow(checker, kernel, interpreter)
             row.update({"sizes": kernel.sizes} if kernel.sizes else {})
             row.update({"launch_changed": list(kernel.launch_changed)} if kernel.launch_changed else {})
-            if kernel.code is None:
+            if kernel.problem:
                 row["problem"] = kernel.problem
-            elif time.monotonic() - started > args.seconds:
+            elif out_of_time:
                 row["not_reached"] = True
             else:
                 row.update(tune_kernel(checker, kernel, interpreter, started + args.seconds + OVERRUN_S,
@@ -366,6 +375,30 @@ def main(argv=None) -> int:
             write_report(args.json, rows, time.monotonic() - started)
     print(json.dumps(write_report(args.json, rows, time.monotonic() - started)["summary"]), flush=True)
     return 0
+
+
+def grow(checker, kernel: Kernel, interpreter: bool) -> None:
+    """A hand-written kernel's problem at working sizes (kernel.sizes says how), or kernel.problem saying why not:
+    its check at its own sizes finds the dimensions it is valid for, and only those grow."""
+    from repl.bench import working_sizes
+
+    own = checker.check(kernel.reference, kernel.code, interpreter_timing=interpreter)
+    if not own.correct:
+        kernel.problem = f"not grown: {own.verdict.value} at its own sizes"
+        return
+    try:
+        shapes = working_sizes.input_shapes(kernel.reference)
+    except Exception as error:  # the problem's own get_inputs() failed here (a .cuda() without CUDA)
+        kernel.problem = f"not grown: its inputs could not be made here: {type(error).__name__}: {error}"[:300]
+        return
+    try:
+        shapes, kernel.sizes = working_sizes.working_shapes(shapes, (own.valid_for or {}).get("inputs", []),
+                                                            working_sizes.WORKING_BYTES)
+    except ValueError as error:
+        kernel.problem = f"not grown: {error}"
+        return
+    if shapes:
+        kernel.reference = working_sizes.at_working_sizes(kernel.reference, shapes)
 
 
 def previous_rows(path: str | None) -> list[dict]:
@@ -383,6 +416,9 @@ def write_report(path: str, rows: list[dict], seconds: float) -> dict:
     groups = {group: [row for row in rows if row["group"] == group] for group in sorted({row["group"] for row in rows})}
     if {"model-style", "inductor"} <= set(groups):  # the whole Inductor corpus: its kernels in the model's style,
         groups["inductor corpus"] = groups["model-style"] + groups["inductor"]  # and those whose numbers stay
+    for hand in ("hand-written", LARGE):  # the goal's corpus: Inductor's kernels and the hand-written ones
+        if "inductor corpus" in groups and hand in groups:
+            groups[f"whole corpus ({hand})"] = groups["inductor corpus"] + groups[hand]
     report = {"seconds": round(seconds, 1), "summary": {group: summary(found) for group, found in groups.items()},
               "kernels": rows}
     Path(path).write_text(json.dumps(report, indent=1) + "\n")
