@@ -202,3 +202,93 @@ def test_a_stopped_tune_checks_nothing_more_and_keeps_the_original_even_after_a_
     report = tune(INDUCTOR, timed(10.0), check, max_checks=4)
     assert report.stopped and report.best is None and report.best_code is None and report.speedup is None
     assert len(asked) == stop_at  # nothing asked after the stop
+
+
+def test_a_block_size_the_grid_repeats_as_a_number_changes_with_it():
+    halved, doubled = variants(HAND_WRITTEN)[:2]  # relu_kernel[(triton.cdiv(n_elements, 64),)](..., BLOCK_SIZE=64)
+    assert "relu_kernel[(triton.cdiv(n_elements, 32),)](x, out, n_elements, BLOCK_SIZE=32)" in halved.code
+    assert "relu_kernel[(triton.cdiv(n_elements, 128),)](x, out, n_elements, BLOCK_SIZE=128)" in doubled.code
+    warps = variants(HAND_WRITTEN)[2]
+    assert "triton.cdiv(n_elements, 64)" in warps.code  # num_warps leaves the grid alone
+
+
+TILED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_kernel(x_ptr, w_ptr, out_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, w):
+        M, K = x.shape
+        N = w.shape[0]
+        out = torch.empty(M, N, device=x.device)
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))
+        linear_kernel[grid](x, w, out, M, N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        return out
+'''
+
+
+def test_a_grid_variables_numbers_are_told_apart_by_the_size_each_divides():
+    by_label = {variant.label: variant.code for variant in variants(TILED, max_variants=20)}
+    assert "grid = (triton.cdiv(M, 32), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_M 16 -> 32"]
+    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16" in by_label["linear_kernel BLOCK_M 16 -> 32"]
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_N 16 -> 32"]
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_K 16 -> 32"]
+
+
+def test_a_number_the_grid_repeats_for_two_blocks_it_cannot_tell_apart_is_left_alone():
+    ambiguous = TILED.replace("grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))",
+                              "grid = (triton.cdiv(M * N, 16),)").replace("BLOCK_K=16", "BLOCK_K=32")
+    by_label = {variant.label: variant.code for variant in variants(ambiguous, max_variants=20)}
+    assert "triton.cdiv(M * N, 16)" in by_label["linear_kernel BLOCK_M 16 -> 32"]  # BLOCK_M or BLOCK_N? neither
+    assert "BLOCK_M=32, BLOCK_N=16" in by_label["linear_kernel BLOCK_M 16 -> 32"]
+
+
+NAMED_BLOCK = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        BLOCK_SIZE = 1024
+        grid = (triton.cdiv(n, BLOCK_SIZE),)
+        relu_kernel[grid](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
+        return out
+'''
+
+
+def test_a_block_size_given_by_a_name_assigned_once_is_varied_where_it_is_assigned():
+    labels = [variant.label for variant in variants(NAMED_BLOCK)]
+    assert labels[:2] == ["relu_kernel BLOCK_SIZE 1024 -> 512", "relu_kernel BLOCK_SIZE 1024 -> 2048"]
+    doubled = variants(NAMED_BLOCK)[1].code
+    assert "        BLOCK_SIZE = 2048\n" in doubled and "relu_kernel[grid](x, out, n, BLOCK_SIZE=BLOCK_SIZE" in doubled
+    twice = NAMED_BLOCK.replace("        n = x.numel()\n", "        n = x.numel()\n        BLOCK_SIZE = 256\n")
+    assert [variant.label for variant in variants(twice)] == ["relu_kernel num_warps 4 -> 2",
+                                                              "relu_kernel num_warps 4 -> 8"]  # which one runs?
+
+
+def test_the_tied_variants_check_correct_where_the_block_alone_would_leave_elements_unwritten():
+    from repl.checker import Checker
+
+    reference = (CASES / "relu_reference.py").read_text()
+    halved = variants(HAND_WRITTEN)[0].code  # BLOCK_SIZE 32 over a grid of cdiv(n, 32)
+    block_alone = HAND_WRITTEN.replace("BLOCK_SIZE=64", "BLOCK_SIZE=32")  # a grid of cdiv(n, 64): half unwritten
+    with Checker(device="cpu") as checker:
+        assert checker.check(reference, halved).verdict is Verdict.CORRECT
+        assert checker.check(reference, block_alone).verdict is Verdict.MISMATCH

@@ -45,6 +45,7 @@ class LaunchParameter:
     line: int  # 1-based
     start: int  # column span of the value's text on that line (start == end: a keyword to add there)
     end: int
+    tied: tuple = ()  # (line, start, end) of the same number in the launch's grid: `cdiv(n, 64)` with BLOCK_SIZE=64
 
     def written(self, new: int) -> str:
         return str(new) if self.start != self.end else f", {self.name}={new}"
@@ -87,9 +88,14 @@ class TuneReport:
 
 def launch_parameters(code: str) -> list[LaunchParameter]:
     """Integer keywords of each ``name[grid](...)`` launch that are block sizes, num_warps or num_stages; a launch
-    without num_warps gets one (Triton's default, 4) to be added before its closing parenthesis."""
+    without num_warps gets one (Triton's default, 4) to be added before its closing parenthesis. A block size given
+    as a name assigned one number once (``BLOCK_SIZE = 1024`` ... ``BLOCK_SIZE=BLOCK_SIZE``) is that number's text;
+    one the grid repeats as a number (``kernel[(triton.cdiv(n, 64),)](..., BLOCK_SIZE=64)``, the style of the
+    prompt's own example) is tied to it: the two change together, or a larger block would run over the same grid."""
+    tree = ast.parse(code)
+    assigned = _assigned_numbers(tree)
     found = []
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)):
             continue
         kernel = ast.unparse(node.func.value)
@@ -100,13 +106,60 @@ def launch_parameters(code: str) -> list[LaunchParameter]:
                                          last.end_col_offset))
         for keyword in node.keywords:
             value = keyword.value
-            if keyword.arg is None or not (isinstance(value, ast.Constant) and type(value.value) is int):
+            if keyword.arg is None:
+                continue
+            if isinstance(value, ast.Name) and _BLOCK_NAME.search(keyword.arg) and value.id in assigned:
+                value = assigned[value.id]  # the grid, if it uses the name, follows it
+            if not (isinstance(value, ast.Constant) and type(value.value) is int):
                 continue
             if keyword.arg in ("num_warps", "num_stages") or _BLOCK_NAME.search(keyword.arg):
                 if value.lineno == value.end_lineno:
+                    tied = () if value is not keyword.value else _tied_in_grid(tree, node, keyword)
                     found.append(LaunchParameter(kernel, keyword.arg, value.value, value.lineno, value.col_offset,
-                                                 value.end_col_offset))
+                                                 value.end_col_offset, tied))
     return found
+
+
+def _assigned_numbers(tree: ast.Module) -> dict[str, ast.Constant]:
+    """Names assigned exactly once in the file, and to a whole number: ``BLOCK_SIZE = 1024``."""
+    assignments: dict[str, list] = {}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    assignments.setdefault(name.id, []).append(node)
+    return {name: nodes[0].value for name, nodes in assignments.items() if len(nodes) == 1
+            and isinstance(nodes[0], ast.Assign) and isinstance(nodes[0].value, ast.Constant)
+            and type(nodes[0].value.value) is int}
+
+
+def _tied_in_grid(tree: ast.Module, launch: ast.Call, keyword: ast.keyword) -> tuple:
+    """The span of the number in the launch's grid that is this block size: the divisor of a ``cdiv(size, N)`` in
+    the grid (or in the grid variable's last assignment before the launch) equal to it, the one whose size is named
+    like the block (``cdiv(M, 128)`` for BLOCK_M) where several are; none where it cannot be told which."""
+    grid = launch.func.slice
+    if isinstance(grid, ast.Name):
+        earlier = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < launch.lineno
+                   and any(isinstance(target, ast.Name) and target.id == grid.id for target in node.targets)]
+        grid = max(earlier, key=lambda node: node.lineno).value if earlier else grid
+    divisors = [call.args[1] for call in ast.walk(grid) if isinstance(call, ast.Call) and len(call.args) == 2
+                and ast.unparse(call.func).split(".")[-1] == "cdiv" and isinstance(call.args[1], ast.Constant)
+                and call.args[1].value == keyword.value.value and call.args[1].lineno == call.args[1].end_lineno]
+    suffix = re.sub(r"^_|BLOCK_?|_$", "", keyword.arg).upper()
+    named = [divisor for divisor in divisors
+             if suffix and ast.unparse(_cdiv_of(grid, divisor).args[0]).upper().endswith(suffix)]
+    same_value = [other for other in launch.keywords if other is not keyword and other.arg
+                  and _BLOCK_NAME.search(other.arg) and isinstance(other.value, ast.Constant)
+                  and other.value.value == keyword.value.value]
+    chosen = named if len(named) == 1 else divisors if len(divisors) == 1 and not same_value else []
+    return tuple((divisor.lineno, divisor.col_offset, divisor.end_col_offset) for divisor in chosen)
+
+
+def _cdiv_of(grid: ast.AST, divisor: ast.Constant) -> ast.Call:
+    return next(call for call in ast.walk(grid) if isinstance(call, ast.Call) and len(call.args) == 2
+                and call.args[1] is divisor)
 
 
 def alternatives(parameter: LaunchParameter) -> list[int]:
@@ -153,12 +206,18 @@ def variants(code: str, max_variants: int = MAX_VARIANTS, first: tuple = ()) -> 
                          if not (parameter.name == "num_stages" and parameter.kernel in loopless)),
                         key=lambda p: (p.name in ("num_warps", "num_stages"), p.line))
     lines = code.splitlines(keepends=True)
-    found = []
+    found, spans = [], set()
     for parameter in parameters:
+        if (parameter.line, parameter.start, parameter.end) in spans:  # one number that two launches use
+            continue
+        spans.add((parameter.line, parameter.start, parameter.end))
         for new in alternatives(parameter):
             changed = list(lines)
-            line = changed[parameter.line - 1]
-            changed[parameter.line - 1] = line[:parameter.start] + parameter.written(new) + line[parameter.end:]
+            edits = [(parameter.line, parameter.start, parameter.end, parameter.written(new))]
+            edits += [(*span, str(new)) for span in parameter.tied]
+            for number, start, end, text in sorted(edits, reverse=True):  # from the right: columns stay right
+                line = changed[number - 1]
+                changed[number - 1] = line[:start] + text + line[end:]
             text = "".join(changed)
             ast.parse(text)  # a variant is the same code with one number changed: it parses, or this is a bug
             step = (parameter.kernel, parameter.name, parameter.line, 1 if new > parameter.value else -1)
