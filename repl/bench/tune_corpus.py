@@ -15,8 +15,9 @@ timed with Inductor's own numbers for this GPU (``inductor_ms``). ``--hand-writt
 correct Triton kernel of tests/speed_cases and tests/checker_cases (a file ``STEM_triton*.py`` or
 ``STEM_inductor*.py`` beside ``STEM_reference.py``); ``--hand-written-large`` the same kernels as the group
 "hand-written-large", each with its problem's inputs grown to working sizes along the dimensions its own check found
-it valid for (repl.bench.working_sizes: at the tests' sizes a call is the wrapper's Python). Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune
-through tune_cases.tune_pair: the same checker, fresh inputs, the same keep rule). No kernel starts after
+it valid for (repl.bench.working_sizes: at the tests' sizes a call is the wrapper's Python). ``--groups`` tunes only
+the groups named. Each kernel is tuned as ``:tune`` tunes it (repl.workflows.tune through tune_cases.tune_pair: the
+same checker, fresh inputs, the same keep rule). No kernel starts after
 ``--seconds``, and one still tuning a minute later is cut short; what was not reached is listed. On the CPU
 (``--device cpu``, a corpus file) the variants are timed under Triton's interpreter: figures that test this tool,
 not speed. Not a test; docs/shipping.md records the figures."""
