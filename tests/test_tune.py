@@ -292,3 +292,12 @@ def test_the_tied_variants_check_correct_where_the_block_alone_would_leave_eleme
     with Checker(device="cpu") as checker:
         assert checker.check(reference, halved).verdict is Verdict.CORRECT
         assert checker.check(reference, block_alone).verdict is Verdict.MISMATCH
+
+
+def test_the_prompts_own_example_has_its_block_size_varied_where_it_is_assigned():
+    from repl.core.prompt import TRAINED_PROMPT_TEMPLATE
+
+    example = TRAINED_PROMPT_TEMPLATE.split("looks like this:\n```\n")[1].split("```")[0]
+    by_label = {variant.label: variant.code for variant in variants(example)}
+    assert list(by_label)[:2] == ["add_kernel BLOCK_SIZE 128 -> 64", "add_kernel BLOCK_SIZE 128 -> 256"]
+    assert "    BLOCK_SIZE = 256  # Tunable parameter for block size\n" in by_label["add_kernel BLOCK_SIZE 128 -> 256"]

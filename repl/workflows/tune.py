@@ -89,9 +89,10 @@ class TuneReport:
 def launch_parameters(code: str) -> list[LaunchParameter]:
     """Integer keywords of each ``name[grid](...)`` launch that are block sizes, num_warps or num_stages; a launch
     without num_warps gets one (Triton's default, 4) to be added before its closing parenthesis. A block size given
-    as a name assigned one number once (``BLOCK_SIZE = 1024`` ... ``BLOCK_SIZE=BLOCK_SIZE``) is that number's text;
-    one the grid repeats as a number (``kernel[(triton.cdiv(n, 64),)](..., BLOCK_SIZE=64)``, the style of the
-    prompt's own example) is tied to it: the two change together, or a larger block would run over the same grid."""
+    as a name assigned one number once (``BLOCK_SIZE = 128`` ... ``BLOCK_SIZE=BLOCK_SIZE``, as the prompt's own
+    example writes it) is that number's text; one the grid repeats as a number
+    (``kernel[(triton.cdiv(n, 64),)](..., BLOCK_SIZE=64)``) is tied to it: the two change together, or a larger
+    block would run over the same grid."""
     tree = ast.parse(code)
     assigned = _assigned_numbers(tree)
     found = []
