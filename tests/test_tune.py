@@ -289,8 +289,10 @@ def test_the_tied_variants_check_correct_where_the_block_alone_would_leave_eleme
     reference = (CASES / "relu_reference.py").read_text()
     halved = variants(HAND_WRITTEN)[0].code  # BLOCK_SIZE 32 over a grid of cdiv(n, 32)
     block_alone = HAND_WRITTEN.replace("BLOCK_SIZE=64", "BLOCK_SIZE=32")  # a grid of cdiv(n, 64): half unwritten
+    by_hand = variants(HAND_WRITTEN.replace("(triton.cdiv(n_elements, 64),)", "((n_elements + 63) // 64,)"))[0].code
     with Checker(device="cpu") as checker:
         assert checker.check(reference, halved).verdict is Verdict.CORRECT
+        assert checker.check(reference, by_hand).verdict is Verdict.CORRECT
         assert checker.check(reference, block_alone).verdict is Verdict.MISMATCH
 
 
@@ -301,3 +303,13 @@ def test_the_prompts_own_example_has_its_block_size_varied_where_it_is_assigned(
     by_label = {variant.label: variant.code for variant in variants(example)}
     assert list(by_label)[:2] == ["add_kernel BLOCK_SIZE 128 -> 64", "add_kernel BLOCK_SIZE 128 -> 256"]
     assert "    BLOCK_SIZE = 256  # Tunable parameter for block size\n" in by_label["add_kernel BLOCK_SIZE 128 -> 256"]
+
+
+def test_a_grid_rounding_up_by_hand_changes_both_its_numbers_with_the_block():
+    by_hand = HAND_WRITTEN.replace("(triton.cdiv(n_elements, 64),)", "((n_elements + 63) // 64,)")
+    assert "((n_elements + 63) // 64,)" in by_hand
+    halved, doubled = variants(by_hand)[:2]
+    assert "relu_kernel[((n_elements + 31) // 32,)](x, out, n_elements, BLOCK_SIZE=32)" in halved.code
+    assert "relu_kernel[((n_elements + 127) // 128,)](x, out, n_elements, BLOCK_SIZE=128)" in doubled.code
+    not_rounding = HAND_WRITTEN.replace("(triton.cdiv(n_elements, 64),)", "((n_elements + 7) // 64,)")
+    assert "((n_elements + 7) // 64,)" in variants(not_rounding)[1].code  # not n / 64 rounded up: left as written

@@ -45,7 +45,7 @@ class LaunchParameter:
     line: int  # 1-based
     start: int  # column span of the value's text on that line (start == end: a keyword to add there)
     end: int
-    tied: tuple = ()  # (line, start, end) of the same number in the launch's grid: `cdiv(n, 64)` with BLOCK_SIZE=64
+    tied: tuple = ()  # (line, start, end, offset): numbers of the grid that follow it, `cdiv(n, 64)` for BLOCK_SIZE=64
 
     def written(self, new: int) -> str:
         return str(new) if self.start != self.end else f", {self.name}={new}"
@@ -137,30 +137,43 @@ def _assigned_numbers(tree: ast.Module) -> dict[str, ast.Constant]:
 
 
 def _tied_in_grid(tree: ast.Module, launch: ast.Call, keyword: ast.keyword) -> tuple:
-    """The span of the number in the launch's grid that is this block size: the divisor of a ``cdiv(size, N)`` in
-    the grid (or in the grid variable's last assignment before the launch) equal to it, the one whose size is named
-    like the block (``cdiv(M, 128)`` for BLOCK_M) where several are; none where it cannot be told which."""
+    """Where the launch's grid (or the grid variable's last assignment before the launch) divides a size by this
+    block size as a number, ``cdiv(n, 64)`` or ``(n + 63) // 64``: each number's span and its offset from the block
+    size; the division whose size is named like the block (``cdiv(M, 128)`` for BLOCK_M) where several divide by
+    it; none where it cannot be told which."""
     grid = launch.func.slice
     if isinstance(grid, ast.Name):
         earlier = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < launch.lineno
                    and any(isinstance(target, ast.Name) and target.id == grid.id for target in node.targets)]
         grid = max(earlier, key=lambda node: node.lineno).value if earlier else grid
-    divisors = [call.args[1] for call in ast.walk(grid) if isinstance(call, ast.Call) and len(call.args) == 2
-                and ast.unparse(call.func).split(".")[-1] == "cdiv" and isinstance(call.args[1], ast.Constant)
-                and call.args[1].value == keyword.value.value and call.args[1].lineno == call.args[1].end_lineno]
+    value = keyword.value.value
+    divisions = [(size, numbers) for size, numbers in _ceiling_divisions(grid) if numbers[-1][0].value == value]
     suffix = re.sub(r"^_|BLOCK_?|_$", "", keyword.arg).upper()
-    named = [divisor for divisor in divisors
-             if suffix and ast.unparse(_cdiv_of(grid, divisor).args[0]).upper().endswith(suffix)]
+    named = [division for division in divisions if suffix and ast.unparse(division[0]).upper().endswith(suffix)]
     same_value = [other for other in launch.keywords if other is not keyword and other.arg
                   and _BLOCK_NAME.search(other.arg) and isinstance(other.value, ast.Constant)
-                  and other.value.value == keyword.value.value]
-    chosen = named if len(named) == 1 else divisors if len(divisors) == 1 and not same_value else []
-    return tuple((divisor.lineno, divisor.col_offset, divisor.end_col_offset) for divisor in chosen)
+                  and other.value.value == value]
+    chosen = named if len(named) == 1 else divisions if len(divisions) == 1 and not same_value else []
+    return tuple((number.lineno, number.col_offset, number.end_col_offset, offset)
+                 for _, numbers in chosen for number, offset in numbers)
 
 
-def _cdiv_of(grid: ast.AST, divisor: ast.Constant) -> ast.Call:
-    return next(call for call in ast.walk(grid) if isinstance(call, ast.Call) and len(call.args) == 2
-                and call.args[1] is divisor)
+def _ceiling_divisions(grid: ast.AST) -> list[tuple[ast.AST, list[tuple[ast.Constant, int]]]]:
+    """Each division of a size rounded up by a number: (the size, [(a number written, its offset from the
+    divisor)]), for ``cdiv(size, N)`` and ``(size + N - 1) // N``."""
+    def number(node) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) is int and node.lineno == node.end_lineno
+
+    found = []
+    for node in ast.walk(grid):
+        if (isinstance(node, ast.Call) and len(node.args) == 2 and number(node.args[1])
+                and ast.unparse(node.func).split(".")[-1] == "cdiv"):
+            found.append((node.args[0], [(node.args[1], 0)]))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and number(node.right)
+              and isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Add)
+              and number(node.left.right) and node.left.right.value == node.right.value - 1):
+            found.append((node.left.left, [(node.left.right, -1), (node.right, 0)]))
+    return found
 
 
 def alternatives(parameter: LaunchParameter) -> list[int]:
@@ -215,7 +228,7 @@ def variants(code: str, max_variants: int = MAX_VARIANTS, first: tuple = ()) -> 
         for new in alternatives(parameter):
             changed = list(lines)
             edits = [(parameter.line, parameter.start, parameter.end, parameter.written(new))]
-            edits += [(*span, str(new)) for span in parameter.tied]
+            edits += [(line, start, end, str(new + offset)) for line, start, end, offset in parameter.tied]
             for number, start, end, text in sorted(edits, reverse=True):  # from the right: columns stay right
                 line = changed[number - 1]
                 changed[number - 1] = line[:start] + text + line[end:]
