@@ -313,3 +313,11 @@ def test_a_grid_rounding_up_by_hand_changes_both_its_numbers_with_the_block():
     assert "relu_kernel[((n_elements + 127) // 128,)](x, out, n_elements, BLOCK_SIZE=128)" in doubled.code
     not_rounding = HAND_WRITTEN.replace("(triton.cdiv(n_elements, 64),)", "((n_elements + 7) // 64,)")
     assert "((n_elements + 7) // 64,)" in variants(not_rounding)[1].code  # not n / 64 rounded up: left as written
+
+
+def test_the_tutorials_block_size_names_are_told_apart_too():
+    tutorial = TILED.replace("BLOCK_M", "BLOCK_SIZE_M").replace("BLOCK_N", "BLOCK_SIZE_N").replace(
+        "BLOCK_K", "BLOCK_SIZE_K")
+    by_label = {variant.label: variant.code for variant in variants(tutorial, max_variants=20)}
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_SIZE_N 16 -> 32"]
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_SIZE_K 16 -> 32"]

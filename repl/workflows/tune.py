@@ -148,7 +148,7 @@ def _tied_in_grid(tree: ast.Module, launch: ast.Call, keyword: ast.keyword) -> t
         grid = max(earlier, key=lambda node: node.lineno).value if earlier else grid
     value = keyword.value.value
     divisions = [(size, numbers) for size, numbers in _ceiling_divisions(grid) if numbers[-1][0].value == value]
-    suffix = re.sub(r"^_|BLOCK_?|_$", "", keyword.arg).upper()
+    suffix = re.sub(r"^(BLOCK_SIZE|BLOCK)_?|BLOCK$", "", keyword.arg.upper()).strip("_")  # BLOCK_SIZE_M: M
     named = [division for division in divisions if suffix and ast.unparse(division[0]).upper().endswith(suffix)]
     same_value = [other for other in launch.keywords if other is not keyword and other.arg
                   and _BLOCK_NAME.search(other.arg) and isinstance(other.value, ast.Constant)
