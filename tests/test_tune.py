@@ -321,3 +321,13 @@ def test_the_tutorials_block_size_names_are_told_apart_too():
     by_label = {variant.label: variant.code for variant in variants(tutorial, max_variants=20)}
     assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_SIZE_N 16 -> 32"]
     assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_SIZE_K 16 -> 32"]
+
+
+def test_a_block_count_computed_before_the_launch_changes_with_the_block():
+    counted = HAND_WRITTEN.replace("relu_kernel[(triton.cdiv(n_elements, 64),)]",
+                                   "blocks = triton.cdiv(n_elements, 64)\n        relu_kernel[(blocks, )]")
+    assert "        blocks = triton.cdiv(n_elements, 64)\n        relu_kernel[(blocks, )](" in counted
+    doubled = variants(counted)[1]
+    assert "blocks = triton.cdiv(n_elements, 128)" in doubled.code and "BLOCK_SIZE=128" in doubled.code
+    twice = counted.replace("relu_kernel[(blocks, )]", "relu_kernel[(blocks, blocks // blocks)]")
+    assert "blocks = triton.cdiv(n_elements, 128)" in variants(twice)[1].code  # one assignment, however often used

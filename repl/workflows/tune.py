@@ -137,17 +137,24 @@ def _assigned_numbers(tree: ast.Module) -> dict[str, ast.Constant]:
 
 
 def _tied_in_grid(tree: ast.Module, launch: ast.Call, keyword: ast.keyword) -> tuple:
-    """Where the launch's grid (or the grid variable's last assignment before the launch) divides a size by this
-    block size as a number, ``cdiv(n, 64)`` or ``(n + 63) // 64``: each number's span and its offset from the block
-    size; the division whose size is named like the block (``cdiv(M, 128)`` for BLOCK_M) where several divide by
-    it; none where it cannot be told which."""
+    """Where the launch's grid (or the grid variable's last assignment before the launch, or that of a name the grid
+    uses) divides a size by this block size as a number, ``cdiv(n, 64)`` or ``(n + 63) // 64``: each number's span
+    and its offset from the block size; the division whose size is named like the block (``cdiv(M, 128)`` for
+    BLOCK_M) where several divide by it; none where it cannot be told which."""
+    def last_value(name: ast.Name) -> ast.AST | None:
+        earlier = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < launch.lineno
+                   and any(isinstance(target, ast.Name) and target.id == name.id for target in node.targets)]
+        return max(earlier, key=lambda node: node.lineno).value if earlier else None
+
     grid = launch.func.slice
     if isinstance(grid, ast.Name):
-        earlier = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < launch.lineno
-                   and any(isinstance(target, ast.Name) and target.id == grid.id for target in node.targets)]
-        grid = max(earlier, key=lambda node: node.lineno).value if earlier else grid
+        grid = last_value(grid) or grid
+    # and the names the grid uses, one step back: `blocks = triton.cdiv(n, 64)` ... `kernel[(blocks,)]`
+    parts = {id(part): part for part in [grid] + [last_value(name) for name in ast.walk(grid)
+                                                  if isinstance(name, ast.Name)] if part is not None}
     value = keyword.value.value
-    divisions = [(size, numbers) for size, numbers in _ceiling_divisions(grid) if numbers[-1][0].value == value]
+    divisions = [(size, numbers) for part in parts.values() for size, numbers in _ceiling_divisions(part)
+                 if numbers[-1][0].value == value]
     suffix = re.sub(r"^(BLOCK_SIZE|BLOCK)_?|BLOCK$", "", keyword.arg.upper()).strip("_")  # BLOCK_SIZE_M: M
     named = [division for division in divisions if suffix and ast.unparse(division[0]).upper().endswith(suffix)]
     same_value = [other for other in launch.keywords if other is not keyword and other.arg
