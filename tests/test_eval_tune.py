@@ -52,11 +52,11 @@ def test_the_best_kernel_is_tuned_kept_beside_the_untuned_one_and_fast_p_given_b
                       archive=EvalArchive(kernels, results_dir=tmp_path), tune=True,
                       on_progress=lambda progress: progress.event and events.append(progress.event))
     relu, add = json.loads(out.read_text())["problems"]
-    assert relu["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert relu["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)"
     assert (relu["tuned"]["kernel_ms"], relu["tuned"]["speedup_vs_untuned"]) == (5.0, 2.0)
     assert relu["tuned"]["valid_for"] == "any size of dim 0 (5.0 ms)"
     assert relu["candidates"][0]["valid_for"] == "any size of dim 0 (10.0 ms)"  # each kept candidate's valid-for
-    assert {"variant": "relu_kernel BLOCK_SIZE 64 -> 32", "verdict": "mismatch", "kernel_ms": 1.0,
+    assert {"variant": "relu_kernel BLOCK_SIZE 64 -> 32 (the grid's too)", "verdict": "mismatch", "kernel_ms": 1.0,
             "why": None} in relu["tuned"]["tried"]
     assert add["tuned"]["kept"] is None and add["tuned"]["speedup_vs_untuned"] == 1.0
     tuned_file = tmp_path / relu["tuned"]["kernel_file"]
@@ -86,7 +86,8 @@ def test_a_sampled_kernel_a_variant_beat_is_logged_as_its_tuned_variant_and_log_
             report = evaluate(find_problems(PROBLEMS)[:2], engine=engine, samples=1, tune=True)
         finally:
             engine.close()
-    assert [result.tuned["kept"] for result in report.results] == ["relu_kernel BLOCK_SIZE 64 -> 128", None]
+    assert [result.tuned["kept"] for result in report.results] == [
+        "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)", None]
 
     assert main_cli.main(["log", "--json"]) == 0
     entries = {entry["id"]: entry for entry in json.loads(capsys.readouterr().out)}
@@ -97,7 +98,7 @@ def test_a_sampled_kernel_a_variant_beat_is_logged_as_its_tuned_variant_and_log_
     assert "BLOCK_SIZE=64)" in original["kernel"] and "BLOCK_SIZE=128)" in tuned["kernel"]
     assert (tuned["verdict"], tuned["check"]["kernel_ms"], tuned["tokens"]) == ("correct", 5.0, 0)
     assert (tuned["model"], tuned["temperature"], tuned["seed"]) == (original["model"], 0.5, 7)
-    assert tuned["tuning"]["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert tuned["tuning"]["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)"
     assert tuned["tuning"]["launch"] == [{"kernel": "relu_kernel", "parameter": "BLOCK_SIZE", "from": 64, "to": 128}]
     assert (tuned["tuning"]["speedup"], tuned["tuning"]["original_ms"]) == (2.0, 10.0)
 
@@ -142,7 +143,7 @@ def test_a_ray_worker_tunes_what_it_checked_and_sends_the_tuned_kernel_back(gpu_
         record = worker.run({"name": "1_ReLU", "code": code, "given": given, "samples": None, "tune": True})
     finally:
         worker.close()
-    assert record["result"]["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert record["result"]["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)"
     tuned = [output for output in record["outputs"] if output.get("tuned")]
     assert len(tuned) == 1 and "BLOCK_SIZE=128" in tuned[0]["kernel"] and tuned[0]["file"] == "good.py"
 
@@ -189,5 +190,5 @@ def test_with_scale_the_variants_are_checked_against_the_same_reduced_module(sta
     evaluate(find_problems(PROBLEMS)[:1], candidates_dir=CANDIDATES, out_path=out, checks=stand_in_checks(check),
              check=CheckOptions(scale=0.5), tune=True)
     [relu] = json.loads(out.read_text())["problems"]
-    assert relu["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128", relu["tuned"]
+    assert relu["tuned"]["kept"] == "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)", relu["tuned"]
     assert len(set(references)) == 1 and "batch_size = 2" in references[0], references[0]  # 4 halved, every check

@@ -240,11 +240,12 @@ def test_eval_tune_on_the_cluster_logs_the_kept_variant_right_after_its_original
         server.server_close()
     assert status == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "results.json").read_text())["problems"][0]["tuned"]["kept"] == (
-        "relu_kernel BLOCK_SIZE 64 -> 128")
+        "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)")
     with SessionLog.open(tmp_path / "home" / "session_log.db", enabled=True) as log:
         original, tuned = log.recent(None)
     assert original.tuning is None and original.verdict == "correct" and "BLOCK_SIZE=64)" in original.kernel
-    assert tuned.tuning["from_reply"] == original.id and tuned.tuning["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128"
+    assert tuned.tuning["from_reply"] == original.id
+    assert tuned.tuning["variant"] == "relu_kernel BLOCK_SIZE 64 -> 128 (the grid's too)"
     assert "BLOCK_SIZE=128)" in tuned.kernel and tuned.check["kernel_ms"] == 5.0 and tuned.model == original.model
 
 

@@ -14,6 +14,7 @@ from repl.workflows.tune import CPU_REFUSAL, TuneStopped, tune, tune_refusal, va
 CASES = Path(__file__).resolve().parent / "checker_cases"
 INDUCTOR = (CASES / "relu_inductor_style.py").read_text()
 HAND_WRITTEN = (CASES / "relu_triton.py").read_text()
+GRID = " (the grid's too)"  # a label's note where the grid's number changed with the block size
 
 
 def timed(ms: float, verdict: Verdict = Verdict.CORRECT, flags=()) -> CheckResult:
@@ -36,7 +37,7 @@ def test_an_inductor_launch_yields_block_warps_and_stages_around_its_own():
 
 def test_a_launch_without_num_warps_gets_it_added():
     labels = [variant.label for variant in variants(HAND_WRITTEN)]
-    assert labels == ["relu_kernel BLOCK_SIZE 64 -> 32", "relu_kernel BLOCK_SIZE 64 -> 128",
+    assert labels == ["relu_kernel BLOCK_SIZE 64 -> 32" + GRID, "relu_kernel BLOCK_SIZE 64 -> 128" + GRID,
                       "relu_kernel num_warps 4 -> 2", "relu_kernel num_warps 4 -> 8"]
     assert "BLOCK_SIZE=64, num_warps=8)" in variants(HAND_WRITTEN)[-1].code
 
@@ -236,9 +237,9 @@ class ModelNew(torch.nn.Module):
 
 def test_a_grid_variables_numbers_are_told_apart_by_the_size_each_divides():
     by_label = {variant.label: variant.code for variant in variants(TILED, max_variants=20)}
-    assert "grid = (triton.cdiv(M, 32), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_M 16 -> 32"]
-    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16" in by_label["linear_kernel BLOCK_M 16 -> 32"]
-    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_N 16 -> 32"]
+    assert "grid = (triton.cdiv(M, 32), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_M 16 -> 32" + GRID]
+    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16" in by_label["linear_kernel BLOCK_M 16 -> 32" + GRID]
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_N 16 -> 32" + GRID]
     assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_K 16 -> 32"]
 
 
@@ -319,7 +320,7 @@ def test_the_tutorials_block_size_names_are_told_apart_too():
     tutorial = TILED.replace("BLOCK_M", "BLOCK_SIZE_M").replace("BLOCK_N", "BLOCK_SIZE_N").replace(
         "BLOCK_K", "BLOCK_SIZE_K")
     by_label = {variant.label: variant.code for variant in variants(tutorial, max_variants=20)}
-    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_SIZE_N 16 -> 32"]
+    assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 32))" in by_label["linear_kernel BLOCK_SIZE_N 16 -> 32" + GRID]
     assert "grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))" in by_label["linear_kernel BLOCK_SIZE_K 16 -> 32"]
 
 
@@ -331,3 +332,11 @@ def test_a_block_count_computed_before_the_launch_changes_with_the_block():
     assert "blocks = triton.cdiv(n_elements, 128)" in doubled.code and "BLOCK_SIZE=128" in doubled.code
     twice = counted.replace("relu_kernel[(blocks, )]", "relu_kernel[(blocks, blocks // blocks)]")
     assert "blocks = triton.cdiv(n_elements, 128)" in variants(twice)[1].code  # one assignment, however often used
+
+
+def test_the_table_says_where_the_grid_changed_with_the_block():
+    report = tune(HAND_WRITTEN, timed(10.0), stand_in_checker({"BLOCK_SIZE=128": timed(5.0)}), max_checks=4)
+    assert [tried.label for tried in report.tried][:2] == ["relu_kernel BLOCK_SIZE 64 -> 32" + GRID,
+                                                           "relu_kernel BLOCK_SIZE 64 -> 128" + GRID]
+    assert report.best.label == "relu_kernel BLOCK_SIZE 64 -> 128" + GRID + ", again"
+    assert "relu_kernel[(triton.cdiv(n_elements, 128),)]" in report.best_code

@@ -31,6 +31,7 @@ CPU_REFUSAL = ("tuning needs a GPU: Triton's CPU interpreter gives no timing to 
 
 
 DEFAULT_WARPS = 4  # Triton's num_warps when a launch does not say
+GRID_TOO = " (the grid's too)"  # a variant's label where the grid's numbers changed with the block size
 
 
 class TuneStopped(Exception):
@@ -242,7 +243,8 @@ def variants(code: str, max_variants: int = MAX_VARIANTS, first: tuple = ()) -> 
             text = "".join(changed)
             ast.parse(text)  # a variant is the same code with one number changed: it parses, or this is a bug
             step = (parameter.kernel, parameter.name, parameter.line, 1 if new > parameter.value else -1)
-            found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}", text, step))
+            grid = GRID_TOO if parameter.tied else ""
+            found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}{grid}", text, step))
     return sorted(found, key=lambda variant: variant.step != first)[:max_variants]
 
 
@@ -306,10 +308,13 @@ def launch_changes(original: str, tuned: str) -> list[dict]:
 
 
 def describe_changes(original: str, tuned: str) -> str:
-    """'triton_poi_fused_relu_0 XBLOCK 128 -> 512, num_warps 4 -> 8': every parameter the climb changed."""
+    """'triton_poi_fused_relu_0 XBLOCK 128 -> 512, num_warps 4 -> 8': every parameter the climb changed (and
+    where the grid's numbers changed with a block size, that it did)."""
+    tied = {(parameter.kernel, parameter.name) for parameter in launch_parameters(original) if parameter.tied}
     parts, last_kernel = [], None
     for change in launch_changes(original, tuned):
         name = f"{change['parameter']} {change['from']} -> {change['to']}"
+        name += GRID_TOO if (change["kernel"], change["parameter"]) in tied else ""
         parts.append(name if change["kernel"] == last_kernel else f"{change['kernel']} {name}")
         last_kernel = change["kernel"]
     return ", ".join(parts)
