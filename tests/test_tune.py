@@ -340,3 +340,11 @@ def test_the_table_says_where_the_grid_changed_with_the_block():
                                                            "relu_kernel BLOCK_SIZE 64 -> 128" + GRID]
     assert report.best.label == "relu_kernel BLOCK_SIZE 64 -> 128" + GRID + ", again"
     assert "relu_kernel[(triton.cdiv(n_elements, 128),)]" in report.best_code
+
+
+def test_a_block_size_name_that_is_also_a_parameter_is_not_taken_for_the_number_assigned_elsewhere():
+    shadowed = NAMED_BLOCK.replace("    def forward(self, x):\n", "    def forward(self, x, BLOCK_SIZE=256):\n").replace(
+        "        BLOCK_SIZE = 1024\n", "")
+    elsewhere = shadowed + "\n\ndef unused():\n    BLOCK_SIZE = 1024\n    return BLOCK_SIZE\n"
+    assert [variant.label for variant in variants(elsewhere)] == ["relu_kernel num_warps 4 -> 2",
+                                                                  "relu_kernel num_warps 4 -> 8"]

@@ -14,6 +14,8 @@ import math
 
 WORKING_BYTES = 256 << 20  # valid-for's "larger" limit too: KernelBench's level-1 inputs are 1-6 GiB, its first 1 MiB
 
+# Written into the problem's file, so it must stand alone (no import of this project there). valid-for's
+# resized_inputs draws only signed or not; this keeps the mean and spread too (a LayerNorm's `randn(...) * 3 + 1`).
 DRAW_LIKE = '''
 
 # Inputs grown to working sizes by repl.bench.working_sizes: the problem's own get_inputs() drawn first, each tensor

@@ -15,9 +15,9 @@ from repl.ui.interrupts import interrupts_as_event
 def tune_command(session, arguments):
     """Tune the current kernel's launch parameters on the GPU (block sizes, with the grid's cdiv(n, 64) where it
     repeats the number; num_warps, num_stages; around the model's choice, then around each faster variant, the step
-    that paid tried again first): each variant is checked
-    and timed like any kernel, the fastest correct one becomes current and is logged as a tuned variant of the
-    checked kernel (:history, --continue, :save and :export see it); on the CPU it says why not."""
+    that paid tried again first): each variant is checked and timed like any kernel, the fastest correct one becomes
+    current and is logged as a tuned variant of the checked kernel (:history, --continue, :save and :export see it);
+    on the CPU it says why not."""
     from repl.workflows.tune import MAX_CHECKS, TuneStopped, tune, tune_refusal, variants
     from repl.workflows.tune_record import tuning_record
 

@@ -123,9 +123,16 @@ def launch_parameters(code: str) -> list[LaunchParameter]:
 
 
 def _assigned_numbers(tree: ast.Module) -> dict[str, ast.Constant]:
-    """Names assigned exactly once in the file, and to a whole number: ``BLOCK_SIZE = 1024``."""
+    """Names assigned exactly once in the file, and to a whole number: ``BLOCK_SIZE = 1024``. A parameter of that
+    name of a function that is not a kernel counts as another assignment (``def forward(self, x, BLOCK_SIZE=256)``:
+    which one a launch uses cannot be told from the text); the kernel's own ``BLOCK_SIZE: tl.constexpr`` does not."""
     assignments: dict[str, list] = {}
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)) and not any(
+                "jit" in ast.unparse(decorator) for decorator in getattr(node, "decorator_list", [])):
+            for argument in ast.walk(node.args):
+                if isinstance(argument, ast.arg):
+                    assignments.setdefault(argument.arg, []).append(argument)
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
         for target in targets:
@@ -237,11 +244,11 @@ def variants(code: str, max_variants: int = MAX_VARIANTS, first: tuple = ()) -> 
             changed = list(lines)
             edits = [(parameter.line, parameter.start, parameter.end, parameter.written(new))]
             edits += [(line, start, end, str(new + offset)) for line, start, end, offset in parameter.tied]
-            for number, start, end, text in sorted(edits, reverse=True):  # from the right: columns stay right
+            for number, start, end, written in sorted(edits, reverse=True):  # from the right: columns stay right
                 line = changed[number - 1]
-                changed[number - 1] = line[:start] + text + line[end:]
+                changed[number - 1] = line[:start] + written + line[end:]
             text = "".join(changed)
-            ast.parse(text)  # a variant is the same code with one number changed: it parses, or this is a bug
+            ast.parse(text)  # a variant is the same code with numbers changed: it parses, or this is a bug
             step = (parameter.kernel, parameter.name, parameter.line, 1 if new > parameter.value else -1)
             grid = GRID_TOO if parameter.tied else ""
             found.append(Variant(f"{parameter.kernel} {parameter.name} {parameter.value} -> {new}{grid}", text, step))
