@@ -343,8 +343,8 @@ def test_the_table_says_where_the_grid_changed_with_the_block():
 
 
 def test_a_block_size_name_that_is_also_a_parameter_is_not_taken_for_the_number_assigned_elsewhere():
-    shadowed = NAMED_BLOCK.replace("    def forward(self, x):\n", "    def forward(self, x, BLOCK_SIZE=256):\n").replace(
-        "        BLOCK_SIZE = 1024\n", "")
+    shadowed = NAMED_BLOCK.replace("    def forward(self, x):\n", "    def forward(self, x, BLOCK_SIZE=256):\n")
+    shadowed = shadowed.replace("        BLOCK_SIZE = 1024\n", "")
     elsewhere = shadowed + "\n\ndef unused():\n    BLOCK_SIZE = 1024\n    return BLOCK_SIZE\n"
     assert [variant.label for variant in variants(elsewhere)] == ["relu_kernel num_warps 4 -> 2",
                                                                   "relu_kernel num_warps 4 -> 8"]
